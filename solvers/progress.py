@@ -12,13 +12,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """Why a solve ended."""
 
     CONVERGED = "converged"  # the stopping rule held on a full pass

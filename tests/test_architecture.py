@@ -3,7 +3,9 @@
 import ast
 from pathlib import Path
 
-FORBIDDEN = {"app", "fastapi", "starlette", "sqlalchemy", "pydantic", "pydantic_settings", "alembic"}
+FORBIDDEN = {
+    "app", "fastapi", "starlette", "sqlalchemy", "pydantic", "pydantic_settings", "alembic",
+}
 SOLVERS = Path(__file__).resolve().parents[1] / "solvers"
 
 
