@@ -4,7 +4,13 @@ import ast
 from pathlib import Path
 
 FORBIDDEN = {
-    "app", "fastapi", "starlette", "sqlalchemy", "pydantic", "pydantic_settings", "alembic",
+    "app",
+    "fastapi",
+    "starlette",
+    "sqlalchemy",
+    "pydantic",
+    "pydantic_settings",
+    "alembic",
 }
 SOLVERS = Path(__file__).resolve().parents[1] / "solvers"
 
@@ -23,9 +29,7 @@ def imported_roots(path: Path) -> set[str]:
 def test_solvers_never_import_the_service_stack():
     files = sorted(SOLVERS.rglob("*.py"))
     assert files, "no solver modules found"
-    offenders = {
-        str(p.relative_to(SOLVERS)): sorted(imported_roots(p) & FORBIDDEN) for p in files
-    }
+    offenders = {str(p.relative_to(SOLVERS)): sorted(imported_roots(p) & FORBIDDEN) for p in files}
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
