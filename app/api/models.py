@@ -1,0 +1,345 @@
+"""Model resources: list, show, delete, predict, background predictions, evaluate, export.
+
+``predict`` is the latency-critical route: it is ``async`` and touches no database while its
+model is cached, reads the raw body and validates it by hand (services.prediction), and answers
+with pre-serialized JSON. Large bodies are parsed on a worker thread so that the event loop is
+never blocked for long.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import asynccontextmanager
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, BackgroundTasks, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+from sqlalchemy import delete, select
+
+from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
+from app.errors import ProblemError
+from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, decode_cursor, page_of
+from app.schemas.models import (
+    PREDICT_OPENAPI,
+    ClassificationEvaluation,
+    DatasetRef,
+    ModelOut,
+    PredictionRunOut,
+    RegressionEvaluation,
+)
+from app.services import export as export_service
+from app.services import prediction_runs as runs
+from app.services.model_cache import ModelCache, fetch_model, model_from_row
+from app.services.prediction import InvalidInstances, dumps, parse_body, predict_payload
+from app.tables import Dataset, Model, PredictionRun
+
+log = logging.getLogger("margin.models")
+
+
+@asynccontextmanager
+async def _lifespan(app):
+    """At start-up, fail the prediction runs that a stopped API process left queued or running
+    (runs execute inside the API process; see services.prediction_runs)."""
+    try:
+        swept = await run_in_threadpool(runs.sweep_interrupted_runs, app.state.db)
+        if swept:
+            log.warning("marked %d interrupted prediction run(s) as failed", swept)
+    except Exception:  # a sweep must never keep the API from starting
+        log.exception("sweeping interrupted prediction runs failed")
+    yield
+
+
+router = APIRouter(tags=["models"], lifespan=_lifespan)
+
+# Bodies up to this size are parsed on the event loop (a single instance takes tens of µs);
+# larger ones go to a worker thread.
+INLINE_BODY_BYTES = 64 * 1024
+_cache_lock = threading.Lock()
+_TITLES = {413: "Batch too large", 415: "Unsupported media type", 422: "Invalid instances"}
+
+
+def model_cache(app) -> ModelCache:
+    """The app's model cache (created on first use, sized by MODEL_CACHE_SIZE)."""
+    cache = getattr(app.state, "model_cache", None)
+    if cache is None:
+        with _cache_lock:
+            cache = getattr(app.state, "model_cache", None)
+            if cache is None:
+                cache = ModelCache(app.state.settings.model_cache_size)
+                app.state.model_cache = cache
+    return cache
+
+
+# --------------------------------------------------------------------------------------------
+# Prediction (first, so that its route is matched first)
+
+
+async def predict(request: Request) -> Response:
+    """Predict instances sent in the body: JSON sparse instances (indices in the training
+    file's numbering), JSON dense rows, or ``text/plain`` LIBSVM lines."""
+    app = request.app
+    model_id = request.path_params["model_id"]
+    cache = model_cache(app)
+    model, due = cache.get(model_id)
+    if model is None or due:
+        model = await run_in_threadpool(fetch_model, app.state.db, cache, model_id)
+        if model is None:
+            raise not_found("Model", model_id)
+    body = await request.body()
+    content_type = request.headers.get("content-type", "")
+    max_batch = app.state.settings.max_predict_batch
+    try:
+        if len(body) <= INLINE_BODY_BYTES:
+            content = _predict_bytes(body, content_type, model, max_batch)
+        else:
+            content = await run_in_threadpool(_predict_bytes, body, content_type, model, max_batch)
+    except InvalidInstances as exc:
+        title = _TITLES.get(exc.status, "Invalid request")
+        raise ProblemError(exc.status, title, str(exc)) from None
+    return Response(content, media_type="application/json")
+
+
+# predict is served by a plain Starlette route, registered first: it skips FastAPI's parameter
+# and dependency resolution, which costs more than the prediction itself (measured in
+# benchmarks/results/predict.md). The API route below has the same path and only documents the
+# endpoint in OpenAPI; requests never reach it. A dependency added to this router (such as
+# authentication) must therefore also be called inside `predict`.
+router.add_route("/models/{model_id}/predict", predict, methods=["POST"])
+
+
+@router.post(
+    "/models/{model_id}/predict",
+    openapi_extra=PREDICT_OPENAPI,
+    response_class=Response,
+    summary="Predict",
+    name="predict",
+)
+async def _predict_documented(model_id: str, request: Request) -> Response:
+    """Predict instances sent in the body: JSON sparse instances (indices in the training
+    file's numbering), JSON dense rows, or ``text/plain`` LIBSVM lines."""
+    return await predict(request)  # pragma: no cover - shadowed by the route above
+
+
+def _predict_bytes(body: bytes, content_type: str, model, max_batch: int) -> bytes:
+    X = parse_body(body, content_type, model, max_batch)
+    return dumps(predict_payload(model, X))
+
+
+# --------------------------------------------------------------------------------------------
+# Metadata
+
+
+@router.get("/models", response_model=Page[ModelOut])
+def list_models(
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    cursor: str | None = None,
+    dataset_id: str | None = None,
+    job_id: str | None = None,
+):
+    """Stored models, newest first; filter by the dataset or job that produced them."""
+    query = select(Model).order_by(Model.id.desc()).limit(limit + 1)
+    after = decode_cursor(cursor)
+    if after is not None:
+        query = query.where(Model.id < after)
+    if dataset_id is not None:
+        query = query.where(Model.dataset_id == dataset_id)
+    if job_id is not None:
+        query = query.where(Model.job_id == job_id)
+    items, next_cursor = page_of(list(session.scalars(query)), limit, key=lambda m: m.id)
+    return Page[ModelOut](items=[ModelOut.model_validate(m) for m in items], next=next_cursor)
+
+
+@router.get("/models/{model_id}", response_model=ModelOut)
+def get_model(model: ModelDep):
+    return ModelOut.model_validate(model)
+
+
+@router.delete("/models/{model_id}", status_code=204)
+def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: SettingsDep):
+    """Delete a model with its prediction runs and their CSV files (409 while a run is active)."""
+    with db.write() as session:
+        model = session.get(Model, model_id)
+        if model is None:
+            raise not_found("Model", model_id)
+        active = session.scalar(
+            select(PredictionRun.id)
+            .where(PredictionRun.model_id == model_id, PredictionRun.status.in_(runs.ACTIVE))
+            .limit(1)
+        )
+        if active is not None:
+            raise ProblemError(
+                409,
+                "Model in use",
+                f"prediction run {active!r} on this model is still active; retry when it ends",
+            )
+        run_ids = runs.run_ids_of(session, model_id)
+        session.execute(delete(PredictionRun).where(PredictionRun.model_id == model_id))
+        session.delete(model)
+    model_cache(request.app).evict(model_id)
+    runs.delete_files(settings.data_dir, run_ids)
+    return Response(status_code=204)
+
+
+# --------------------------------------------------------------------------------------------
+# Background predictions
+
+
+def _run_out(run: PredictionRun) -> PredictionRunOut:
+    out = PredictionRunOut.model_validate(run)
+    if run.status == "succeeded":
+        out.result = f"/v1/models/{run.model_id}/predictions/{run.id}"
+    return out
+
+
+def _dataset_or_404(session, dataset_id: str) -> Dataset:
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        raise ProblemError(
+            404, "Dataset not found", f"dataset_id: no dataset with id {dataset_id!r}"
+        )
+    return dataset
+
+
+@router.post("/models/{model_id}/predictions", status_code=202, response_model=PredictionRunOut)
+def create_prediction_run(
+    body: DatasetRef,
+    model: ModelDep,
+    session: SessionDep,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    background: BackgroundTasks,
+    response: Response,
+):
+    """Predict every row of a stored dataset in the background; GET the returned location for
+    the run's status, and for the CSV once it has succeeded."""
+    dataset = _dataset_or_404(session, body.dataset_id)
+    loaded = model_from_row(model)
+    source = runs.DatasetSource.of(settings.data_dir, dataset)
+    try:
+        source.check(loaded)
+    except runs.DatasetMismatch as exc:
+        raise ProblemError(422, "Dataset not compatible", str(exc)) from None
+    run = runs.create_run(db, model.id, dataset.id)
+    background.add_task(runs.execute_run, db, settings.data_dir, run.id, loaded, source)
+    response.headers["Location"] = f"/v1/models/{model.id}/predictions/{run.id}"
+    return _run_out(run)
+
+
+@router.get("/models/{model_id}/predictions", response_model=Page[PredictionRunOut])
+def list_prediction_runs(
+    model: ModelDep,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    cursor: str | None = None,
+):
+    query = (
+        select(PredictionRun)
+        .where(PredictionRun.model_id == model.id)
+        .order_by(PredictionRun.id.desc())
+        .limit(limit + 1)
+    )
+    after = decode_cursor(cursor)
+    if after is not None:
+        query = query.where(PredictionRun.id < after)
+    items, next_cursor = page_of(list(session.scalars(query)), limit, key=lambda r: r.id)
+    return Page[PredictionRunOut](items=[_run_out(r) for r in items], next=next_cursor)
+
+
+@router.get(
+    "/models/{model_id}/predictions/{run_id}",
+    response_model=PredictionRunOut,
+    responses={
+        200: {"content": {"text/csv": {}}, "description": "the CSV, once the run succeeded"},
+        202: {"description": "the run is queued or running (its status as JSON)"},
+        409: {"description": "the run failed (the detail says why)"},
+    },
+)
+def get_prediction_run(
+    model_id: str,
+    run_id: str,
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    format: Literal["csv", "json"] | None = None,
+):
+    """The run's CSV once it succeeded (``?format=json`` or ``Accept: application/json`` for its
+    status instead); 202 with its status while it is queued or running; 409 if it failed."""
+    run = session.get(PredictionRun, run_id)
+    if run is None or run.model_id != model_id:
+        raise not_found("Prediction run", run_id)
+    wants_json = format == "json" or (
+        format is None and "application/json" in request.headers.get("accept", "")
+    )
+    out = _run_out(run)
+    if wants_json:
+        return out
+    if run.status in runs.ACTIVE:
+        return Response(
+            out.model_dump_json(),
+            status_code=202,
+            media_type="application/json",
+            headers={"Retry-After": "1"},
+        )
+    if run.status == "failed":
+        raise ProblemError(
+            409,
+            "Prediction run failed",
+            run.error or "the run failed",
+            run=out.model_dump(mode="json"),
+        )
+    path = runs.csv_path(settings.data_dir, run.id)
+    if not path.exists():
+        raise ProblemError(410, "Prediction result gone", f"the CSV of run {run_id!r} is missing")
+    return FileResponse(path, media_type="text/csv", filename=f"{run.id}.csv")
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation and export
+
+
+@router.post(
+    "/models/{model_id}/evaluate",
+    response_model=ClassificationEvaluation | RegressionEvaluation,
+)
+def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, settings: SettingsDep):
+    """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
+    dataset."""
+    dataset = _dataset_or_404(session, body.dataset_id)
+    loaded = model_from_row(model)
+    if not loaded.is_regressor and dataset.label_kind == "real":
+        raise ProblemError(
+            422,
+            "Dataset not compatible",
+            f"dataset {dataset.id!r} has real-valued targets; a classifier is evaluated on a "
+            "dataset whose labels are classes",
+        )
+    source = runs.DatasetSource.of(settings.data_dir, dataset)
+    try:
+        source.check(loaded)
+        report = runs.evaluate(loaded, source)
+    except runs.DatasetMismatch as exc:
+        raise ProblemError(422, "Dataset not compatible", str(exc)) from None
+    return {"model_id": model.id, "dataset_id": dataset.id, **report}
+
+
+@router.get(
+    "/models/{model_id}/export",
+    responses={200: {"content": {"text/plain": {}, "application/json": {}}}},
+)
+def export_model(model: ModelDep, format: Literal["liblinear", "json"] = "liblinear"):
+    """The model as a LIBLINEAR model file (``liblinearutil.load_model`` reads it) or as JSON."""
+    loaded = model_from_row(model)
+    if format == "json":
+        return Response(dumps(export_service.json_document(loaded)), media_type="application/json")
+    try:
+        text = export_service.liblinear_text(loaded)
+    except export_service.NotExportable as exc:
+        raise ProblemError(422, "Not exportable", str(exc)) from None
+    return Response(
+        text,
+        media_type="text/plain",
+        headers={"Content-Disposition": f'attachment; filename="{model.id}.model"'},
+    )

@@ -1,0 +1,147 @@
+"""`margin` — the service's command line.
+
+  margin serve    migrate, then run the API and a local worker pool (one command, SQLite default)
+  margin migrate  upgrade the database to the latest schema
+  margin api      the API only (workers run elsewhere)
+  margin worker   workers only (the local pool, or procrastinate with WORKER_BACKEND=procrastinate)
+
+Every command reads the same settings: flags override the environment (DATA_DIR, DATABASE_URL, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from app.config import Settings
+
+DEMO_FILE = Path(__file__).resolve().parent / "demo" / "heart_scale"
+log = logging.getLogger("margin")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {}
+    for name in ("data_dir", "database_url", "host", "port", "workers"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    settings = Settings(**overrides)
+    settings.ensure_dirs()
+    return settings
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, help="data directory (DATA_DIR; ./margin-data)")
+    parser.add_argument("--database-url", help="SQLAlchemy URL (DATABASE_URL; SQLite in data dir)")
+
+
+def _http(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="address to bind (HOST; 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to bind (PORT; 8000)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="margin", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="migrate, then run the API and local workers")
+    _common(serve)
+    _http(serve)
+    serve.add_argument("--workers", type=int, help="local worker processes (WORKERS; cores)")
+    serve.add_argument("--demo", action="store_true", help="load the demo dataset heart_scale")
+    migrate = commands.add_parser("migrate", help="upgrade the database schema")
+    _common(migrate)
+    migrate.add_argument("--revision", default="head", help="target revision (default head)")
+    api = commands.add_parser("api", help="run the API only")
+    _common(api)
+    _http(api)
+    worker = commands.add_parser("worker", help="run workers only")
+    _common(worker)
+    worker.add_argument("--workers", type=int, help="local worker processes (WORKERS; cores)")
+    return parser
+
+
+def cmd_migrate(settings: Settings, revision: str = "head") -> None:
+    from app import migrate
+
+    migrate.upgrade(settings.db_url, revision)
+    log.info("database at revision %s", migrate.current(settings.db_url))
+
+
+def _load_demo(settings: Settings) -> None:
+    """Store the demo dataset, parsing it in a child process so that the API process stays small."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(
+        target=_load_demo_child, args=(settings.model_dump(mode="json"),)
+    )
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        raise SystemExit(f"loading the demo dataset failed (exit code {child.exitcode})")
+
+
+def _load_demo_child(settings_data: dict) -> None:
+    from app.db import Database
+    from app.services.datasets import import_file
+
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    settings = Settings(**settings_data)
+    db = Database(settings.db_url)
+    try:
+        dataset, created = import_file(db, settings, DEMO_FILE, "heart_scale")
+    finally:
+        db.dispose()
+    log.info("demo dataset %s %s", dataset.id, "loaded" if created else "already present")
+
+
+def _run_api(settings: Settings) -> None:
+    import uvicorn
+
+    from app.main import create_app
+
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+
+
+def cmd_serve(settings: Settings, demo: bool) -> None:
+    from app.worker import LocalPool
+
+    cmd_migrate(settings)
+    if demo:
+        _load_demo(settings)
+    pool = None
+    if settings.worker_backend == "local":
+        pool = LocalPool(settings)
+        pool.start()
+    else:
+        log.info("WORKER_BACKEND=%s: run `margin worker` for the workers", settings.worker_backend)
+    try:
+        _run_api(settings)
+    finally:
+        if pool is not None:
+            pool.stop()
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    settings = _settings(args)
+    if args.command == "serve":
+        cmd_serve(settings, args.demo)
+    elif args.command == "migrate":
+        cmd_migrate(settings, args.revision)
+    elif args.command == "api":
+        _run_api(settings)
+    elif args.command == "worker":
+        from app.queue import run_worker
+
+        run_worker(settings, args.workers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Service settings, read from the environment (and `--data-dir` style flags) by pydantic-settings.
+
+Every role (`margin serve|api|worker|migrate`) builds the same `Settings`; nothing is read at import
+time. `get_settings()` caches the environment's settings for code that has no app at hand.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """One deployment's configuration; environment names are the field names in upper case."""
+
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
+
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL; default: SQLite file margin.db in DATA_DIR"
+    )
+    data_dir: Path = Field(Path("margin-data"), description="datasets, uploads and predictions")
+    workers: int | None = Field(None, ge=1, description="local worker processes (default: cores)")
+    max_upload_mb: float = Field(2048, gt=0, description="largest accepted upload, in MB")
+    max_predict_batch: int = Field(10_000, ge=1, description="most instances in one predict call")
+    progress_interval_s: float = Field(0.5, gt=0, description="seconds between progress writes")
+    model_cache_size: int = Field(32, ge=0, description="models kept unpacked for prediction")
+    worker_backend: Literal["local", "procrastinate"] = "local"
+    worker_concurrency: int = Field(1, ge=1, description="jobs one `margin worker` runs at once")
+    solver_threads: int | None = Field(
+        None, ge=1, description="solver threads per job (default: cores / concurrent jobs)"
+    )
+    job_retries: int = Field(0, ge=0, description="times a job whose worker died is re-queued")
+    job_stall_s: float = Field(
+        60.0, gt=0, description="a running job without heartbeat for this long is orphaned"
+    )
+    poll_interval_s: float = Field(0.05, gt=0, description="idle local workers look for jobs")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @property
+    def db_url(self) -> str:
+        """The database URL, defaulting to SQLite inside the data directory."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'margin.db'}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.db_url.startswith("sqlite")
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1024 * 1024)
+
+    def local_workers(self) -> int:
+        """Size of the local pool: WORKERS, or the number of cores."""
+        return self.workers or os.cpu_count() or 1
+
+    def threads_per_job(self, concurrent_jobs: int) -> int:
+        """Solver threads for one job so that `concurrent_jobs` jobs never oversubscribe the CPU."""
+        if self.solver_threads:
+            return self.solver_threads
+        return max(1, (os.cpu_count() or 1) // max(1, concurrent_jobs))
+
+    def ensure_dirs(self) -> None:
+        for sub in ("", "datasets", "tmp", "predictions"):
+            (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The settings of this process's environment (built once, on first use)."""
+    return Settings()

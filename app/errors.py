@@ -1,0 +1,103 @@
+"""Errors as RFC 7807 problem documents (`application/problem+json`).
+
+Services raise `ProblemError`; the handlers below turn it, FastAPI's validation errors and
+Starlette's HTTP errors into problem documents. Unexpected exceptions become a plain 500 whose body
+names no file, line or internal path (the traceback goes to the server log only).
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+PROBLEM_JSON = "application/problem+json"
+log = logging.getLogger("margin.api")
+
+
+class ProblemError(Exception):
+    """An error with an HTTP status, a short title, a human-readable detail and extra members."""
+
+    def __init__(self, status: int, title: str, detail: str | None = None, **extra: Any):
+        super().__init__(detail or title)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.extra = extra
+        self.headers: dict[str, str] = extra.pop("headers", None) or {}
+
+
+def problem_response(
+    status: int,
+    title: str | None = None,
+    detail: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": title or HTTPStatus(status).phrase,
+        "status": status,
+    }
+    if detail is not None:
+        body["detail"] = detail
+    body.update(extra)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def field_path(loc: tuple | list) -> str:
+    """Dotted name of a field from a validation error location, without the 'body' prefix."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    return ".".join(parts) or "(request)"
+
+
+def describe_validation_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for err in errors:
+        entry = {"field": field_path(err.get("loc", ())), "message": err.get("msg", "invalid")}
+        if err.get("type") == "extra_forbidden":
+            entry["message"] = "unknown field"
+        elif err.get("type") != "missing" and _short_scalar(err.get("input")):
+            entry["message"] += f" (got {err['input']!r})"
+        out.append(entry)
+    return out
+
+
+def _short_scalar(value: Any) -> bool:
+    if isinstance(value, str):
+        return len(value) <= 60
+    return isinstance(value, int | float | bool) or value is None
+
+
+async def _problem_error(request: Request, exc: ProblemError) -> JSONResponse:
+    return problem_response(exc.status, exc.title, exc.detail, headers=exc.headers, **exc.extra)
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = describe_validation_errors(list(exc.errors()))
+    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+    return problem_response(422, "Invalid request", detail, errors=errors)
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    detail = exc.detail if isinstance(exc.detail, str) else None
+    return problem_response(exc.status_code, None, detail, headers=getattr(exc, "headers", None))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(500, "Internal Server Error", "an unexpected error occurred")
+
+
+def install_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ProblemError, _problem_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,89 @@
+"""The FastAPI application: routers, error handlers, health and readiness."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+from fastapi import FastAPI, Request
+from sqlalchemy import func, select
+
+from app.config import Settings, get_settings
+from app.db import Database
+from app.errors import install_handlers, problem_response
+from app.queue import get_queue
+from app.tables import Worker, utcnow
+
+log = logging.getLogger("margin.api")
+WORKER_ALIVE_S = 15.0
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the service for `settings` (default: the environment's). Tables must exist already
+    (`margin migrate`); nothing here creates them."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        from app.services.datasets import sweep_partial_uploads
+
+        try:
+            sweep_partial_uploads(settings, app.state.db)
+        except Exception:  # a sweep must never keep the API from starting
+            log.exception("sweeping partial uploads failed")
+        app.state.parser.warm()
+        try:
+            yield
+        finally:
+            app.state.parser.shutdown()
+            app.state.db.dispose()
+
+    app = FastAPI(
+        title="Margin",
+        version="0.1.0",
+        description="Train and serve large-scale linear SVMs.",
+        lifespan=lifespan,
+    )
+    from app.services.datasets import ParserPool
+
+    settings.ensure_dirs()
+    app.state.settings = settings
+    app.state.db = Database(settings.db_url)
+    app.state.queue = get_queue(settings)
+    app.state.parser = ParserPool()
+    install_handlers(app)
+
+    from app.api import datasets, jobs, models, solvers
+
+    for module in (datasets, jobs, solvers, models):
+        app.include_router(module.router, prefix="/v1")
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    def readyz(request: Request):
+        db: Database = request.app.state.db
+        try:
+            db.ping()
+        except Exception as exc:
+            log.warning("readiness: database unreachable: %s", exc)
+            return problem_response(503, "Not ready", "the database is unreachable")
+        since = utcnow() - timedelta(seconds=WORKER_ALIVE_S)
+        with db.session() as session:
+            alive = session.scalar(
+                select(func.count()).select_from(Worker).where(Worker.heartbeat_at >= since)
+            )
+        if not alive:
+            return problem_response(
+                503,
+                "Not ready",
+                f"no worker process has reported in the last {WORKER_ALIVE_S:g} s",
+                database="ok",
+                workers=0,
+            )
+        return {"status": "ready", "database": "ok", "workers": alive}
+
+    return app

@@ -1,0 +1,50 @@
+"""Pieces shared by every resource's schemas: the list envelope and its opaque cursors."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+
+from app.errors import ProblemError
+
+T = TypeVar("T")
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+
+
+class Page(BaseModel, Generic[T]):
+    """`{"items": [...], "next": cursor or null}`: pass `next` back as `?cursor=` for more."""
+
+    items: list[T]
+    next: str | None = None
+
+
+def encode_cursor(value: str | int) -> str:
+    return base64.urlsafe_b64encode(str(value).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> str | None:
+    """The position a cursor stands for; a malformed cursor is a 422."""
+    if cursor is None or cursor == "":
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        return base64.b64decode(padded.encode(), altchars=b"-_", validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ProblemError(
+            422,
+            "Invalid cursor",
+            f"cursor: expected a value from a previous 'next', got {cursor!r}",
+        ) from None
+
+
+def page_of(items: list, limit: int, key) -> tuple[list, str | None]:
+    """Split a query result fetched with limit + 1 rows into (items, next cursor)."""
+    if len(items) > limit:
+        items = items[:limit]
+        return items, encode_cursor(key(items[-1]))
+    return items, None

@@ -1,0 +1,40 @@
+"""Dataset representations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class ClassCount(BaseModel):
+    label: int | float = Field(description="the label as it appears in the file")
+    count: int
+
+
+class ClassLabels(BaseModel):
+    kind: Literal["classes"] = "classes"
+    classes: list[ClassCount]
+
+
+class RealTarget(BaseModel):
+    kind: Literal["real"] = "real"
+    min: int | float
+    max: int | float
+    mean: float
+
+
+class DatasetOut(BaseModel):
+    id: str
+    name: str
+    filename: str | None
+    n_rows: int
+    n_features: int = Field(description="the largest feature index (one-based) or index + 1")
+    nnz: int
+    zero_based: bool = Field(description="the file's feature indices start at 0")
+    has_qid: bool
+    labels: ClassLabels | RealTarget = Field(discriminator="kind")
+    sha256: str
+    size_bytes: int
+    created_at: datetime

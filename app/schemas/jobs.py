@@ -1,0 +1,65 @@
+"""Job requests and representations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JobStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+StopReason = Literal["converged", "max_iter", "time_limit", "cancelled"]
+
+
+class JobCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dataset_id: str = Field(max_length=40)
+    estimator: str = Field("LinearSVC", description="see GET /v1/solvers")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="the estimator's constructor parameters"
+    )
+    validation_dataset_id: str | None = Field(None, max_length=40)
+
+
+class ProgressRecord(BaseModel):
+    iteration: int
+    elapsed_s: float
+    gap: float | None
+    M: float | None = None
+    m: float | None = None
+    active: int | None = None
+    primal: float | None = None
+    dual: float | None = None
+    lower_bound: float | None = None
+    upper_bound: float | None = None
+
+
+class JobOut(BaseModel):
+    id: str
+    dataset_id: str | None
+    validation_dataset_id: str | None
+    estimator: str
+    params: dict[str, Any]
+    status: JobStatusName
+    progress: ProgressRecord | None = Field(description="the latest progress record")
+    percent: float | None = Field(
+        description="log-scale position of the gap between the first full pass's gap and tol"
+    )
+    eta_s: float | None
+    elapsed_s: float | None
+    tol: float | None
+    converged: bool | None
+    stop_reason: StopReason | None
+    attempt: int
+    cancel_requested: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    model_id: str | None
+    error: str | None
+
+
+class ProgressPage(BaseModel):
+    items: list[ProgressRecord]
+    next: str | None = None

@@ -1,0 +1,147 @@
+"""Schemas of the model resources (the predict body is read by hand: see services.prediction)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ModelOut(BaseModel):
+    """A stored model's metadata (its weights are fetched with ``/export``)."""
+
+    model_config = ConfigDict(from_attributes=True, protected_namespaces=())
+
+    id: str
+    job_id: str | None
+    dataset_id: str | None
+    estimator: str
+    params: dict[str, Any]
+    kind: Literal["classifier", "regressor"] | str
+    classes: list[Any] | None = Field(description="labels in the order of decision_values columns")
+    n_features: int = Field(description="the training file's feature count")
+    zero_based: bool = Field(description="index base of the training file (and of predict input)")
+    status: str = Field(description="the solver's final status (converged, max_iter, ...)")
+    gap: float | None
+    n_iter: int
+    train_time_s: float
+    train_accuracy: float | None
+    validation_accuracy: float | None
+    created_at: datetime
+
+
+class DatasetRef(BaseModel):
+    """A stored dataset to predict or evaluate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset_id: str = Field(min_length=1, max_length=40)
+
+
+class PredictionRunOut(BaseModel):
+    """A background prediction over a stored dataset; ``result`` is the CSV once it succeeded."""
+
+    model_config = ConfigDict(from_attributes=True, protected_namespaces=())
+
+    id: str
+    model_id: str
+    dataset_id: str | None
+    status: Literal["queued", "running", "succeeded", "failed"] | str
+    n_rows: int | None
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    result: str | None = Field(None, description="URL of the CSV (GET it) once succeeded")
+
+
+class ClassificationEvaluation(BaseModel):
+    model_id: str
+    dataset_id: str
+    n: int
+    accuracy: float | None
+    labels: list[Any] = Field(description="row and column order of the confusion matrix")
+    confusion_matrix: list[list[int]] = Field(
+        description="[i][j]: instances of true label labels[i] predicted as labels[j]"
+    )
+
+
+class RegressionEvaluation(BaseModel):
+    model_id: str
+    dataset_id: str
+    n: int
+    mse: float | None
+    r2: float | None = Field(description="null when the true targets are constant")
+
+
+PREDICT_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["instances"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "instances": {
+                            "type": "array",
+                            "minItems": 1,
+                            "description": "sparse instances (indices in the training file's "
+                            "numbering) or dense rows (n_features numbers each)",
+                            "items": {
+                                "oneOf": [
+                                    {
+                                        "type": "object",
+                                        "required": ["indices", "values"],
+                                        "additionalProperties": False,
+                                        "properties": {
+                                            "indices": {
+                                                "type": "array",
+                                                "items": {"type": "integer"},
+                                            },
+                                            "values": {
+                                                "type": "array",
+                                                "items": {"type": "number"},
+                                            },
+                                        },
+                                    },
+                                    {"type": "array", "items": {"type": "number"}},
+                                ]
+                            },
+                        }
+                    },
+                },
+                "example": {"instances": [{"indices": [1, 7], "values": [0.5, 1.0]}]},
+            },
+            "text/plain": {
+                "schema": {"type": "string"},
+                "example": "+1 1:0.5 7:1\n3:0.25\n",
+            },
+        },
+    },
+    "responses": {
+        "200": {
+            "description": "labels and decision values (classifiers) or values (regressors)",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "labels": {"type": "array", "items": {"type": "number"}},
+                            "decision_values": {
+                                "type": "array",
+                                "items": {"type": "array", "items": {"type": "number"}},
+                            },
+                            "values": {"type": "array", "items": {"type": "number"}},
+                        },
+                    }
+                }
+            },
+        },
+        "404": {"description": "no such model"},
+        "413": {"description": "more instances than MAX_PREDICT_BATCH"},
+        "415": {"description": "neither JSON nor text/plain"},
+        "422": {"description": "an instance that cannot be read (the detail names it)"},
+    },
+}

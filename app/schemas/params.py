@@ -1,0 +1,157 @@
+"""Training parameters: one pydantic model per estimator, mirroring its constructor.
+
+The same models validate `POST /v1/jobs` (unknown keys and invalid values are 422 naming the
+field) and describe the estimators at `GET /v1/solvers`. Defaults equal the estimators' own
+(tests compare them with the constructors' signatures).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class LinearSVCParams(_Params):
+    """`solvers.LinearSVC`: L1-/L2-loss (or least-squares) linear SVM classification."""
+
+    multi_class: Literal["ovr", "crammer_singer", "weston_watkins"] = Field(
+        "ovr", description="one-vs-rest binary problems, or a joint multi-class formulation"
+    )
+    loss: Literal["squared_hinge", "hinge", "squared_error"] = Field(
+        "squared_hinge", description="L2-loss, L1-loss or least-squares (binary and ovr)"
+    )
+    C: PositiveFloat = Field(1.0, description="inverse regularization strength")
+    tol: PositiveFloat = Field(0.1, description="stopping tolerance on the optimality gap")
+    max_iter: int = Field(1000, ge=1, le=10_000_000, description="outer iterations at most")
+    fit_intercept: bool = True
+    intercept_scaling: PositiveFloat = Field(1.0, description="value of the bias feature")
+    class_weight: Literal["balanced"] | dict[str, PositiveFloat] | None = Field(
+        None, description='"balanced", or {"label": weight} multiplying C per class'
+    )
+    random_state: Seed | None = Field(0, description="seed of the coordinate order")
+    shrinking: bool = True
+    order: Literal["permute", "cyclic", "random"] = Field(
+        "permute", description="coordinate order within a pass"
+    )
+    time_limit: PositiveFloat | None = Field(None, description="wall-clock budget in seconds")
+
+    @field_validator("class_weight")
+    @classmethod
+    def _numeric_labels(cls, value):
+        if isinstance(value, dict):
+            for key in value:
+                try:
+                    float(key)
+                except ValueError:
+                    raise ValueError(
+                        f"expected numeric class labels as keys, got {key!r}"
+                    ) from None
+        return value
+
+
+class LinearSVRParams(_Params):
+    """`solvers.LinearSVR`: L1-/L2-loss epsilon-insensitive linear support vector regression."""
+
+    epsilon: float = Field(0.0, ge=0, allow_inf_nan=False, description="insensitive-zone width")
+    tol: PositiveFloat = 1e-4
+    C: PositiveFloat = 1.0
+    loss: Literal["epsilon_insensitive", "squared_epsilon_insensitive"] = "epsilon_insensitive"
+    fit_intercept: bool = True
+    intercept_scaling: PositiveFloat = 1.0
+    max_iter: int = Field(1000, ge=1, le=10_000_000)
+    random_state: Seed | None = 0
+    shrinking: bool = True
+    time_limit: PositiveFloat | None = None
+
+
+class StructuralParams(_Params):
+    """`solvers.fit_structural`: shared-slack structural SVM over qid-grouped constraint rows."""
+
+    C: PositiveFloat = 1.0
+    tol: PositiveFloat = 1e-3
+    max_iter: int = Field(1000, ge=1, le=10_000_000)
+    nonneg: bool = False
+    random_state: Seed | None = 0
+    time_limit: PositiveFloat | None = None
+    pairwise: bool = True
+    online: bool = Field(False, description="stream the dataset through a bounded cache")
+    cache_size: int | None = Field(None, ge=1, description="cached constraint rows (online mode)")
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """What the service knows about one estimator."""
+
+    name: str
+    kind: Literal["classifier", "regressor", "structural"]
+    params: type[_Params]
+    module: str  # the solvers module that must be importable to train it
+    formulations: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def available(self) -> bool:
+        return importlib.util.find_spec(self.module) is not None
+
+    def validate(self, params: dict[str, Any]) -> _Params:
+        return self.params.model_validate(params)
+
+
+ESTIMATORS: dict[str, EstimatorSpec] = {
+    spec.name: spec
+    for spec in (
+        EstimatorSpec(
+            "LinearSVC",
+            "classifier",
+            LinearSVCParams,
+            "solvers.linear_svc",
+            {
+                "multi_class": ["ovr", "crammer_singer", "weston_watkins"],
+                "loss": ["squared_hinge", "hinge", "squared_error"],
+            },
+        ),
+        EstimatorSpec(
+            "LinearSVR",
+            "regressor",
+            LinearSVRParams,
+            "solvers.linear_svr",
+            {"loss": ["epsilon_insensitive", "squared_epsilon_insensitive"]},
+        ),
+        EstimatorSpec("structural", "structural", StructuralParams, "solvers.structural"),
+    )
+}
+
+
+def describe_params(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """Each parameter's name, JSON type, default, allowed values and bounds, from the schema."""
+    schema = model.model_json_schema()
+    out = []
+    for name, prop in schema["properties"].items():
+        entry: dict[str, Any] = {"name": name, "default": prop.get("default")}
+        options = prop.get("anyOf", [prop])
+        entry["type"] = [_type_of(o) for o in options] if len(options) > 1 else _type_of(prop)
+        for option in options:
+            for key in ("enum", "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+                if key in option:
+                    entry[key] = option[key]
+            if "const" in option:
+                entry.setdefault("enum", []).append(option["const"])
+        if "description" in prop:
+            entry["description"] = prop["description"]
+        out.append(entry)
+    return out
+
+
+def _type_of(prop: dict[str, Any]) -> str:
+    if "enum" in prop or "const" in prop:
+        return "string"
+    return prop.get("type", "object")

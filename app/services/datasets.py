@@ -1,0 +1,313 @@
+"""Datasets: upload (stream, parse in a child process, store atomically), list, show, delete.
+
+The API process never holds a parsed dataset: a child process parses the uploaded file and writes
+the arrays under DATA_DIR/tmp/; the directory is renamed into DATA_DIR/datasets/<id>/ and the row
+committed only when everything succeeded, so a failed upload leaves neither row nor file. A crash
+between the rename and the commit leaves a directory without a row; `sweep_partial_uploads`
+removes such leftovers at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import shutil
+import socket
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from starlette.requests import Request
+
+from app.config import Settings
+from app.db import Database
+from app.errors import ProblemError
+from app.schemas.common import decode_cursor, page_of
+from app.services import dataset_files, idempotency
+from app.services.uploads import UploadSink, check_declared_length, receive_into, temp_name
+from app.tables import ACTIVE_STATUSES, Dataset, Job, new_id
+
+log = logging.getLogger("margin.datasets")
+ORPHAN_GRACE_S = 300.0
+
+
+def dataset_dir(settings: Settings, dataset_id: str) -> Path:
+    return settings.data_dir / "datasets" / dataset_id
+
+
+class ParserPool:
+    """Spawned child processes that parse uploads (started on first use, replaced if they die)."""
+
+    def __init__(self, max_workers: int = 2):
+        self.max_workers = max_workers
+        self._executor: ProcessPoolExecutor | None = None
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(
+                self.max_workers, mp_context=multiprocessing.get_context("spawn")
+            )
+        return self._executor
+
+    async def parse(self, source: Path, out_dir: Path, growing: bool = False) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(
+                self._pool(), dataset_files.parse_to_arrays, str(source), str(out_dir), growing
+            )
+        except BrokenProcessPool:
+            self._executor = None
+            raise ProblemError(
+                500, "Parser failed", "the parser process died while reading the upload"
+            ) from None
+
+    def warm(self) -> None:
+        """Start the parser processes now so that the first upload does not wait for them."""
+        pool = self._pool()
+        for _ in range(self.max_workers):
+            pool.submit(dataset_files.warm_up)
+
+    def shutdown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
+async def create_dataset(
+    request: Request,
+    db: Database,
+    settings: Settings,
+    parser: ParserPool,
+    name: str | None,
+    idempotency_key: str | None,
+) -> tuple[Dataset, bool]:
+    """Receive, parse and store an upload. Returns (dataset, created); created is False when the
+    Idempotency-Key had already created it."""
+    if idempotency_key:
+        existing = _replay(db, idempotency_key)
+        if existing is not None:
+            return existing, False
+    tmp = settings.data_dir / "tmp"
+    check_declared_length(request, settings.max_upload_bytes)
+    sink = UploadSink(tmp / (temp_name("upload") + ".part"), settings.max_upload_bytes)
+    out_dir = tmp / temp_name("parsed")
+    # the parser follows the file while it arrives, so receiving and parsing overlap
+    parse = asyncio.ensure_future(parser.parse(sink.path, out_dir, growing=True))
+    try:
+        try:
+            filename, field_name = await receive_into(request, sink)
+        except BaseException:
+            sink.abort()
+            raise
+        sink.finish()
+        meta = await parse
+        if sink.size == 0:
+            raise ProblemError(422, "Invalid dataset", "file: the uploaded file is empty")
+        if "error" in meta:
+            line = {"line": meta["line"]} if meta.get("line") else {}
+            raise ProblemError(422, "Invalid dataset", meta["error"], **line)
+        dataset = Dataset(
+            id=new_id("ds"),
+            name=(name or field_name or filename or "dataset")[:255],
+            filename=filename,
+            sha256=sink.hash.hexdigest(),
+            size_bytes=sink.size,
+            **meta,
+        )
+        return await asyncio.to_thread(_commit, db, settings, dataset, out_dir, idempotency_key)
+    finally:
+        sink.remove()
+        if parse.done():
+            shutil.rmtree(out_dir, ignore_errors=True)
+        else:  # the parser stops at the abort marker; clean up after it
+            parse.add_done_callback(lambda _: shutil.rmtree(out_dir, ignore_errors=True))
+
+
+def _replay(db: Database, key: str) -> Dataset | None:
+    with db.session() as session:
+        resource_id = idempotency.lookup(session, "datasets", key, None)
+        return session.get(Dataset, resource_id) if resource_id else None
+
+
+def _commit(
+    db: Database, settings: Settings, dataset: Dataset, out_dir: Path, key: str | None
+) -> tuple[Dataset, bool]:
+    final = dataset_dir(settings, dataset.id)
+    try:
+        with db.write() as session:
+            session.add(dataset)
+            if key:
+                idempotency.remember(session, "datasets", key, None, dataset.id)
+            session.flush()
+            os.replace(out_dir, final)
+    except IntegrityError:
+        shutil.rmtree(final, ignore_errors=True)
+        existing = _replay(db, key) if key else None
+        if existing is None:
+            raise
+        return existing, False
+    except BaseException:
+        shutil.rmtree(final, ignore_errors=True)
+        raise
+    return dataset, True
+
+
+def list_datasets(
+    session: Session, limit: int, cursor: str | None
+) -> tuple[list[Dataset], str | None]:
+    query = select(Dataset).order_by(Dataset.id.desc()).limit(limit + 1)
+    after = decode_cursor(cursor)
+    if after is not None:
+        query = query.where(Dataset.id < after)
+    return page_of(list(session.scalars(query)), limit, lambda d: d.id)
+
+
+def delete_dataset(db: Database, settings: Settings, dataset_id: str) -> None:
+    """Remove a dataset's row and files; 409 while a queued or running job uses it."""
+    with db.write() as session:
+        dataset = session.get(Dataset, dataset_id, with_for_update=True)
+        if dataset is None:
+            raise ProblemError(404, "Dataset not found", f"no dataset with id {dataset_id!r}")
+        busy = session.scalars(
+            select(Job.id)
+            .where(
+                or_(Job.dataset_id == dataset_id, Job.validation_dataset_id == dataset_id),
+                Job.status.in_(ACTIVE_STATUSES),
+            )
+            .limit(5)
+        ).all()
+        if busy:
+            raise ProblemError(
+                409,
+                "Dataset in use",
+                f"dataset {dataset_id!r} is used by queued or running jobs: {', '.join(busy)}",
+                jobs=busy,
+            )
+        session.delete(dataset)
+    shutil.rmtree(dataset_dir(settings, dataset_id), ignore_errors=True)
+
+
+def load_dataset(settings: Settings, dataset: Dataset):
+    """(X, y, qid or None) of a stored dataset, X with the dataset's own feature count."""
+    return dataset_files.load_arrays(dataset_dir(settings, dataset.id), dataset.n_features)
+
+
+def load_dataset_as(settings: Settings, dataset: Dataset, n_features: int, zero_based: bool):
+    """(X, y, qid), X numbered like a training file of (`n_features`, `zero_based`)."""
+    X, y, qid = load_dataset(settings, dataset)
+    if dataset.zero_based != zero_based or dataset.n_features != n_features:
+        X = dataset_files.align_columns(X, dataset.zero_based, zero_based, n_features)
+    return X, y, qid
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _abandoned(path: Path, now: float) -> bool:
+    """A temp entry is abandoned when its maker (same host) is dead, or it is a day old."""
+    parts = path.name.split("-")
+    host, pid = socket.gethostname(), os.getpid()
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if now - mtime > 86_400:
+        return True
+    # names are prefix-host-pid-random; the host itself may contain dashes
+    if len(parts) >= 4 and "-".join(parts[1:-2]) == host and parts[-2].isdigit():
+        other = int(parts[-2])
+        return other != pid and not _pid_alive(other)
+    return False
+
+
+def sweep_partial_uploads(settings: Settings, db: Database) -> list[str]:
+    """Remove uploads and parse outputs left by dead processes, and dataset directories without
+    a row (a crash between rename and commit). Returns the removed paths."""
+    removed = []
+    now = time.time()
+    tmp = settings.data_dir / "tmp"
+    for path in sorted(tmp.iterdir()) if tmp.exists() else []:
+        if _abandoned(path, now):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(
+                missing_ok=True
+            )
+            removed.append(str(path))
+    root = settings.data_dir / "datasets"
+    dirs = [p for p in root.iterdir() if p.is_dir()] if root.exists() else []
+    if dirs:
+        with db.session() as session:
+            known = set(
+                session.scalars(select(Dataset.id).where(Dataset.id.in_([p.name for p in dirs])))
+            )
+        for path in dirs:
+            if path.name not in known and now - path.stat().st_mtime > ORPHAN_GRACE_S:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(str(path))
+    if removed:
+        log.info("removed %d partial uploads: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+def dataset_view(dataset: Dataset) -> dict[str, Any]:
+    if dataset.label_kind == "classes":
+        labels = {"kind": "classes", "classes": dataset.classes}
+    else:
+        labels = {"kind": "real", **dataset.target}
+    return {
+        "id": dataset.id,
+        "name": dataset.name,
+        "filename": dataset.filename,
+        "n_rows": dataset.n_rows,
+        "n_features": dataset.n_features,
+        "nnz": dataset.nnz,
+        "zero_based": dataset.zero_based,
+        "has_qid": dataset.has_qid,
+        "labels": labels,
+        "sha256": dataset.sha256,
+        "size_bytes": dataset.size_bytes,
+        "created_at": dataset.created_at,
+    }
+
+
+def import_file(db: Database, settings: Settings, path: Path, name: str) -> tuple[Dataset, bool]:
+    """Store a local file as a dataset, parsing in this process (for small files such as the
+    demo). A file already stored with the same content and name is not stored twice."""
+    import hashlib
+
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with db.session() as session:
+        existing = session.scalar(
+            select(Dataset).where(Dataset.sha256 == digest, Dataset.name == name).limit(1)
+        )
+    if existing is not None:
+        return existing, False
+    out_dir = settings.data_dir / "tmp" / temp_name("parsed")
+    try:
+        meta = dataset_files.parse_to_arrays(str(path), str(out_dir))
+        if "error" in meta:
+            raise ValueError(f"{path.name}: {meta['error']}")
+        dataset = Dataset(
+            id=new_id("ds"),
+            name=name,
+            filename=path.name,
+            sha256=digest,
+            size_bytes=path.stat().st_size,
+            **meta,
+        )
+        return _commit(db, settings, dataset, out_dir, None)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)

@@ -1,0 +1,127 @@
+"""Export a stored model as a LIBLINEAR model file or as JSON.
+
+LIBLINEAR's model file (what ``save_model`` writes and ``load_model`` reads)::
+
+    solver_type L2R_L2LOSS_SVC_DUAL
+    nr_class 2
+    label 1 -1
+    nr_feature 122
+    bias 1
+    w
+    <w_size rows of nr_w numbers>
+
+Its conventions, and how ours map onto them:
+
+- ``w`` is feature-major: row i holds feature i+1's weight for each of the ``nr_w`` outputs. A
+  binary model (two classes, not Crammer–Singer) has ``nr_w = 1`` and its single column scores
+  ``label[0]`` as the positive class. Ours scores ``classes[1]`` as positive, so the label line
+  lists ``classes[1] classes[0]`` and the weights keep their signs.
+- A bias is an extra feature of value ``bias`` appended to every instance, with its weights as
+  one more ``w`` row. Our intercept is already ``bias * w_bias``, so the file states ``bias 1``
+  and stores the intercept itself as that row (decision values are then bit-identical); a model
+  without an intercept states ``bias -1`` and has no extra row.
+- LIBLINEAR's indices are one-based: ``w`` row j is our column j, i.e. training-file index j+1
+  for a one-based model and j for a zero-based one (whose instances must be shifted by one
+  before LIBLINEAR predicts them).
+- LIBLINEAR decides every two-class model by the sign of the first column, Crammer–Singer's
+  included, so a two-class model with one column per class is written as the difference of its
+  columns (the same arg-max) under its loss's binary solver type.
+- Labels are integers; regression models have no label line.
+- Numbers are written with ``%.17g`` so that they read back exactly.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from app.services.prediction import LinearModel
+
+FORMAT_VERSION = 1
+
+
+class NotExportable(ValueError):
+    """The model cannot be written in the requested format."""
+
+
+def liblinear_solver_type(model: LinearModel) -> str:
+    """The LIBLINEAR solver whose model this one corresponds to (prediction depends on it only
+    through ``nr_w``: Crammer–Singer keeps one column per class even for two classes)."""
+    params = model.info.get("params") or {}
+    if model.is_regressor:
+        loss = params.get("loss", "epsilon_insensitive")
+        return "L2R_L1LOSS_SVR_DUAL" if loss == "epsilon_insensitive" else "L2R_L2LOSS_SVR_DUAL"
+    if params.get("multi_class") == "crammer_singer" and len(model.classes) > 2:
+        return "MCSVM_CS"
+    return "L2R_L1LOSS_SVC_DUAL" if params.get("loss") == "hinge" else "L2R_L2LOSS_SVC_DUAL"
+
+
+def _integer_labels(classes: list) -> list[int]:
+    labels = []
+    for c in classes:
+        if float(c) != int(c):
+            raise NotExportable(f"LIBLINEAR labels are integers; this model's classes include {c}")
+        labels.append(int(c))
+    return labels
+
+
+def liblinear_text(model: LinearModel) -> str:
+    """The model as a LIBLINEAR model file (text)."""
+    coef, intercept = model.coef, model.intercept
+    if coef.shape[0] == 2 and not model.is_regressor:
+        # LIBLINEAR decides any two-class model by the sign of its first column, so a model with
+        # a column per class is written as the difference (same arg-max, one column).
+        coef = (coef[1] - coef[0])[None, :]
+        intercept = intercept[1:] - intercept[:1]
+    has_bias = bool(np.any(intercept != 0))
+    out = io.StringIO()
+    out.write(f"solver_type {liblinear_solver_type(model)}\n")
+    if model.is_regressor:
+        out.write("nr_class 2\n")
+    else:
+        labels = _integer_labels(model.classes)
+        if coef.shape[0] == 1:
+            labels = [labels[1], labels[0]]
+        out.write(f"nr_class {len(labels)}\n")
+        out.write("label " + " ".join(str(v) for v in labels) + "\n")
+    out.write(f"nr_feature {model.n_features}\n")
+    out.write(f"bias {1 if has_bias else -1}\n")
+    out.write("w\n")
+    rows = coef.T
+    if has_bias:
+        rows = np.vstack([rows, intercept[None, :]])
+    for row in rows.tolist():
+        out.write("".join(f"{v:.17g} " for v in row))
+        out.write("\n")
+    return out.getvalue()
+
+
+def json_document(model: LinearModel) -> dict:
+    """The model as a self-describing JSON document (floats round-trip exactly)."""
+    decision = (
+        "value = x . coef[0] + intercept[0]"
+        if model.is_regressor
+        else "classes[1] if x . coef[0] + intercept[0] > 0 else classes[0]"
+        if model.coef.shape[0] == 1
+        else "classes[argmax_k(x . coef[k] + intercept[k])]"
+    )
+    return {
+        "format": "margin-linear-model",
+        "format_version": FORMAT_VERSION,
+        "id": model.id,
+        "estimator": model.info.get("estimator"),
+        "params": model.info.get("params"),
+        "kind": model.kind,
+        "classes": model.classes,
+        "n_features": model.n_features,
+        "zero_based": model.zero_based,
+        "feature_index": (
+            "coef column j is feature index j"
+            if model.zero_based
+            else "coef column j is feature index j + 1"
+        ),
+        "decision_rule": decision,
+        "coef": model.coef,
+        "intercept": model.intercept,
+    }

@@ -1,0 +1,55 @@
+"""Idempotency-Key: a retried creating POST returns the resource the first one created.
+
+The key is stored in the same transaction as the resource, so a concurrent duplicate fails on the
+primary key and the caller replays the winner's resource.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.errors import ProblemError
+from app.tables import IdempotencyKey
+
+MAX_KEY_LENGTH = 255
+
+
+def check_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise ProblemError(
+            422,
+            "Invalid Idempotency-Key",
+            f"Idempotency-Key: expected 1 to {MAX_KEY_LENGTH} characters, got {len(key)}",
+        )
+    return key
+
+
+def request_hash(body: Any) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def lookup(session: Session, scope: str, key: str, body_hash: str | None) -> str | None:
+    """The resource id created under this key, or None; 422 if the key came with another body."""
+    row = session.get(IdempotencyKey, (scope, key))
+    if row is None:
+        return None
+    if body_hash is not None and row.request_hash is not None and row.request_hash != body_hash:
+        raise ProblemError(
+            422,
+            "Idempotency-Key reused",
+            "Idempotency-Key: this key was already used with a different request body",
+        )
+    return row.resource_id
+
+
+def remember(session: Session, scope: str, key: str, body_hash: str | None, resource_id: str):
+    session.add(
+        IdempotencyKey(scope=scope, key=key, request_hash=body_hash, resource_id=resource_id)
+    )

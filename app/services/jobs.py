@@ -1,0 +1,218 @@
+"""Jobs: create (validated params, Idempotency-Key, queue entry in the same transaction), list,
+show, progress records, cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.db import Database
+from app.errors import ProblemError, describe_validation_errors
+from app.queue import JobQueue
+from app.schemas.common import decode_cursor, page_of
+from app.schemas.jobs import JobCreate
+from app.schemas.params import ESTIMATORS, EstimatorSpec
+from app.services import idempotency
+from app.tables import Dataset, Job, JobProgress, JobStatus, new_id, utcnow
+
+
+def _invalid(field: str, message: str) -> ProblemError:
+    return ProblemError(
+        422, "Invalid job", f"{field}: {message}", errors=[{"field": field, "message": message}]
+    )
+
+
+def validate_request(body: JobCreate) -> tuple[EstimatorSpec, dict[str, Any]]:
+    """The estimator's spec and its full params (defaults filled in), or 422 naming the field."""
+    spec = ESTIMATORS.get(body.estimator)
+    if spec is None:
+        names = ", ".join(ESTIMATORS)
+        raise _invalid("estimator", f"expected one of {names}, got {body.estimator!r}")
+    if not spec.available:
+        raise _invalid("estimator", f"{body.estimator!r} is not available in this installation")
+    try:
+        params = spec.validate(body.params)
+    except ValidationError as exc:
+        errors = describe_validation_errors(
+            [{**e, "loc": ("params", *e["loc"])} for e in exc.errors()]
+        )
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        raise ProblemError(422, "Invalid job", detail, errors=errors) from None
+    return spec, params.model_dump(mode="json")
+
+
+def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -> None:
+    """422 when the estimator cannot train on this dataset's labels."""
+    if spec.kind == "classifier":
+        if dataset.label_kind != "classes":
+            raise _invalid(
+                "dataset_id",
+                f"{spec.name} needs class labels, but dataset {dataset.id!r} has a real-valued "
+                "target (train LinearSVR on it)",
+            )
+        labels = [c["label"] for c in dataset.classes or []]
+        if len(labels) < 2:
+            raise _invalid(
+                "dataset_id",
+                f"a classifier needs at least two classes, dataset {dataset.id!r} has "
+                f"{len(labels)} ({', '.join(map(str, labels))})",
+            )
+        weights = params.get("class_weight")
+        if isinstance(weights, dict):
+            unknown = [k for k in weights if float(k) not in {float(v) for v in labels}]
+            if unknown:
+                raise _invalid(
+                    "params.class_weight",
+                    f"labels {unknown} are not classes of the dataset (its classes: {labels})",
+                )
+    if spec.kind == "structural":
+        if not dataset.has_qid:
+            raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
+        if params.get("online"):
+            raise _invalid("params.online", "the online mode is not available in the service yet")
+
+
+def _dataset_or_404(session: Session, dataset_id: str, field: str) -> Dataset:
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        raise ProblemError(404, "Dataset not found", f"{field}: no dataset with id {dataset_id!r}")
+    return dataset
+
+
+def create_job(db: Database, queue: JobQueue, body: JobCreate, key: str | None) -> tuple[Job, bool]:
+    """Insert a queued job and its queue entry in one transaction. Returns (job, created)."""
+    spec, params = validate_request(body)
+    body_hash = idempotency.request_hash(body.model_dump(mode="json")) if key else None
+    if key:
+        with db.session() as session:
+            existing = idempotency.lookup(session, "jobs", key, body_hash)
+            if existing:
+                return session.get(Job, existing), False
+    try:
+        with db.write() as session:
+            dataset = _dataset_or_404(session, body.dataset_id, "dataset_id")
+            check_dataset_fits(spec, params, dataset)
+            if body.validation_dataset_id is not None:
+                valid = _dataset_or_404(
+                    session, body.validation_dataset_id, "validation_dataset_id"
+                )
+                if valid.zero_based and not dataset.zero_based:
+                    raise _invalid(
+                        "validation_dataset_id",
+                        "the validation file uses feature index 0, the training file is one-based",
+                    )
+            job = Job(
+                id=new_id("job"),
+                dataset_id=dataset.id,
+                validation_dataset_id=body.validation_dataset_id,
+                estimator=spec.name,
+                params=params,
+                status=JobStatus.QUEUED.value,
+                cancel_requested=False,
+                attempt=0,
+            )
+            session.add(job)
+            if key:
+                idempotency.remember(session, "jobs", key, body_hash, job.id)
+            session.flush()
+            queue.enqueue(session, job.id)
+    except IntegrityError:
+        if not key:
+            raise
+        with db.session() as session:
+            existing = idempotency.lookup(session, "jobs", key, body_hash)
+            if existing is None:
+                raise
+            return session.get(Job, existing), False
+    with db.session() as session:
+        return session.get(Job, job.id), True
+
+
+def list_jobs(
+    session: Session,
+    limit: int,
+    cursor: str | None,
+    statuses: list[str] | None,
+    dataset_id: str | None = None,
+) -> tuple[list[Job], str | None]:
+    query = select(Job).order_by(Job.id.desc()).limit(limit + 1)
+    after = decode_cursor(cursor)
+    if after is not None:
+        query = query.where(Job.id < after)
+    if statuses:
+        query = query.where(Job.status.in_(statuses))
+    if dataset_id:
+        query = query.where(Job.dataset_id == dataset_id)
+    return page_of(list(session.scalars(query)), limit, lambda j: j.id)
+
+
+def progress_records(
+    session: Session, job: Job, limit: int, cursor: str | None
+) -> tuple[list[JobProgress], str | None]:
+    """The job's progress records of its latest attempt, oldest first."""
+    query = (
+        select(JobProgress)
+        .where(JobProgress.job_id == job.id, JobProgress.attempt == max(job.attempt, 1))
+        .order_by(JobProgress.id)
+        .limit(limit + 1)
+    )
+    after = decode_cursor(cursor)
+    if after is not None:
+        if not after.isdigit():
+            raise ProblemError(422, "Invalid cursor", f"cursor: not a progress cursor: {cursor!r}")
+        query = query.where(JobProgress.id > int(after))
+    return page_of(list(session.scalars(query)), limit, lambda r: r.id)
+
+
+def cancel_job(db: Database, queue: JobQueue, job_id: str) -> Job:
+    """Cancel a queued job at once; ask a running one to stop (it ends within one iteration)."""
+    with db.write() as session:
+        job = session.get(Job, job_id, with_for_update=True)
+        if job is None:
+            raise ProblemError(404, "Job not found", f"no job with id {job_id!r}")
+        if job.status == JobStatus.QUEUED.value:
+            job.status = JobStatus.CANCELLED.value
+            job.stop_reason = "cancelled"
+            job.cancel_requested = True
+            job.finished_at = utcnow()
+            queue.cancel(session, job_id)
+        elif job.status == JobStatus.RUNNING.value:
+            job.cancel_requested = True
+            queue.cancel(session, job_id)
+        elif job.status != JobStatus.CANCELLED.value:
+            raise ProblemError(
+                409, "Job already finished", f"job {job_id!r} already ended {job.status}"
+            )
+    with db.session() as session:
+        return session.get(Job, job_id)
+
+
+def job_view(job: Job) -> dict[str, Any]:
+    end = job.finished_at or (utcnow() if job.started_at else None)
+    elapsed = (end - job.started_at).total_seconds() if job.started_at and end else None
+    return {
+        "id": job.id,
+        "dataset_id": job.dataset_id,
+        "validation_dataset_id": job.validation_dataset_id,
+        "estimator": job.estimator,
+        "params": job.params,
+        "status": job.status,
+        "progress": job.progress,
+        "percent": job.percent,
+        "eta_s": job.eta_s,
+        "elapsed_s": elapsed,
+        "tol": job.params.get("tol"),
+        "converged": job.converged,
+        "stop_reason": job.stop_reason,
+        "attempt": job.attempt,
+        "cancel_requested": job.cancel_requested,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "model_id": job.model_id,
+        "error": job.error,
+    }

@@ -1,0 +1,192 @@
+"""Receiving an upload: stream the request body to a file in chunks, hashing and counting.
+
+The body is either `multipart/form-data` (field `file`, optional field `name`) or the raw file with
+any other content type. Nothing is held in memory beyond one chunk; a body over the limit stops
+with 413 as soon as the limit is crossed, and the partial file is removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from pathlib import Path
+
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import ClientDisconnect, Request
+
+from app.errors import ProblemError
+
+MAX_FIELD_BYTES = 1024
+
+
+def temp_name(prefix: str) -> str:
+    """A temporary name that tells the sweep which process made it (host and pid)."""
+    return f"{prefix}-{socket.gethostname()}-{os.getpid()}-{os.urandom(6).hex()}"
+
+
+class UploadSink:
+    """Writes the file part to disk, hashing and counting; enforces the size limit.
+
+    A reader may follow the file while it grows (`dataset_files.GrowingFile`): `finish` tells it
+    the final size (marker file `<path>.done`), `abort` tells it to give up (`<path>.abort`).
+    """
+
+    def __init__(self, path: Path, limit: int):
+        self.path = path
+        self.limit = limit
+        self.size = 0
+        self.hash = hashlib.sha256()
+        self.file = open(path, "wb")  # noqa: SIM115 - closed in close()
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise too_large(self.limit)
+        self.hash.update(data)
+        self.file.write(data)
+
+    def close(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+
+    def finish(self) -> None:
+        self.close()
+        _write_marker(self.path, ".done", str(self.size))
+
+    def abort(self) -> None:
+        self.close()
+        _write_marker(self.path, ".abort", "")
+
+    def remove(self) -> None:
+        self.close()
+        for suffix in ("", ".done", ".abort"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+
+def _write_marker(path: Path, suffix: str, text: str) -> None:
+    marker = Path(f"{path}{suffix}")
+    staging = Path(f"{path}{suffix}.tmp")
+    staging.write_text(text)
+    os.replace(staging, marker)  # the reader never sees a half-written marker
+
+
+def too_large(limit: int) -> ProblemError:
+    return ProblemError(
+        413,
+        "Upload too large",
+        f"the upload exceeds the limit of {limit / 2**20:g} MB (MAX_UPLOAD_MB)",
+        limit_bytes=limit,
+    )
+
+
+def _display_name(raw: bytes | None) -> str | None:
+    if not raw:
+        return None
+    text = raw.decode("utf-8", "replace")
+    # Only the last path component is kept, and only for display: storage uses generated names.
+    return text.replace("\\", "/").rsplit("/", 1)[-1][:255] or None
+
+
+class _MultipartReader:
+    """Callbacks for python-multipart's streaming parser: one file part, small text fields."""
+
+    def __init__(self, sink: UploadSink):
+        self.sink = sink
+        self.fields: dict[str, bytearray] = {}
+        self.filename: str | None = None
+        self.saw_file = False
+        self._header_field = bytearray()
+        self._header_value = bytearray()
+        self._headers: dict[bytes, bytes] = {}
+        self._target: str | None = None
+
+    def callbacks(self) -> dict:
+        return {
+            "on_part_begin": self._part_begin,
+            "on_header_field": lambda d, s, e: self._header_field.extend(d[s:e]),
+            "on_header_value": lambda d, s, e: self._header_value.extend(d[s:e]),
+            "on_header_end": self._header_end,
+            "on_headers_finished": self._headers_finished,
+            "on_part_data": self._part_data,
+        }
+
+    def _part_begin(self) -> None:
+        self._headers = {}
+        self._target = None
+
+    def _header_end(self) -> None:
+        self._headers[bytes(self._header_field).lower()] = bytes(self._header_value)
+        self._header_field.clear()
+        self._header_value.clear()
+
+    def _headers_finished(self) -> None:
+        _, options = parse_options_header(self._headers.get(b"content-disposition", b""))
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        if name == "file":
+            if self.saw_file:
+                raise ProblemError(422, "Invalid upload", "file: send exactly one file part")
+            self.saw_file = True
+            self.filename = _display_name(options.get(b"filename"))
+        else:
+            self.fields.setdefault(name, bytearray())
+        self._target = name
+
+    def _part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._target == "file":
+            self.sink.write(memoryview(data)[start:end])
+            return
+        buffer = self.fields.get(self._target)
+        if buffer is None:
+            return
+        buffer.extend(data[start:end])
+        if len(buffer) > MAX_FIELD_BYTES:
+            raise ProblemError(
+                422, "Invalid upload", f"{self._target}: expected at most {MAX_FIELD_BYTES} bytes"
+            )
+
+
+def check_declared_length(request: Request, limit: int) -> None:
+    """413 at once when the declared body is over the limit (the stream is checked too)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit + 64 * 1024:
+        raise too_large(limit)
+
+
+async def receive_into(request: Request, sink: UploadSink) -> tuple[str | None, str | None]:
+    """Stream the request's file into `sink`; returns (file name, `name` field) as sent."""
+    try:
+        return await _stream_into(request, sink)
+    finally:
+        sink.close()
+
+
+async def _stream_into(request: Request, sink: UploadSink) -> tuple[str | None, str | None]:
+    content_type, options = parse_options_header(request.headers.get("content-type", ""))
+    try:
+        if content_type != b"multipart/form-data":
+            async for chunk in request.stream():
+                sink.write(chunk)
+            return _display_name(request.query_params.get("filename", "").encode()), None
+        boundary = options.get(b"boundary")
+        if not boundary:
+            raise ProblemError(422, "Invalid upload", "multipart body without a boundary")
+        reader = _MultipartReader(sink)
+        parser = MultipartParser(boundary, reader.callbacks())
+        async for chunk in request.stream():
+            parser.write(chunk)
+        parser.finalize()
+    except ClientDisconnect:
+        raise ProblemError(400, "Upload interrupted", "the client closed the connection") from None
+    except ProblemError:
+        raise
+    except Exception as exc:  # python-multipart's MultipartParseError and friends
+        raise ProblemError(422, "Invalid upload", f"malformed multipart body: {exc}") from None
+    if not reader.saw_file:
+        raise ProblemError(
+            422, "Invalid upload", "file: a multipart field named 'file' is required"
+        )
+    name = reader.fields.get("name")
+    return reader.filename, (
+        bytes(name).decode("utf-8", "replace").strip() or None
+    ) if name else None

@@ -1,0 +1,225 @@
+"""The service's tables (SQLAlchemy 2 ORM). Alembic migrations create them; this module never does.
+
+Identifiers are strings that sort by creation time (`new_id`), so lists page by id alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id(prefix: str) -> str:
+    """`prefix_` + 12 hex digits of milliseconds + 10 random hex digits (time-ordered, unique)."""
+    return f"{prefix}_{int(time.time() * 1000):012x}{os.urandom(5).hex()}"
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        return value
+
+    def process_result_value(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"  # waiting for a worker
+    RUNNING = "running"  # a worker claimed it and is training
+    SUCCEEDED = "succeeded"  # a model was stored (in the same transaction as this status)
+    FAILED = "failed"  # an error ended it; `error` says why
+    CANCELLED = "cancelled"  # stopped on request, before or during training
+
+
+ACTIVE_STATUSES = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+TERMINAL_STATUSES = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    filename: Mapped[str | None] = mapped_column(String(255))
+    n_rows: Mapped[int] = mapped_column(Integer)
+    n_features: Mapped[int] = mapped_column(Integer)
+    nnz: Mapped[int] = mapped_column(BigInteger)
+    zero_based: Mapped[bool] = mapped_column(Boolean)
+    has_qid: Mapped[bool] = mapped_column(Boolean, default=False)
+    label_kind: Mapped[str] = mapped_column(String(16))  # "classes" | "real"
+    classes: Mapped[list[Any] | None] = mapped_column(JSON)  # [{"label": 1.0, "count": 10}, ...]
+    target: Mapped[dict[str, Any]] = mapped_column(JSON)  # {"min", "max", "mean"} of the labels
+    sha256: Mapped[str] = mapped_column(String(64))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    dataset_id: Mapped[str | None] = mapped_column(
+        ForeignKey("datasets.id", ondelete="SET NULL"), index=True
+    )
+    validation_dataset_id: Mapped[str | None] = mapped_column(
+        ForeignKey("datasets.id", ondelete="SET NULL"), index=True
+    )
+    estimator: Mapped[str] = mapped_column(String(40))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value, index=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)  # claims so far (1 on first run)
+    worker: Mapped[str | None] = mapped_column(String(255))  # "host:pid" of the current claim
+    heartbeat_at: Mapped[datetime | None]
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # the latest record
+    first_gap: Mapped[float | None] = mapped_column(Float)  # gap of the first full pass
+    percent: Mapped[float | None] = mapped_column(Float)
+    eta_s: Mapped[float | None] = mapped_column(Float)
+    converged: Mapped[bool | None] = mapped_column(Boolean)
+    stop_reason: Mapped[str | None] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    model: Mapped[Model | None] = relationship(
+        back_populates="job", uselist=False, viewonly=True, lazy="selectin"
+    )
+
+    @property
+    def model_id(self) -> str | None:
+        return self.model.id if self.model is not None else None
+
+
+class JobProgress(Base):
+    __tablename__ = "job_progress"
+    __table_args__ = (Index("ix_job_progress_job_id_id", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    iteration: Mapped[int] = mapped_column(Integer)
+    elapsed_s: Mapped[float] = mapped_column(Float)
+    gap: Mapped[float | None] = mapped_column(Float)
+    # SQLite column names ignore case, so M and m are stored as max_pg and min_pg.
+    M: Mapped[float | None] = mapped_column("max_pg", Float)
+    m: Mapped[float | None] = mapped_column("min_pg", Float)
+    active: Mapped[int | None] = mapped_column(Integer)
+    primal: Mapped[float | None] = mapped_column(Float)
+    dual: Mapped[float | None] = mapped_column(Float)
+    lower_bound: Mapped[float | None] = mapped_column(Float)
+    upper_bound: Mapped[float | None] = mapped_column(Float)
+
+    RECORD_FIELDS = (
+        "iteration",
+        "elapsed_s",
+        "gap",
+        "M",
+        "m",
+        "active",
+        "primal",
+        "dual",
+        "lower_bound",
+        "upper_bound",
+    )
+
+    def as_record(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.RECORD_FIELDS}
+
+
+class Model(Base):
+    __tablename__ = "models"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    job_id: Mapped[str | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="SET NULL"), unique=True
+    )
+    dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"))
+    estimator: Mapped[str] = mapped_column(String(40))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    kind: Mapped[str] = mapped_column(String(16))  # "classifier" | "regressor"
+    classes: Mapped[list[Any] | None] = mapped_column(JSON)  # labels in classes_ order
+    n_features: Mapped[int] = mapped_column(Integer)
+    zero_based: Mapped[bool] = mapped_column(Boolean)
+    weights: Mapped[bytes] = mapped_column(LargeBinary)  # services.model_store.pack_weights
+    status: Mapped[str] = mapped_column(String(16))  # the solver's status_
+    gap: Mapped[float | None] = mapped_column(Float)
+    n_iter: Mapped[int] = mapped_column(Integer)
+    train_time_s: Mapped[float] = mapped_column(Float)
+    train_accuracy: Mapped[float | None] = mapped_column(Float)
+    validation_accuracy: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    job: Mapped[Job | None] = relationship(back_populates="model", viewonly=True)
+
+
+class PredictionRun(Base):
+    __tablename__ = "prediction_runs"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"))
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    n_rows: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+
+class IdempotencyKey(Base):
+    """A client's Idempotency-Key on a creating POST, and the resource it created."""
+
+    __tablename__ = "idempotency_keys"
+
+    scope: Mapped[str] = mapped_column(String(32), primary_key=True)  # "datasets" | "jobs"
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    resource_id: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Worker(Base):
+    """A live worker process (local pool child or distributed worker) and its heartbeat."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)  # "host:pid"
+    backend: Mapped[str] = mapped_column(String(16))
+    job_id: Mapped[str | None] = mapped_column(String(40))
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,179 @@
+"""The local worker pool: processes started with `spawn` that claim queued jobs and run them.
+
+`spawn`, not `fork`: Numba's OpenMP threading layer aborts in a forked child. Each child sets
+NUMBA_NUM_THREADS to cores / pool size before the solvers load, so the pool never oversubscribes
+the CPU. A supervisor thread replaces children that die; the job a dead child was running is
+re-queued or failed (JOB_RETRIES) at once, and jobs left running by a previous service are swept
+at start and every few seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+from multiprocessing.connection import wait
+
+from sqlalchemy import select
+
+from app.config import Settings
+from app.db import Database
+from app.services import recovery, workers
+from app.tables import Job, JobStatus
+
+log = logging.getLogger("margin.worker")
+SWEEP_INTERVAL_S = 5.0
+
+
+def next_queued(db: Database) -> str | None:
+    """The oldest queued job's id (claiming it is run_job's business)."""
+    with db.session() as session:
+        return session.scalar(
+            select(Job.id)
+            .where(Job.status == JobStatus.QUEUED.value, Job.cancel_requested.is_(False))
+            .order_by(Job.id)
+            .limit(1)
+        )
+
+
+def child_main(settings_data: dict, threads: int) -> None:
+    """A pool process: claim and run jobs until SIGTERM (a running job is released on SIGTERM)."""
+    os.environ["NUMBA_NUM_THREADS"] = str(threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from app.services.training import RunContext, run_job
+
+    settings = Settings(**settings_data)
+    db = Database(settings.db_url)
+    ctx = RunContext(settings, db, n_jobs=threads)
+    signal.signal(signal.SIGTERM, lambda *_: ctx.shutdown.set())
+    workers.register(db, ctx.worker_id, "local")
+    heartbeat = workers.Heartbeat(db, ctx.worker_id)
+    heartbeat.start()
+    _preload()
+    try:
+        while not ctx.shutdown.is_set():
+            job_id = next_queued(db)
+            if job_id is None:
+                ctx.shutdown.wait(settings.poll_interval_s)
+                continue
+            heartbeat.job_id = job_id
+            run_job(job_id, ctx)
+            heartbeat.job_id = None
+    finally:
+        heartbeat.stop()
+        workers.unregister(db, ctx.worker_id)
+        db.dispose()
+
+
+def _preload() -> None:
+    """Import the estimators now so that the first job does not pay for it."""
+    for name in ("solvers.linear_svc", "solvers.linear_svr"):
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+
+
+class LocalPool:
+    """`size` spawned worker processes and the supervisor thread that keeps them alive."""
+
+    def __init__(self, settings: Settings, size: int | None = None):
+        self.settings = settings
+        self.size = size or settings.local_workers()
+        self.threads = settings.threads_per_job(self.size)
+        self.db = Database(settings.db_url)
+        self.children: list[multiprocessing.process.BaseProcess] = []
+        self._ctx = multiprocessing.get_context("spawn")
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self.host = socket.gethostname()
+
+    def start(self) -> None:
+        self.settings.ensure_dirs()
+        swept = recovery.sweep_orphaned_jobs(self.db, self.settings)
+        if swept:
+            log.warning("recovered %d jobs left running by a previous run: %s", len(swept), swept)
+        self.children = [self._spawn() for _ in range(self.size)]
+        self._supervisor = threading.Thread(target=self._supervise, name="pool", daemon=True)
+        self._supervisor.start()
+        log.info("local pool: %d workers, %d solver threads each", self.size, self.threads)
+
+    def _spawn(self):
+        process = self._ctx.Process(
+            target=child_main,
+            args=(self.settings.model_dump(mode="json"), self.threads),
+            name="margin-worker",
+            daemon=True,
+        )
+        process.start()
+        return process
+
+    def worker_id(self, process) -> str:
+        return f"{self.host}:{process.pid}"
+
+    def _supervise(self) -> None:
+        last_sweep = time.monotonic()
+        while not self._stopping.is_set():
+            wait([p.sentinel for p in self.children], timeout=1.0)
+            if self._stopping.is_set():
+                break
+            for i, process in enumerate(self.children):
+                if process.is_alive():
+                    continue
+                self._recover(process)
+                self.children[i] = self._spawn()
+            if time.monotonic() - last_sweep > SWEEP_INTERVAL_S:
+                last_sweep = time.monotonic()
+                try:
+                    recovery.sweep_orphaned_jobs(self.db, self.settings)
+                except Exception as exc:
+                    log.warning("sweep failed: %s", exc)
+
+    def _recover(self, process) -> None:
+        code = process.exitcode
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        reason = f"the worker process running the job died ({how})"
+        log.error("worker %s died (%s); starting a new one", self.worker_id(process), how)
+        try:
+            recovery.recover_worker(self.db, self.settings, self.worker_id(process), reason)
+        except Exception:
+            log.exception("could not recover the jobs of worker %s", self.worker_id(process))
+
+    def alive(self) -> int:
+        return sum(p.is_alive() for p in self.children)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the children (a running job is released to the queue), then wait for them."""
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=5)
+        for process in self.children:
+            if process.is_alive():
+                process.terminate()
+        deadline = time.monotonic() + timeout
+        for process in self.children:
+            process.join(max(0.1, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+                self._recover(process)
+        self.db.dispose()
+
+    def run_forever(self) -> None:
+        """Start, then block until SIGINT or SIGTERM; stop cleanly."""
+        done = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: done.set())
+        self.start()
+        try:
+            while not done.wait(1.0):
+                pass
+        finally:
+            self.stop()

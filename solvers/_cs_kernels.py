@@ -1,0 +1,126 @@
+"""Compiled pass of the sequential dual method for the Crammer–Singer formulation.
+
+Symbols as in `solvers.crammer_singer`: alpha (n, k) row-major, W (n_features, k) feature-major,
+wb (k,) the bias-feature weights, A_i = ‖x̃_i‖², C_i the per-sample bound, e_i^m = 1 − δ(y_i, m).
+"""
+
+import numpy as np
+from numba import njit
+
+from solvers._multiclass_kernels import sort_descending
+from solvers._sparse import prefetch_row
+
+_TINY = 1e-12
+
+
+@njit(cache=True, nogil=True)
+def solve_sub_problem(A, B, cap, n, total, D, out):
+    """Exact solution of min ½A‖a‖² + Bᵀa s.t. a ≤ cap, 1ᵀa = total over n variables.
+
+    The optimum is a_r = min(cap_r, (β − B_r)/A) with β fixed by the equality; β is found from the
+    breakpoints D_r = B_r + A·cap_r sorted in decreasing order (O(n log n)). Writes ``out[:n]``.
+    """
+    cap_sum = 0.0
+    for r in range(n):
+        D[r] = B[r] + A * cap[r]
+        cap_sum += cap[r]
+    sort_descending(D, n, out)
+    acc = A * (total - cap_sum) + out[0]
+    r = 1
+    while r < n and acc < r * out[r]:
+        acc += out[r]
+        r += 1
+    beta = acc / r
+    for q in range(n):
+        out[q] = min(cap[q], (beta - B[q]) / A)
+
+
+@njit(cache=True, nogil=True)
+def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, act_n):
+    """One sequential pass over the rows in ``order``; returns (max_i v_i, g evaluations).
+
+    Row i works on its active classes ``act_cls[i, :act_n[i]]``. A class at its bound whose g_i^m
+    is below the smallest g of the classes that can still grow cannot move: it is swapped out of
+    the active set (shrinking); a row left with one active class is optimal for now and is not
+    visited again until the driver restores the full sets. The sub-problem is solved exactly over
+    the active classes.
+    """
+    k = W.shape[1]
+    g = np.empty(k)
+    B = np.empty(k)
+    cap = np.empty(k)
+    D = np.empty(k)
+    new = np.empty(k)
+    sel = np.empty(k, dtype=np.int64)
+    delta = np.empty(k)
+    max_v = 0.0
+    work = 0
+    n_order = order.shape[0]
+    for t in range(n_order):
+        if t + 2 < n_order:
+            prefetch_row(data, indices, indptr, order[t + 2])
+        i = order[t]
+        yi = y[i]
+        Ci = C[i]
+        Ai = A[i]
+        a = alpha[i]
+        cls = act_cls[i]
+        nc = act_n[i]
+        work += nc
+        for r in range(nc):
+            m = cls[r]
+            g[r] = bias * wb[m] + (0.0 if m == yi else 1.0)
+        for p in range(indptr[i], indptr[i + 1]):
+            v = data[p]
+            row = W[indices[p]]
+            for r in range(nc):
+                g[r] += v * row[cls[r]]
+        g_max = -np.inf
+        g_min = np.inf
+        for r in range(nc):
+            m = cls[r]
+            if g[r] > g_max:
+                g_max = g[r]
+            if a[m] < (Ci if m == yi else 0.0) and g[r] < g_min:
+                g_min = g[r]
+        r = 0
+        while r < nc:
+            m = cls[r]
+            if a[m] == (Ci if m == yi else 0.0) and g[r] < g_min:
+                nc -= 1
+                cls[r], cls[nc] = cls[nc], m
+                g[r], g[nc] = g[nc], g[r]
+            else:
+                r += 1
+        act_n[i] = nc
+        if nc <= 1:
+            continue
+        v_i = g_max - g_min
+        if v_i <= _TINY:
+            continue
+        if v_i > max_v:
+            max_v = v_i
+        total = 0.0
+        for r in range(nc):
+            m = cls[r]
+            B[r] = g[r] - Ai * a[m]
+            cap[r] = Ci if m == yi else 0.0
+            total += a[m]
+        solve_sub_problem(Ai, B, cap, nc, total, D, new)
+        nd = 0
+        for r in range(nc):
+            m = cls[r]
+            d = new[r] - a[m]
+            if d != 0.0:
+                a[m] = new[r]
+                sel[nd] = m
+                delta[nd] = d
+                nd += 1
+        for q in range(nd):
+            wb[sel[q]] += delta[q] * bias
+        for p in range(indptr[i], indptr[i + 1]):
+            v = data[p]
+            row = W[indices[p]]
+            for q in range(nd):
+                row[sel[q]] += delta[q] * v
+    return max_v, work

@@ -1,0 +1,85 @@
+"""Compiled helpers shared by the multi-class solvers.
+
+Weights are stored feature-major: ``W`` has shape (n_features, n_classes), so the class loop for
+one non-zero x_ij reads the contiguous row ``W[j]``. The implicit bias feature of value ``bias``
+has its own weights ``wb`` of shape (n_classes,). ``indices`` is an unsigned view of the CSR
+indices (see `solvers._sparse.unsigned_indices`).
+"""
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def class_scores(data, indices, indptr, W, wb, bias, out):
+    """X̃W: the score of every class for every row, bias included, into out (n_rows, n_classes)."""
+    n = indptr.shape[0] - 1
+    k = W.shape[1]
+    for i in range(n):
+        for m in range(k):
+            out[i, m] = bias * wb[m]
+        for p in range(indptr[i], indptr[i + 1]):
+            v = data[p]
+            row = W[indices[p]]
+            for m in range(k):
+                out[i, m] += v * row[m]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def weights_from_alpha(data, indices, indptr, alpha, bias, sign, W, wb):
+    """W += sign · Σ_i x_i α_iᵀ and wb += sign · bias · Σ_i α_i, alpha of shape (n_rows, n_classes).
+
+    W has shape (n_features, n_classes) and wb shape (n_classes,).
+    """
+    n, k = alpha.shape
+    for i in range(n):
+        a = alpha[i]
+        nonzero = False
+        for m in range(k):
+            if a[m] != 0.0:
+                nonzero = True
+                wb[m] += sign * bias * a[m]
+        if not nonzero:
+            continue
+        for p in range(indptr[i], indptr[i + 1]):
+            v = sign * data[p]
+            row = W[indices[p]]
+            for m in range(k):
+                row[m] += v * a[m]
+
+
+@njit(cache=True, nogil=True)
+def sort_descending(values, n, out):
+    """Copy ``values[:n]`` into ``out[:n]`` sorted in decreasing order.
+
+    Insertion sort for the short lists the sub-problems usually have; numpy's sort beyond that.
+    """
+    if n > 24:
+        s = np.sort(values[:n])
+        for r in range(n):
+            out[r] = s[n - 1 - r]
+        return
+    for r in range(n):
+        v = values[r]
+        q = r - 1
+        while q >= 0 and out[q] < v:
+            out[q + 1] = out[q]
+            q -= 1
+        out[q + 1] = v
+
+
+@njit(cache=True, nogil=True)
+def argsort_ascending(values, n):
+    """Indices that sort ``values[:n]`` in increasing order (insertion sort for short lists)."""
+    if n > 24:
+        return np.argsort(values[:n], kind="mergesort")
+    order = np.empty(n, dtype=np.int64)
+    for r in range(n):
+        v = values[r]
+        q = r - 1
+        while q >= 0 and values[order[q]] > v:
+            order[q + 1] = order[q]
+            q -= 1
+        order[q + 1] = r
+    return order

@@ -1,0 +1,154 @@
+"""Compiled fused pass of one-vs-rest dual coordinate descent over a block of classes.
+
+One pass visits each row once and updates every class of the block still active for that row, so
+a row is read from memory once for the whole block instead of once per class. Per class c the
+binary dual is min ½αᵀ(Q + D)α − eᵀα, 0 ≤ α_i ≤ U_i, with y_i = +1 when the row's label is c and
+−1 otherwise; U_i = C_i, D_ii = 0 (hinge) or U_i = ∞, D_ii = 1/(2C_i) (squared hinge).
+
+Arrays of the block (kb classes): alpha (n, kb), W (n_features, kb) feature-major, wb (kb,),
+active (n, kb) uint8 shrinking flags, live (kb,) uint8 (0 once a class has converged), Mbar/mbar
+(kb,) the shrinking thresholds of the previous pass, and the outputs M/m (kb,) (extreme projected
+gradients of this pass) and n_kept (kb,) (variables visited and not shrunk).
+"""
+
+import numpy as np
+from numba import njit
+
+from solvers._sparse import prefetch_row
+
+_TINY = 1e-12
+
+
+@njit(cache=True, nogil=True)
+def ovr_pass(
+    data,
+    indices,
+    indptr,
+    bias,
+    labels,
+    classes,
+    Cmat,
+    c_stride,
+    hinge,
+    A,
+    order,
+    alpha,
+    W,
+    wb,
+    active,
+    live,
+    Mbar,
+    mbar,
+    M,
+    m,
+    n_kept,
+):
+    """One fused pass over the rows in ``order`` for the classes of a block (see module doc)."""
+    kb = W.shape[1]
+    cls = np.empty(kb, dtype=np.int64)
+    s = np.empty(kb)
+    delta = np.empty(kb)
+    for c in range(kb):
+        M[c] = -np.inf
+        m[c] = np.inf
+        n_kept[c] = 0
+    n_order = order.shape[0]
+    for t in range(n_order):
+        if t + 2 < n_order:
+            prefetch_row(data, indices, indptr, order[t + 2])
+        i = order[t]
+        flags = active[i]
+        na = 0
+        for c in range(kb):
+            if live[c] and flags[c]:
+                cls[na] = c
+                na += 1
+        if na == 0:
+            continue
+        for r in range(na):
+            s[r] = bias * wb[cls[r]]
+        for p in range(indptr[i], indptr[i + 1]):
+            v = data[p]
+            row = W[indices[p]]
+            for r in range(na):
+                s[r] += v * row[cls[r]]
+        nd = 0
+        for r in range(na):
+            c = cls[r]
+            yi = 1.0 if labels[i] == classes[c] else -1.0
+            Ci = Cmat[i, c * c_stride]
+            if hinge:
+                U = Ci
+                Dii = 0.0
+            else:
+                U = np.inf
+                Dii = 0.5 / Ci
+            a = alpha[i, c]
+            G = yi * s[r] - 1.0 + Dii * a
+            PG = 0.0
+            if a == 0.0:
+                if G > Mbar[c]:
+                    flags[c] = 0
+                    continue
+                if G < 0.0:
+                    PG = G
+            elif a == U:
+                if G < mbar[c]:
+                    flags[c] = 0
+                    continue
+                if G > 0.0:
+                    PG = G
+            else:
+                PG = G
+            n_kept[c] += 1
+            M[c] = max(M[c], PG)
+            m[c] = min(m[c], PG)
+            if abs(PG) > _TINY:
+                qd = A[i] + Dii
+                if qd > 0.0:
+                    a_new = min(max(a - G / qd, 0.0), U)
+                else:
+                    a_new = U  # a zero row under the hinge loss: G = −1, the step is unbounded
+                alpha[i, c] = a_new
+                cls[nd] = c
+                delta[nd] = (a_new - a) * yi
+                nd += 1
+        if nd == 0:
+            continue
+        for q in range(nd):
+            wb[cls[q]] += delta[q] * bias
+        for p in range(indptr[i], indptr[i + 1]):
+            v = data[p]
+            row = W[indices[p]]
+            for q in range(nd):
+                row[cls[q]] += delta[q] * v
+
+
+@njit(cache=True, nogil=True)
+def ovr_objectives(labels, classes, Cmat, c_stride, hinge, S, alpha, W, wb):
+    """Per-class (primal, f(α)) for scores S = X̃W of shape (n, kb); two arrays of shape (kb,)."""
+    n, kb = S.shape
+    primal = np.zeros(kb)
+    dual = np.zeros(kb)
+    for c in range(kb):
+        reg = wb[c] * wb[c]
+        for j in range(W.shape[0]):
+            reg += W[j, c] * W[j, c]
+        loss = 0.0
+        lin = 0.0
+        for i in range(n):
+            Ci = Cmat[i, c * c_stride]
+            if Ci <= 0.0:
+                continue
+            yi = 1.0 if labels[i] == classes[c] else -1.0
+            xi = max(0.0, 1.0 - yi * S[i, c])
+            a = alpha[i, c]
+            if hinge:
+                loss += Ci * xi
+                lin += a
+            else:
+                loss += Ci * xi * xi
+                lin += a - 0.25 * a * a / Ci
+        primal[c] = 0.5 * reg + loss
+        dual[c] = 0.5 * reg - lin
+    return primal, dual

@@ -1,0 +1,310 @@
+"""Dual coordinate descent for binary linear SVMs and regularized least squares.
+
+Problem (Hsieh, Chang, Lin, Keerthi, Sundararajan, ICML 2008, eq. (4) and section 6): with
+x̃_i = [x_i, bias] (the bias feature is implicit, never appended to X),
+
+    min_α  f(α) = ½ αᵀ(Q + D)α − Σ_i |y_i| α_i,   lower ≤ α_i ≤ U_i,   Q_ij = s_i s_j x̃_iᵀx̃_j,
+
+and w̃ = Σ_i s_i α_i x̃_i solves the primal  min_w̃ ½‖w̃‖² + Σ_i C_i ξ_i(w̃), where s_i is the sign
+of y_i (y_i = ±1 for classification, so |y_i| = 1):
+
+    loss            ξ_i                      U_i   D_ii       lower
+    hinge (L1)      max(0, 1 − y_i w̃ᵀx̃_i)    C_i   0          0
+    squared_hinge   max(0, 1 − y_i w̃ᵀx̃_i)²   +inf  1/(2C_i)   0
+    squared_error   (y_i − w̃ᵀx̃_i)²           +inf  1/(2C_i)   −inf  (α free)
+
+One coordinate step (Algorithm 1): G = s_i w̃ᵀx̃_i − |y_i| + D_ii α_i, α_i ← clip(α_i − G/Q̄_ii),
+w̃ ← w̃ + Δα_i s_i x̃_i. Shrinking is Algorithm 3; the stopping rule is LIBLINEAR's (≥ 2.42):
+M − m ≤ tol and |M| ≤ tol and |m| ≤ tol on a full pass, where M and m are the largest and smallest
+projected gradients seen in the pass. Rows with C_i = 0 are dropped (their α_i is 0).
+
+This module is the driver: it owns the order of the coordinates (seeded RNG), the shrinking
+policy, the stopping rule, the callback and the time budget; `solvers._binary_kernels` runs the
+compiled passes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from solvers import _binary_kernels as kernels
+from solvers._sparse import row_sq_norms, weighted_row_sum
+from solvers.problem import CSRArrays, check_labels, csr_arrays, per_sample_C
+from solvers.progress import Callback, Monitor, Progress, SolveResult, Status
+
+LOSSES = {
+    "hinge": kernels.HINGE,
+    "squared_hinge": kernels.SQUARED_HINGE,
+    "squared_error": kernels.SQUARED_ERROR,
+}
+ORDERS = ("permute", "cyclic", "random")
+
+
+def solve_binary(
+    X,
+    y,
+    *,
+    loss: str = "squared_hinge",
+    C=1.0,
+    bias: float = 0.0,
+    tol: float = 0.1,
+    max_iter: int = 1000,
+    order: str = "permute",
+    shrinking: bool = True,
+    random_state: int | None = 0,
+    time_limit: float | None = None,
+    callback: Callback | None = None,
+    objective_every: int = 10,
+    warm_start: np.ndarray | None = None,
+) -> SolveResult:
+    """Train a binary linear SVM (or regularized least squares) by dual coordinate descent.
+
+    Parameters
+    ----------
+    X : scipy CSR matrix, shape (n_samples, n_features)
+        float32 or float64 values, int32 or int64 index arrays; used in place.
+    y : array, shape (n_samples,)
+        Labels in {-1, +1}; any real values for ``loss="squared_error"``.
+    loss : {"squared_hinge", "hinge", "squared_error"}
+    C : float or array of shape (n_samples,)
+        Penalty, one per sample when an array (weights folded in); rows with C_i = 0 are dropped.
+    bias : float
+        Value of the implicit constant feature (LIBLINEAR's -B); 0 means no bias.
+    tol : float
+        Absolute tolerance of the stopping rule on the projected gradient.
+    max_iter : int
+        Maximum number of outer iterations (passes).
+    order : {"permute", "cyclic", "random"}
+        A fresh permutation per pass, the natural order, or n_samples picks with replacement per
+        iteration (no shrinking; convergence checked by a full pass at the current α).
+    shrinking : bool
+    random_state : int or None
+        Seed of the generator built for this call.
+    time_limit : float or None
+        Wall-clock budget in seconds.
+    callback : callable or None
+        Called with a `Progress` after each outer iteration; returning False stops the solve.
+    objective_every : int
+        Compute the primal and dual objectives (one extra pass over the data) after every this
+        many passes' worth of work: a full pass counts 1, a shrunk pass the fraction of the
+        samples it visited, so the objectives cost at most about 1/objective_every of the solve;
+        1 computes them after every pass.
+    warm_start : array of shape (n_samples,) or None
+        Initial α (clipped to the bounds); w is rebuilt from it.
+
+    Returns
+    -------
+    SolveResult
+        ``w`` shape (n_features,), ``bias`` = bias · w_bias, ``alpha`` shape (n_samples,).
+    """
+    _check_params(loss, order, tol, max_iter, bias, objective_every)
+    csr = csr_arrays(X)
+    y = check_labels(y, csr.n_samples, binary=loss != "squared_error")
+    C_vec = per_sample_C(C, csr.n_samples)
+    state = _State.build(csr, y, C_vec, loss, float(bias), warm_start)
+    monitor = Monitor(callback, time_limit)
+    rng = np.random.default_rng(random_state)
+    status, n_iter, M, m = _run(
+        state, monitor, rng, tol, max_iter, order, shrinking, objective_every
+    )
+    last = monitor.history[-1] if monitor.history else None
+    if last is not None and last.primal is not None:
+        primal, dual = last.primal, last.dual  # computed after the final pass already
+    else:
+        primal, dual = state.objectives()
+    n_features = csr.n_features
+    return SolveResult(
+        w=state.w[:n_features].copy(),
+        bias=float(bias * state.w[n_features]),
+        alpha=state.alpha,
+        n_iter=n_iter,
+        status=status,
+        gap=_gap(M, m),
+        primal=primal,
+        dual=dual,
+        history=monitor.history,
+        extra={"M": _finite_or_none(M), "m": _finite_or_none(m)},
+    )
+
+
+def _check_params(loss, order, tol, max_iter, bias, objective_every):
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {list(ORDERS)}, got {order!r}")
+    if not (isinstance(tol, int | float) and math.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int | np.integer) or max_iter < 1:
+        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+    if not (math.isfinite(bias) and bias >= 0):
+        raise ValueError(f"bias must be a finite number >= 0, got {bias!r}")
+    if (
+        isinstance(objective_every, bool)
+        or not isinstance(objective_every, int)
+        or (objective_every < 1)
+    ):
+        raise ValueError(f"objective_every must be an integer >= 1, got {objective_every!r}")
+
+
+class _State:
+    """Arrays of one solve: the data, the packed per-sample record, w̃ and the coordinate index."""
+
+    def __init__(self, csr, C, loss, bias, rec, lower, w, index):
+        self.csr, self.C, self.loss_code, self.bias = csr, C, LOSSES[loss], bias
+        self.hinge = loss == "hinge"
+        self.rec, self.lower, self.w, self.index = rec, lower, w, index
+        self.kept = index.copy()  # the samples with C_i > 0, in their original order
+
+    @classmethod
+    def build(cls, csr: CSRArrays, y, C, loss, bias, warm_start):
+        positive = C > 0
+        safe_C = np.where(positive, C, 1.0)
+        if loss == "hinge":
+            upper, diag, lower = C, np.zeros_like(C), 0.0
+        else:
+            upper = np.full_like(C, np.inf)
+            diag = np.where(positive, 0.5 / safe_C, 0.0)
+            lower = -np.inf if loss == "squared_error" else 0.0
+        alpha = _initial_alpha(warm_start, csr.n_samples, positive, upper, lower)
+        rec = np.empty((csr.n_samples, 4))
+        rec[:, 0] = alpha
+        rec[:, 1] = y
+        rec[:, 2] = row_sq_norms(csr.data, csr.indptr, bias) + diag
+        rec[:, 3] = upper if loss == "hinge" else diag
+        # uint32 avoids Numba's negative-index checks; int64 beyond (mixing uint64 and int64
+        # would turn the record offsets into floats)
+        index_dtype = np.uint32 if csr.n_samples < 2**32 else np.int64
+        index = np.flatnonzero(positive).astype(index_dtype)
+        signed_alpha = np.where(y >= 0, alpha, -alpha)
+        w = weighted_row_sum(signed_alpha, csr.data, csr.indices, csr.indptr, csr.n_features, bias)
+        return cls(csr, C, loss, bias, rec.reshape(-1), lower, w, index)
+
+    @property
+    def alpha(self):
+        return self.rec[0::4].copy()
+
+    def epoch(self, order_index, active_size, M_bar, m_bar):
+        c = self.csr
+        return kernels.dcd_epoch(
+            c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.hinge,
+            self.lower, self.w, order_index, active_size, M_bar, m_bar,
+        )  # fmt: skip
+
+    def full_range(self):
+        c = self.csr
+        return kernels.projected_gradient_range(
+            c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.hinge,
+            self.lower, self.w, self.kept,
+        )  # fmt: skip
+
+    def objectives(self):
+        c = self.csr
+        primal, dual = kernels.objectives(
+            c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.C, self.w,
+            self.kept, self.loss_code,
+        )  # fmt: skip
+        return float(primal), float(dual)
+
+
+def _initial_alpha(warm_start, n_samples, positive, upper, lower):
+    if warm_start is None:
+        return np.zeros(n_samples)
+    alpha = np.array(warm_start, dtype=np.float64)  # a copy: the caller's array is left alone
+    if alpha.shape != (n_samples,):
+        raise ValueError(f"warm_start must have shape ({n_samples},), got {alpha.shape}")
+    if not np.isfinite(alpha).all():
+        raise ValueError("warm_start contains NaN or infinite values")
+    np.clip(alpha, lower, upper, out=alpha)
+    alpha[~positive] = 0.0
+    return alpha
+
+
+def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every):
+    """The outer loop: passes, shrinking policy, stopping rule, progress. Returns the outcome."""
+    n_kept = state.index.shape[0]
+    if n_kept == 0:
+        monitor.report(
+            Progress(iteration=0, elapsed_s=monitor.elapsed(), gap=0.0, M=0.0, m=0.0, active=0)
+        )
+        return Status.CONVERGED, 0, 0.0, 0.0
+    shrinking = shrinking and order != "random"
+    active_size = n_kept
+    M_bar, m_bar = np.inf, -np.inf
+    status, M, m = Status.MAX_ITER, np.inf, -np.inf
+    n_iter = 0
+    work = 0.0  # passes' worth of coordinate steps since the objectives were last computed
+    for n_iter in range(1, max_iter + 1):
+        was_full = active_size == n_kept
+        work += active_size / n_kept
+        order_index = _order(state.index, active_size, order, rng)
+        if order == "random":
+            _, M, m = state.epoch(order_index, n_kept, np.inf, -np.inf)
+        else:
+            bars = (M_bar, m_bar) if shrinking else (np.inf, -np.inf)
+            active_size, M, m = state.epoch(order_index, active_size, *bars)
+        met = _meets(M, m, tol)
+        if order == "random" and met:
+            M, m = state.full_range()
+            met = _meets(M, m, tol)
+            converged = met
+        else:
+            converged = met and was_full and active_size == n_kept
+        with_objectives = objective_every == 1 or work >= objective_every - 1e-9
+        if with_objectives:
+            work = 0.0
+        stop = _report(state, monitor, n_iter, M, m, active_size, with_objectives)
+        if converged:
+            status = Status.CONVERGED
+            break
+        if stop is not None:
+            status = stop
+            break
+        if met or active_size == 0:
+            # The shrunk problem is solved (or everything was shrunk): check the full set.
+            active_size = n_kept
+            M_bar, m_bar = np.inf, -np.inf
+        else:
+            M_bar = M if M > 0 else np.inf
+            m_bar = m if m < 0 else -np.inf
+    return status, n_iter, M, m
+
+
+def _order(index, active_size, order, rng):
+    if order == "permute":
+        kernels.shuffle_prefix(index, active_size, int(rng.integers(0, 2**63)))
+        return index
+    if order == "random":
+        return index[rng.integers(0, index.shape[0], size=index.shape[0])]
+    return index
+
+
+def _meets(M, m, tol):
+    return M - m <= tol and abs(M) <= tol and abs(m) <= tol
+
+
+def _gap(M, m):
+    gap = M - m
+    return float(gap) if math.isfinite(gap) else 0.0
+
+
+def _finite_or_none(v):
+    return float(v) if math.isfinite(v) else None
+
+
+def _report(state, monitor, n_iter, M, m, active_size, with_objectives):
+    primal = dual = None
+    if with_objectives:
+        primal, dual = state.objectives()
+    progress = Progress(
+        iteration=n_iter,
+        elapsed_s=monitor.elapsed(),
+        gap=_gap(M, m),
+        M=_finite_or_none(M),
+        m=_finite_or_none(m),
+        active=int(active_size),
+        primal=primal,
+        dual=dual,
+    )
+    return monitor.report(progress)

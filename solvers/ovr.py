@@ -1,0 +1,360 @@
+"""One-vs-rest multi-class linear SVM: k binary dual coordinate descent problems, fused, threaded.
+
+Class c's problem is the binary L1- or L2-loss SVM dual (Hsieh et al., ICML 2008)
+
+    min_α ½ αᵀ(Q + D)α − eᵀα,  0 ≤ α_i ≤ U_i,  Q_ij = y_i y_j x̃_iᵀx̃_j,  w_c = Σ_i y_i α_i x̃_i,
+
+with y_i = +1 when row i has label c and −1 otherwise; hinge: U_i = C_ic, D_ii = 0; squared hinge:
+U_i = ∞, D_ii = 1/(2C_ic). The decision is argmax_c w_cᵀx̃.
+
+The classes are split into blocks, one per thread (``n_jobs``); a compiled pass visits each row
+once and updates every class of its block still active for that row (`solvers._ovr_kernels`), so
+the k problems share one copy of X and each row is read once per block. Per class the rules are the
+binary solver's: shrinking (Algorithm 3) with the previous pass's extreme projected gradients;
+stopping when M − m ≤ tol, |M| ≤ tol and |m| ≤ tol on a full pass (a shrunk class that meets it is
+restored and checked again); a converged class is no longer updated. The row order of each pass is
+drawn in the driver from one seeded generator and shared by all blocks, so a class's iterates do not
+depend on the blocking: serial and threaded runs give identical coefficients.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from solvers._multiclass_driver import check_common, check_problem, scores, weights
+from solvers._ovr_kernels import ovr_objectives, ovr_pass
+from solvers.progress import Callback, Monitor, Progress, SolveResult, Status
+
+LOSSES = ("hinge", "squared_hinge")
+ORDERS = ("permute", "cyclic", "random")
+
+
+@dataclass
+class _Block:
+    """The state of one block of classes (see `solvers._ovr_kernels` for the array meanings)."""
+
+    classes: np.ndarray
+    Cmat: np.ndarray
+    c_stride: int
+    alpha: np.ndarray
+    W: np.ndarray
+    wb: np.ndarray
+    usable: np.ndarray
+    active: np.ndarray
+    live: np.ndarray
+    Mbar: np.ndarray
+    mbar: np.ndarray
+    M: np.ndarray
+    m: np.ndarray
+    n_kept: np.ndarray
+    n_usable: np.ndarray
+    gap: np.ndarray
+    n_iter: np.ndarray
+
+
+def solve_ovr(
+    X,
+    y,
+    n_classes: int,
+    *,
+    loss: str = "squared_hinge",
+    C=1.0,
+    bias: float = 0.0,
+    tol: float = 0.1,
+    max_iter: int = 1000,
+    order: str = "permute",
+    shrinking: bool = True,
+    random_state=0,
+    time_limit: float | None = None,
+    callback: Callback | None = None,
+    warm_start: np.ndarray | None = None,
+    n_jobs: int | None = None,
+    objective_every: int = 10,
+) -> SolveResult:
+    """Train k one-vs-rest binary linear SVMs by fused dual coordinate descent.
+
+    Parameters
+    ----------
+    X : scipy CSR matrix, shape (n_samples, n_features)
+        float32 or float64 values, int32 or int64 indices (already validated; never copied).
+    y : array of int, shape (n_samples,)
+        Class indices 0..n_classes-1.
+    n_classes : int
+        Number of classes k (>= 2); one binary problem per class.
+    loss : {"hinge", "squared_hinge"}
+    C : float, array of shape (n_samples,) or (n_classes, n_samples)
+        Per-sample (and per-class) bound; entries equal to 0 drop the row from that class.
+    bias : float
+        Value of the implicit constant feature (0: no bias).
+    tol : float
+        Per-class stopping tolerance on the projected gradients (M − m, |M|, |m|).
+    max_iter : int
+        Budget of passes.
+    order : {"permute", "cyclic", "random"}
+        A fresh permutation per pass, the natural order, or n draws with replacement (shrinking
+        off; a class that meets ``tol`` on such a pass is confirmed by a full cyclic pass).
+    shrinking : bool
+    random_state : int, Generator or None
+        Seed of the per-call generator for the row order.
+    time_limit, callback
+        Wall-clock budget in seconds; called with a `Progress` after every pass (False stops).
+    warm_start : array of shape (n_classes, n_samples) or None
+        Per-class α to start from; W is rebuilt from it.
+    n_jobs : int or None
+        Threads (blocks of classes); None uses every available core.
+    objective_every : int
+        The summed primal and dual objectives are reported every this many passes (0: never).
+
+    Returns
+    -------
+    SolveResult
+        w (n_classes, n_features), bias (n_classes,), alpha (n_classes, n_samples), status
+        (converged when every class has), gap (largest final M − m), primal and dual (sums over
+        classes), history; ``extra`` holds per-class ``primal``, ``dual``, ``n_iter``, ``gap``.
+    """
+    check_common(tol, max_iter)
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES} for one-vs-rest, got {loss!r}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    problem = check_problem(X, y, n_classes, 1.0, bias)
+    k, n = problem.n_classes, problem.n_samples
+    Cfull = _per_class_C(C, k, n)
+    n_blocks = min(_n_threads(n_jobs), k)
+    blocks = [
+        _make_block(problem, Cfull, np.arange(b, k, n_blocks), warm_start, loss)
+        for b in range(n_blocks)
+    ]
+    hinge = loss == "hinge"
+    shrink = shrinking and order != "random"
+    rng = np.random.default_rng(random_state)
+    monitor = Monitor(callback, time_limit)
+
+    def run_block(block: _Block, rows: np.ndarray) -> None:
+        ovr_pass(
+            problem.data,
+            problem.indices,
+            problem.indptr,
+            problem.bias,
+            problem.y,
+            block.classes,
+            block.Cmat,
+            block.c_stride,
+            hinge,
+            problem.A,
+            rows,
+            block.alpha,
+            block.W,
+            block.wb,
+            block.active,
+            block.live,
+            block.Mbar,
+            block.mbar,
+            block.M,
+            block.m,
+            block.n_kept,
+        )
+
+    def objectives():
+        pd = [_block_objectives(problem, b, hinge) for b in blocks]
+        return sum(float(p.sum()) for p, _ in pd), sum(float(d.sum()) for _, d in pd)
+
+    status = Status.MAX_ITER
+    verify = False
+    iteration = 0
+    pool = ThreadPoolExecutor(max_workers=n_blocks) if n_blocks > 1 else None
+    try:
+        while iteration < max_iter:
+            iteration += 1
+            full = order != "random" or verify
+            rows = _row_order(order, rng, n, verify)
+            running = [b for b in blocks if b.live.any()]
+            if pool is None:
+                for b in running:
+                    run_block(b, rows)
+            else:
+                list(pool.map(run_block, running, [rows] * len(running)))
+            met_any = False
+            for b in running:
+                met_any |= _after_pass(b, tol, shrink, full, iteration)
+            verify = order == "random" and met_any and not verify
+            gap, M, m, kept = _pass_summary(running)
+            primal = dual = None
+            if objective_every and iteration % objective_every == 0:
+                primal, dual = objectives()
+            progress = Progress(
+                iteration=iteration,
+                elapsed_s=monitor.elapsed(),
+                gap=gap,
+                M=M,
+                m=m,
+                active=kept,
+                primal=primal,
+                dual=dual,
+            )
+            stop = monitor.report(progress)
+            if not any(b.live.any() for b in blocks):
+                status = Status.CONVERGED
+                break
+            if stop is not None:
+                status = stop
+                break
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return _result(problem, blocks, hinge, status, iteration, monitor)
+
+
+def _n_threads(n_jobs) -> int:
+    if n_jobs is None:
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # not on every platform
+            return max(1, os.cpu_count() or 1)
+    if int(n_jobs) != n_jobs or n_jobs < 1:
+        raise ValueError(f"n_jobs must be a positive integer or None, got {n_jobs!r}")
+    return int(n_jobs)
+
+
+def _per_class_C(C, k: int, n: int):
+    """C as a float64 array of shape (n,) or (k, n), finite and >= 0."""
+    arr = np.asarray(C, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    elif arr.shape not in ((n,), (k, n)):
+        raise ValueError(f"C must be a scalar or have shape ({n},) or ({k}, {n}), got {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError("C must be finite and >= 0 for every sample")
+    return arr
+
+
+def _make_block(problem, Cfull, classes, warm_start, loss) -> _Block:
+    kb = classes.shape[0]
+    if Cfull.ndim == 1:
+        Cmat, c_stride = np.ascontiguousarray(Cfull[:, None]), 0
+        usable = np.repeat((Cfull > 0)[:, None], kb, axis=1)
+    else:
+        Cmat, c_stride = np.ascontiguousarray(Cfull[classes].T), 1
+        usable = Cmat > 0
+    usable = usable.astype(np.uint8)
+    alpha = _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss)
+    sign = np.where(problem.y[:, None] == classes[None, :], 1.0, -1.0)
+    W, wb = weights(problem, alpha * sign, 1.0)
+    return _Block(
+        classes=classes.astype(np.int64),
+        Cmat=Cmat,
+        c_stride=c_stride,
+        alpha=alpha,
+        W=W,
+        wb=wb,
+        usable=usable,
+        active=usable.copy(),
+        live=np.ones(kb, dtype=np.uint8),
+        Mbar=np.full(kb, np.inf),
+        mbar=np.full(kb, -np.inf),
+        M=np.zeros(kb),
+        m=np.zeros(kb),
+        n_kept=np.zeros(kb, dtype=np.int64),
+        n_usable=usable.sum(axis=0, dtype=np.int64),
+        gap=np.full(kb, np.inf),
+        n_iter=np.zeros(kb, dtype=np.int64),
+    )
+
+
+def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss) -> np.ndarray:
+    n, k = problem.n_samples, problem.n_classes
+    if warm_start is None:
+        return np.zeros((n, classes.shape[0]))
+    ws = np.asarray(warm_start, dtype=np.float64)
+    if ws.shape != (k, n):
+        raise ValueError(f"warm_start must have shape ({k}, {n}), got {ws.shape}")
+    if not np.all(np.isfinite(ws)) or np.any(ws < 0):
+        raise ValueError("warm_start must hold finite values >= 0")
+    alpha = np.ascontiguousarray(ws[classes].T)
+    if loss == "hinge":
+        upper = Cmat if c_stride else np.broadcast_to(Cmat, alpha.shape)
+        np.minimum(alpha, upper, out=alpha)
+    alpha[usable == 0] = 0.0
+    return alpha
+
+
+def _row_order(order: str, rng: np.random.Generator, n: int, verify: bool) -> np.ndarray:
+    if order == "permute":
+        return rng.permutation(n)
+    if order == "cyclic" or verify:
+        return np.arange(n)
+    return rng.integers(0, n, size=n)
+
+
+def _after_pass(b: _Block, tol: float, shrink: bool, full_pass: bool, iteration: int) -> bool:
+    """Per-class stopping and shrinking bookkeeping after a pass; True if some class met tol."""
+    live = b.live.astype(bool)
+    visited = b.n_kept > 0
+    met = ~visited | ((b.M - b.m <= tol) & (np.abs(b.M) <= tol) & (np.abs(b.m) <= tol))
+    met &= live
+    b.gap[live & visited] = (b.M - b.m)[live & visited]
+    b.gap[live & ~visited] = 0.0
+    b.n_iter[live] = iteration
+    whole = b.n_kept == b.n_usable
+    done = met & whole & full_pass
+    b.live[done] = 0
+    for c in np.flatnonzero(met & ~whole):
+        b.active[:, c] = b.usable[:, c]
+    restored = met & ~whole
+    if shrink:
+        b.Mbar[:] = np.where(b.M > 0, b.M, np.inf)
+        b.mbar[:] = np.where(b.m < 0, b.m, -np.inf)
+        b.Mbar[restored] = np.inf
+        b.mbar[restored] = -np.inf
+    return bool(met.any())
+
+
+def _pass_summary(running):
+    gap, M, m, kept = 0.0, -np.inf, np.inf, 0
+    for b in running:
+        visited = b.n_kept > 0
+        if visited.any():
+            gap = max(gap, float((b.M - b.m)[visited].max()))
+            M = max(M, float(b.M[visited].max()))
+            m = min(m, float(b.m[visited].min()))
+        kept += int(b.n_kept.sum())
+    return gap, M, m, kept
+
+
+def _block_objectives(problem, b: _Block, hinge: bool):
+    S = scores(problem, b.W, b.wb)
+    return ovr_objectives(problem.y, b.classes, b.Cmat, b.c_stride, hinge, S, b.alpha, b.W, b.wb)
+
+
+def _result(problem, blocks, hinge, status, n_iter, monitor) -> SolveResult:
+    k, n, d = problem.n_classes, problem.n_samples, problem.n_features
+    w = np.empty((k, d))
+    intercept = np.empty(k)
+    alpha = np.empty((k, n))
+    primal = np.empty(k)
+    dual = np.empty(k)
+    gap = np.empty(k)
+    class_iter = np.empty(k, dtype=np.int64)
+    for b in blocks:
+        w[b.classes] = b.W.T
+        intercept[b.classes] = problem.bias * b.wb
+        alpha[b.classes] = b.alpha.T
+        primal[b.classes], dual[b.classes] = _block_objectives(problem, b, hinge)
+        gap[b.classes] = b.gap
+        class_iter[b.classes] = b.n_iter
+    return SolveResult(
+        w=w,
+        bias=intercept,
+        alpha=alpha,
+        n_iter=n_iter,
+        status=status,
+        gap=float(gap.max()),
+        primal=float(primal.sum()),
+        dual=float(dual.sum()),
+        history=monitor.history,
+        extra={"primal": primal, "dual": dual, "n_iter": class_iter, "gap": gap},
+    )

@@ -1,0 +1,203 @@
+"""Fixtures for the service tests: settings on a temporary data directory, a migrated database
+(SQLite, and PostgreSQL when MARGIN_TEST_POSTGRES_URL is set), an HTTP client, and a stand-in
+trainer for tests that exercise the job machinery rather than the solvers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from app import migrate
+from app.config import Settings
+from app.main import create_app
+from app.schemas import params as params_module
+from app.services import trainers
+from app.services.datasets import ParserPool
+from app.tables import Base
+
+PG_ENV = "MARGIN_TEST_POSTGRES_URL"
+HEART = Path(__file__).resolve().parents[2] / "app" / "demo" / "heart_scale"
+
+
+def postgres_url_or_skip() -> str:
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"no PostgreSQL server configured: set {PG_ENV} (.ci/run starts one)")
+    return url
+
+
+class ScratchDatabase:
+    """A PostgreSQL database created for this test session and dropped afterwards."""
+
+    def __init__(self, server_url: str):
+        self.server = make_url(server_url)
+        self.name = f"margin_core_test_{uuid.uuid4().hex[:10]}"
+        self.url = self.server.set(database=self.name).render_as_string(hide_password=False)
+        admin = create_engine(self.server, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{self.name}"'))
+        admin.dispose()
+
+    def drop(self) -> None:
+        admin = create_engine(self.server, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_database():
+    scratch = ScratchDatabase(postgres_url_or_skip())
+    migrate.upgrade(scratch.url)
+    yield scratch.url
+    scratch.drop()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory) -> Path:
+    """A migrated SQLite file, copied for each test (faster than migrating every time)."""
+    path = tmp_path_factory.mktemp("template") / "margin.db"
+    migrate.upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path, sqlite_template) -> str:
+    if request.param == "sqlite":
+        target = tmp_path / "data" / "margin.db"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(sqlite_template, target)
+        return f"sqlite:///{target}"
+    url = request.getfixturevalue("postgres_database")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        names = ", ".join(t.name for t in Base.metadata.sorted_tables)
+        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def settings(tmp_path, db_url) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        progress_interval_s=0.01,
+        max_upload_mb=1,
+    )
+
+
+class SharedParser(ParserPool):
+    """One parser process for the whole session (each app would otherwise spawn its own)."""
+
+    def shutdown(self) -> None:
+        pass
+
+    def close(self) -> None:
+        super().shutdown()
+
+
+@pytest.fixture(scope="session")
+def shared_parser():
+    parser = SharedParser()
+    yield parser
+    parser.close()
+
+
+@pytest.fixture
+def app(settings, shared_parser):
+    application = create_app(settings)
+    application.state.parser = shared_parser
+    return application
+
+
+@pytest.fixture
+def client(app):
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def db(app):
+    return app.state.db
+
+
+def upload(client, content: bytes, filename="data.txt", name=None, headers=None):
+    data = {"name": name} if name else None
+    return client.post(
+        "/v1/datasets", files={"file": (filename, content)}, data=data, headers=headers or {}
+    )
+
+
+@pytest.fixture
+def heart(client) -> dict:
+    response = upload(client, HEART.read_bytes(), "heart_scale")
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+class FakeEstimator:
+    """Stands in for a solver: reports `n_iter` progress records with a geometrically falling gap,
+    honours the callback's stop request, and returns fixed weights."""
+
+    def __init__(self, n_iter=5, delay=0.0, fail=None):
+        self.n_iter = n_iter
+        self.delay = delay
+        self.fail = fail
+        self.calls = 0
+
+    def __call__(self, params, X, y, qid, callback, n_jobs):
+        import time
+
+        from solvers.progress import Progress
+
+        self.calls += 1
+        if self.fail is not None:
+            raise self.fail
+        status = "max_iter"
+        start = time.perf_counter()
+        for it in range(1, self.n_iter + 1):
+            time.sleep(self.delay)
+            gap = 10.0 * 0.1**it
+            progress = Progress(
+                it, time.perf_counter() - start, gap, M=gap / 2, m=-gap / 2, active=10
+            )
+            if callback(progress) is False:
+                status = "stopped"
+                break
+            if gap <= params["tol"]:
+                status = "converged"
+                break
+        classes = np.unique(y)
+        coef = np.arange(X.shape[1], dtype=np.float64)[None, :] / 10
+        return trainers.Trained(
+            kind="classifier",
+            classes=[float(c) for c in classes],
+            coef=coef,
+            intercept=np.array([0.5]),
+            status=status,
+            gap=gap,
+            n_iter=it,
+            predict=lambda Z: np.where(np.asarray(Z @ coef[0]) + 0.5 > 0, classes[-1], classes[0]),
+        )
+
+
+@pytest.fixture
+def fake_trainer(monkeypatch):
+    """Install a FakeEstimator as the LinearSVC trainer (and mark LinearSVC available)."""
+
+    def install(**kwargs) -> FakeEstimator:
+        fake = FakeEstimator(**kwargs)
+        monkeypatch.setitem(trainers.TRAINERS, "LinearSVC", fake)
+        monkeypatch.setattr(params_module.EstimatorSpec, "available", property(lambda self: True))
+        return fake
+
+    return install

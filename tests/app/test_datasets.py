@@ -1,0 +1,202 @@
+"""Dataset upload, listing and deletion over HTTP, on SQLite and PostgreSQL; every bad upload is
+rejected with its status and message and leaves neither row nor file behind."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select
+
+from app.services import dataset_files
+from app.tables import Dataset, IdempotencyKey
+from tests.app.conftest import HEART, upload
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def stored(settings, db) -> tuple[int, list[str], list[str]]:
+    """(dataset rows, dataset directories, temporary files) currently stored."""
+    with db.session() as session:
+        rows = session.scalar(select(func.count()).select_from(Dataset))
+    dirs = sorted(p.name for p in (settings.data_dir / "datasets").iterdir())
+    tmp = sorted(p.name for p in (settings.data_dir / "tmp").iterdir())
+    return rows, dirs, tmp
+
+
+def test_upload_stores_arrays_and_summary(client, settings, db):
+    content = HEART.read_bytes()
+    response = upload(client, content, "heart_scale", name="heart")
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert response.headers["location"] == f"/v1/datasets/{body['id']}"
+    assert body["name"] == "heart" and body["filename"] == "heart_scale"
+    assert (body["n_rows"], body["n_features"], body["nnz"]) == (270, 13, 3378)
+    assert body["zero_based"] is False
+    assert body["sha256"] == hashlib.sha256(content).hexdigest()
+    assert body["size_bytes"] == len(content)
+    assert body["labels"] == {
+        "kind": "classes",
+        "classes": [{"label": -1, "count": 150}, {"label": 1, "count": 120}],
+    }
+    assert client.get(f"/v1/datasets/{body['id']}").json() == body
+    from sklearn.datasets import load_svmlight_file
+
+    X_ref, y_ref = load_svmlight_file(str(HEART))
+    X, y, qid = dataset_files.load_arrays(settings.data_dir / "datasets" / body["id"], 13)
+    assert qid is None and abs(X - X_ref).max() == 0 and np.array_equal(y, y_ref)
+    assert stored(settings, db) == (1, [body["id"]], [])
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, bz2.compress], ids=["gz", "bz2"])
+def test_compressed_uploads(client, compress):
+    response = upload(client, compress(HEART.read_bytes()), "upload.bin")
+    assert response.status_code == 201, response.text
+    assert response.json()["n_rows"] == 270
+
+
+def test_raw_body_upload_and_real_target(client):
+    content = b"0.5 1:1 3:2\n-1.25 2:1\n3.75 0:2 3:1\n"
+    response = client.post(
+        "/v1/datasets?name=reg",
+        content=content,
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["name"] == "reg"
+    assert body["zero_based"] is True and body["n_features"] == 4
+    assert body["labels"] == {"kind": "real", "min": -1.25, "max": 3.75, "mean": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "fragment"),
+    [
+        (b"1 1:2\n1 x:3\n", 422, "line 2"),
+        (b"1 1:2\n-1 3:1 2:1\n", 422, "line 2"),
+        (b"", 422, "empty"),
+        (b"\x00\x01\x02binary", 422, "line 1"),
+    ],
+    ids=["bad-token", "unsorted", "empty", "binary"],
+)
+def test_malformed_files_are_422_and_store_nothing(client, settings, db, content, status, fragment):
+    response = upload(client, content)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert fragment in problem["detail"]
+    assert "Traceback" not in response.text and str(settings.data_dir) not in response.text
+    assert stored(settings, db) == (0, [], [])
+
+
+def test_line_number_is_reported(client):
+    response = upload(client, b"1 1:1\n-1 2:1\n1 3:abc\n")
+    assert response.status_code == 422
+    assert response.json()["line"] == 3
+
+
+def test_too_large_is_413_and_stores_nothing(client, settings, db):
+    big = (b"1 1:0.5 2:0.25 3:0.125\n") * 60_000  # ~1.4 MB, over the 1 MB limit
+    response = upload(client, big)
+    assert response.status_code == 413
+    assert "MAX_UPLOAD_MB" in response.json()["detail"]
+    assert stored(settings, db) == (0, [], [])
+
+
+def test_too_large_streamed_without_length_is_413(client, settings, db):
+    def chunks():
+        for _ in range(40):
+            yield b"1 1:0.5 2:0.25 3:0.125\n" * 2000
+
+    response = client.post(
+        "/v1/datasets", content=chunks(), headers={"content-type": "application/octet-stream"}
+    )
+    assert response.status_code == 413
+    assert stored(settings, db) == (0, [], [])
+
+
+def test_missing_file_field_is_422(client, settings, db):
+    response = client.post("/v1/datasets", data={"name": "x"}, files={"other": ("a", b"1 1:1\n")})
+    assert response.status_code == 422
+    assert "file" in response.json()["detail"]
+    assert stored(settings, db) == (0, [], [])
+
+
+def test_idempotency_key_returns_the_first_dataset(client, settings, db):
+    first = upload(client, HEART.read_bytes(), headers={"Idempotency-Key": "abc"})
+    again = upload(client, HEART.read_bytes(), headers={"Idempotency-Key": "abc"})
+    assert first.status_code == 201 and again.status_code == 201
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers["idempotent-replayed"] == "true"
+    other = upload(client, HEART.read_bytes(), headers={"Idempotency-Key": "def"})
+    assert other.json()["id"] != first.json()["id"]
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(IdempotencyKey)) == 2
+    assert stored(settings, db)[0] == 2
+
+
+def test_list_pages_newest_first(client):
+    ids = [upload(client, f"1 {i + 1}:1\n-1 1:1\n".encode()).json()["id"] for i in range(3)]
+    page = client.get("/v1/datasets?limit=2").json()
+    assert [d["id"] for d in page["items"]] == ids[::-1][:2]
+    rest = client.get(f"/v1/datasets?limit=2&cursor={page['next']}").json()
+    assert [d["id"] for d in rest["items"]] == ids[:1] and rest["next"] is None
+    assert client.get("/v1/datasets?cursor=%%%").status_code == 422
+    assert client.get("/v1/datasets?limit=0").status_code == 422
+
+
+def test_unknown_dataset_is_404_problem(client):
+    response = client.get("/v1/datasets/ds_nope")
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["title"] == "Dataset not found"
+    assert client.delete("/v1/datasets/ds_nope").status_code == 404
+
+
+def test_delete_removes_row_and_files(client, settings, db, heart):
+    assert client.delete(f"/v1/datasets/{heart['id']}").status_code == 204
+    assert client.get(f"/v1/datasets/{heart['id']}").status_code == 404
+    assert stored(settings, db) == (0, [], [])
+
+
+def test_delete_while_a_job_is_queued_is_409(client, settings, db, heart, fake_trainer):
+    fake_trainer()
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]})
+    assert job.status_code == 202, job.text
+    response = client.delete(f"/v1/datasets/{heart['id']}")
+    assert response.status_code == 409
+    assert job.json()["id"] in response.json()["detail"]
+    assert stored(settings, db)[:2] == (1, [heart["id"]])
+
+
+def test_sweep_removes_leftovers_of_dead_processes(settings, db):
+    from app.services.datasets import sweep_partial_uploads
+
+    tmp = settings.data_dir / "tmp"
+    dead = tmp / "upload-deadhost-1-abc.part"
+    dead.write_bytes(b"x")
+    import socket
+
+    gone = tmp / f"upload-{socket.gethostname()}-999999999-abc.part"
+    gone.write_bytes(b"x")
+    mine = tmp / f"upload-{socket.gethostname()}-{__import__('os').getpid()}-abc.part"
+    mine.write_bytes(b"x")
+    orphan = settings.data_dir / "datasets" / "ds_orphan"
+    orphan.mkdir()
+    import os
+
+    os.utime(orphan, (0, 0))
+    removed = sweep_partial_uploads(settings, db)
+    assert sorted(removed) == sorted([str(gone), str(orphan)])
+    assert dead.exists() and mine.exists()
+
+
+def test_label_summary_rules():
+    assert dataset_files.summarize_labels(np.array([1.0, 1.0]))["label_kind"] == "classes"
+    assert dataset_files.summarize_labels(np.arange(10.0))["label_kind"] == "real"
+    classes = dataset_files.summarize_labels(np.repeat(np.arange(5.0), 3))
+    assert [c["count"] for c in classes["classes"]] == [3] * 5
+    assert dataset_files.summarize_labels(np.array([0.5, 0.5, 1.0]))["label_kind"] == "real"

@@ -1,0 +1,307 @@
+"""End to end: the real `margin serve` (uvicorn, spawned worker processes, SQLite) on a loopback
+port, driven over HTTP: upload a9a, train L1- and L2-loss SVMs and compare them with
+`solvers.LinearSVC` trained directly, watch progress, cancel a long job, and SIGKILL a worker in
+the middle of a job (re-queued once, then failed; never stuck)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from app.db import Database
+from app.services.model_store import unpack_weights
+from app.tables import Model
+from tests.conftest import shared_file
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """`margin serve` in a subprocess; its log goes to a file shown when a test fails."""
+
+    def __init__(self, data_dir: Path, database_url: str | None = None, **env):
+        self.port = free_port()
+        self.data_dir = data_dir
+        self.log_path = data_dir.parent / "serve.log"
+        environment = {**os.environ, **{k.upper(): str(v) for k, v in env.items()}}
+        environment.pop("DATABASE_URL", None)
+        if database_url:
+            environment["DATABASE_URL"] = database_url
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--data-dir",
+                str(data_dir),
+                "--port",
+                str(self.port),
+                "--workers",
+                "2",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+        )
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120)
+
+    def wait_ready(self, timeout=120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log_path.read_text()
+            try:
+                if self.http.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"not ready in {timeout} s:\n{self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        self.http.close()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    # two solver threads per job: the parallel kernels run inside the spawned worker processes
+    srv = Server(
+        root / "data",
+        job_retries=1,
+        progress_interval_s=0.1,
+        job_stall_s=60,
+        solver_threads=2,
+        max_predict_batch=20000,
+    )
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+    assert srv.process.returncode == 0, srv.log_path.read_text()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def a9a(server):
+    path = shared_file("a9a", "a9a.bz2")
+    with open(path, "rb") as handle:
+        response = server.http.post("/v1/datasets", files={"file": ("a9a.bz2", handle)})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert (body["n_rows"], body["n_features"]) == (32561, 123)
+    return body
+
+
+def available(server, name) -> bool:
+    items = server.http.get("/v1/solvers").json()["items"]
+    return any(i["name"] == name and i["available"] for i in items)
+
+
+def wait_for(server, job_id, predicate, timeout=120.0, every=0.05) -> list[dict]:
+    """Poll the job until predicate(job) holds; returns every state seen."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = server.http.get(f"/v1/jobs/{job_id}").json()
+        seen.append(job)
+        if predicate(job):
+            return seen
+        time.sleep(every)
+    raise AssertionError(f"job {job_id} stuck: {seen[-1]}")
+
+
+def model_weights(server, model_id):
+    db = Database(f"sqlite:///{server.data_dir / 'margin.db'}")
+    try:
+        with db.session() as session:
+            model = session.get(Model, model_id)
+            return model, *unpack_weights(model.weights)
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_train_through_the_service_equals_direct_training(server, a9a, loss):
+    if not available(server, "LinearSVC"):
+        pytest.skip("solvers.LinearSVC is not in this tree yet")
+    from solvers import LinearSVC
+    from solvers.io import load_libsvm
+
+    params = {"loss": loss, "C": 1.0, "tol": 0.05}
+    response = server.http.post("/v1/jobs", json={"dataset_id": a9a["id"], "params": params})
+    assert response.status_code == 202, response.text
+    seen = wait_for(server, response.json()["id"], lambda j: j["status"] in TERMINAL)
+    job = seen[-1]
+    assert job["status"] == "succeeded", job
+    statuses = [s["status"] for s in seen]
+    assert statuses == sorted(statuses, key=["queued", "running", "succeeded"].index)
+    records = server.http.get(f"/v1/jobs/{job['id']}/progress").json()["items"]
+    assert records and [r["iteration"] for r in records] == sorted(r["iteration"] for r in records)
+    assert records[-1]["gap"] < records[0]["gap"] and job["progress"] == records[-1]
+    model, coef, intercept = model_weights(server, job["model_id"])
+    train = load_libsvm(shared_file("a9a", "a9a.bz2"))
+    test = load_libsvm(shared_file("a9a", "a9a.t"), n_features=123)
+    direct = LinearSVC(**params).fit(train.X, train.y)
+    np.testing.assert_allclose(coef, np.atleast_2d(direct.coef_), rtol=1e-8, atol=1e-10)
+    ours = np.where(test.X @ coef[0] + intercept[0] > 0, model.classes[1], model.classes[0])
+    assert np.array_equal(ours, direct.predict(test.X))
+    assert model.train_accuracy == pytest.approx(np.mean(direct.predict(train.X) == train.y))
+    predict = server.http.post(
+        f"/v1/models/{model.id}/predict",
+        content=shared_file("a9a", "a9a.t").read_bytes(),
+        headers={"content-type": "text/plain"},
+    )
+    if predict.status_code != 404 or "Model not found" in predict.text:
+        assert predict.status_code == 200, predict.text[:500]
+        assert np.array_equal(np.asarray(predict.json()["labels"], dtype=float), ours)
+
+
+@pytest.mark.parametrize("multi_class", ["ovr", "crammer_singer"])
+def test_multiclass_on_dna(server, multi_class):
+    if not available(server, "LinearSVC"):
+        pytest.skip("solvers.LinearSVC is not in this tree yet")
+    from solvers import LinearSVC
+    from solvers.io import load_libsvm
+
+    path = shared_file("dna", "dna.scale")
+    with open(path, "rb") as handle:
+        dataset = server.http.post("/v1/datasets", files={"file": ("dna.scale", handle)}).json()
+    assert [c["label"] for c in dataset["labels"]["classes"]] == [1, 2, 3]
+    params = {"multi_class": multi_class, "C": 0.1}
+    job = server.http.post("/v1/jobs", json={"dataset_id": dataset["id"], "params": params}).json()
+    job = wait_for(server, job["id"], lambda j: j["status"] in TERMINAL)[-1]
+    assert job["status"] == "succeeded", job
+    model, coef, intercept = model_weights(server, job["model_id"])
+    assert model.classes == [1.0, 2.0, 3.0] and coef.shape == (3, 180)
+    train = load_libsvm(path)
+    direct = LinearSVC(**params, n_jobs=2).fit(train.X, train.y)
+    np.testing.assert_allclose(coef, direct.coef_, rtol=1e-8, atol=1e-10)
+    test = load_libsvm(shared_file("dna", "dna.scale.t"), n_features=180)
+    ours = np.asarray(model.classes)[np.argmax(test.X @ coef.T + intercept, axis=1)]
+    assert np.array_equal(ours, direct.predict(test.X))
+
+
+def long_job(server, dataset_id) -> str:
+    if available(server, "LinearSVC"):
+        body = {"estimator": "LinearSVC", "params": {"C": 1000.0, "tol": 1e-12, "max_iter": 10**7}}
+    else:
+        body = {"estimator": "LinearSVR", "params": {"C": 1000.0, "tol": 1e-14, "max_iter": 10**7}}
+    response = server.http.post("/v1/jobs", json={"dataset_id": dataset_id, **body})
+    assert response.status_code == 202, response.text
+    return response.json()["id"]
+
+
+def test_cancel_a_long_job(server, a9a):
+    job_id = long_job(server, a9a["id"])
+    wait_for(server, job_id, lambda j: j["status"] == "running" and j["progress"] is not None)
+    response = server.http.post(f"/v1/jobs/{job_id}/cancel")
+    assert response.status_code == 202
+    asked = time.monotonic()
+    job = wait_for(server, job_id, lambda j: j["status"] in TERMINAL, timeout=30)[-1]
+    assert job["status"] == "cancelled" and job["stop_reason"] == "cancelled"
+    assert job["model_id"] is None and time.monotonic() - asked < 10
+
+
+def test_a_killed_worker_requeues_then_fails_the_job(server, a9a):
+    job_id = long_job(server, a9a["id"])
+    killed = []
+    for attempt in (1, 2):
+        job = wait_for(
+            server,
+            job_id,
+            lambda j, a=attempt: j["status"] == "running" and j["attempt"] == a and j["progress"],
+        )[-1]
+        with Database(f"sqlite:///{server.data_dir / 'margin.db'}").session() as session:
+            from app.tables import Job
+
+            worker = session.get(Job, job_id).worker
+        pid = int(worker.rpartition(":")[2])
+        assert pid not in killed
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+    job = wait_for(server, job_id, lambda j: j["status"] in TERMINAL, timeout=30)[-1]
+    assert job["status"] == "failed" and job["attempt"] == 2
+    assert "died (signal 9)" in job["error"] and "attempt 2 of 2" in job["error"]
+    # the pool replaced both processes and goes on with other work
+    deadline = time.monotonic() + 60
+    while server.http.get("/readyz").json().get("workers") != 2:
+        assert time.monotonic() < deadline, "the pool did not replace its workers"
+        time.sleep(0.5)
+    quick = server.http.post(
+        "/v1/jobs",
+        json={
+            "dataset_id": a9a["id"],
+            "estimator": "LinearSVR" if not available(server, "LinearSVC") else "LinearSVC",
+            "params": {"max_iter": 3},
+        },
+    ).json()
+    assert (
+        wait_for(server, quick["id"], lambda j: j["status"] in TERMINAL)[-1]["status"]
+        == "succeeded"
+    )
+
+
+@pytest.mark.postgres
+def test_local_pool_on_postgresql(tmp_path):
+    """`margin serve` on PostgreSQL: two workers claim concurrent jobs exactly once each, and a
+    killed worker's job is re-queued, then cancelled."""
+    from sqlalchemy import select
+
+    from app.tables import Job
+    from tests.app.conftest import HEART, ScratchDatabase, postgres_url_or_skip
+
+    scratch = ScratchDatabase(postgres_url_or_skip())
+    srv = Server(tmp_path / "data", scratch.url, job_retries=1, progress_interval_s=0.1)
+    try:
+        srv.wait_ready()
+        dataset = srv.http.post("/v1/datasets", files={"file": ("h", HEART.read_bytes())}).json()
+        quick = [
+            srv.http.post("/v1/jobs", json={"dataset_id": dataset["id"], "params": {"C": c}}).json()
+            for c in (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+        ]
+        for job in quick:
+            done = wait_for(srv, job["id"], lambda j: j["status"] in TERMINAL)[-1]
+            assert done["status"] == "succeeded" and done["attempt"] == 1, done
+        db = Database(scratch.url)
+        with db.session() as session:
+            assert len(set(session.scalars(select(Model.job_id)))) == len(quick)
+        job_id = long_job(srv, dataset["id"])
+        wait_for(srv, job_id, lambda j: j["status"] == "running" and j["progress"])
+        with db.session() as session:
+            pid = int(session.get(Job, job_id).worker.rpartition(":")[2])
+        os.kill(pid, signal.SIGKILL)
+        wait_for(srv, job_id, lambda j: j["attempt"] == 2 and j["status"] == "running")
+        assert srv.http.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+        done = wait_for(srv, job_id, lambda j: j["status"] in TERMINAL, timeout=30)[-1]
+        assert done["status"] == "cancelled"
+        db.dispose()
+    finally:
+        srv.stop()
+        scratch.drop()
+    assert srv.process.returncode == 0, srv.log_path.read_text()[-3000:]

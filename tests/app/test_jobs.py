@@ -1,0 +1,404 @@
+"""Jobs over HTTP and run_job, on SQLite and PostgreSQL: parameter validation (422 naming the
+field, nothing stored), creation with Idempotency-Key, progress records, percent and ETA, the SSE
+stream, cancel, failures, and recovery of jobs whose worker died. A stand-in trainer plays the
+solver here; the end-to-end test trains with the real one."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from sqlalchemy import func, select
+
+from app.services import recovery
+from app.services.model_store import unpack_weights
+from app.services.training import RunContext, run_job
+from app.tables import Job, JobProgress, Model
+from tests.app.conftest import upload
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def count(db, table) -> int:
+    with db.session() as session:
+        return session.scalar(select(func.count()).select_from(table))
+
+
+def context(app, **kwargs) -> RunContext:
+    return RunContext(app.state.settings, app.state.db, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "fragment"),
+    [
+        ({"params": {"C": -1}}, "params.C", "greater than 0 (got -1)"),
+        ({"params": {"Cee": 1}}, "params.Cee", "unknown field"),
+        ({"params": {"loss": "log"}}, "params.loss", "'squared_hinge', 'hinge' or 'squared_error'"),
+        ({"params": {"max_iter": 0}}, "params.max_iter", "greater than or equal to 1"),
+        ({"params": {"tol": "0.1"}}, "params.tol", "valid number"),
+        ({"params": {"class_weight": {"a": 1}}}, "params.class_weight", "numeric class labels"),
+        ({"params": {"class_weight": {"7": 1}}}, "params.class_weight", "not classes"),
+        ({"params": {"multi_class": "ovo"}}, "params.multi_class", "'ovr'"),
+        ({"estimator": "SVC"}, "estimator", "expected one of LinearSVC"),
+        ({"extra": 1}, "extra", "unknown field"),
+    ],
+)
+def test_invalid_jobs_are_422_naming_the_field(
+    client, db, heart, fake_trainer, body, field, fragment
+):
+    fake_trainer()
+    response = client.post("/v1/jobs", json={"dataset_id": heart["id"], **body})
+    assert response.status_code == 422, response.text
+    problem = response.json()
+    assert problem["errors"][0]["field"] == field
+    assert fragment in problem["detail"]
+    assert count(db, Job) == 0
+
+
+def test_unknown_dataset_is_404_and_labels_must_fit(client, db, fake_trainer):
+    fake_trainer()
+    response = client.post("/v1/jobs", json={"dataset_id": "ds_missing"})
+    assert response.status_code == 404 and "dataset_id" in response.json()["detail"]
+    one_class = upload(client, b"1 1:1\n1 2:1\n1 1:2\n").json()
+    response = client.post("/v1/jobs", json={"dataset_id": one_class["id"]})
+    assert response.status_code == 422 and "at least two classes" in response.json()["detail"]
+    real = upload(client, b"0.5 1:1\n1.5 2:1\n2.25 1:2\n").json()
+    response = client.post("/v1/jobs", json={"dataset_id": real["id"]})
+    assert response.status_code == 422 and "real-valued" in response.json()["detail"]
+    assert count(db, Job) == 0
+
+
+def test_create_fills_defaults_and_lists(client, heart, fake_trainer):
+    fake_trainer()
+    response = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"C": 2}})
+    assert response.status_code == 202, response.text
+    job = response.json()
+    assert response.headers["location"] == f"/v1/jobs/{job['id']}"
+    assert job["status"] == "queued" and job["estimator"] == "LinearSVC"
+    assert job["params"]["C"] == 2.0 and job["params"]["tol"] == 0.1
+    assert job["params"]["loss"] == "squared_hinge" and job["params"]["multi_class"] == "ovr"
+    assert job["model_id"] is None and job["progress"] is None and job["attempt"] == 0
+    assert client.get(f"/v1/jobs/{job['id']}").json()["id"] == job["id"]
+    assert [j["id"] for j in client.get("/v1/jobs?status=queued").json()["items"]] == [job["id"]]
+    assert client.get("/v1/jobs?status=running").json()["items"] == []
+    assert client.get("/v1/jobs?status=bogus").status_code == 422
+    assert client.get("/v1/jobs/job_missing").status_code == 404
+
+
+def test_job_idempotency_key(client, db, heart, fake_trainer):
+    fake_trainer()
+    body = {"dataset_id": heart["id"], "params": {"C": 3}}
+    first = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k1"})
+    again = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k1"})
+    assert again.status_code == 202 and again.json()["id"] == first.json()["id"]
+    assert again.headers["idempotent-replayed"] == "true"
+    changed = client.post(
+        "/v1/jobs", json={**body, "params": {"C": 4}}, headers={"Idempotency-Key": "k1"}
+    )
+    assert changed.status_code == 422 and "different request body" in changed.json()["detail"]
+    assert count(db, Job) == 1
+
+
+def test_run_job_records_progress_and_stores_the_model(app, client, db, heart, fake_trainer):
+    fake = fake_trainer(n_iter=6)
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 2e-4}}).json()
+    assert run_job(job["id"], context(app, worker_id="test:1")) == "succeeded"
+    assert run_job(job["id"], context(app)) is None  # already done: not run twice
+    assert fake.calls == 1
+    done = client.get(f"/v1/jobs/{job['id']}").json()
+    assert done["status"] == "succeeded" and done["stop_reason"] == "converged"
+    assert done["converged"] is True and done["percent"] == 100.0 and done["attempt"] == 1
+    assert done["started_at"] <= done["finished_at"] and done["error"] is None
+    records = client.get(f"/v1/jobs/{job['id']}/progress").json()["items"]
+    assert [r["iteration"] for r in records] == [1, 2, 3, 4, 5]
+    gaps = [r["gap"] for r in records]
+    assert gaps == sorted(gaps, reverse=True) and records[0]["M"] == gaps[0] / 2
+    assert done["progress"] == records[-1]
+    page = client.get(f"/v1/jobs/{job['id']}/progress?limit=2").json()
+    assert len(page["items"]) == 2 and page["next"]
+    with db.session() as session:
+        model = session.get(Model, done["model_id"])
+        coef, intercept = unpack_weights(model.weights)
+    assert model.job_id == job["id"] and model.classes == [-1.0, 1.0] and model.kind == "classifier"
+    assert (model.n_features, model.zero_based) == (13, False)
+    assert coef.shape == (1, 13) and intercept.tolist() == [0.5]
+    assert model.train_accuracy is not None and model.n_iter == 5
+
+
+def test_percent_and_eta_while_running(app, client, heart, fake_trainer):
+    fake_trainer(n_iter=8, delay=0.05)
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-9}}).json()
+    seen = []
+    runner = threading.Thread(target=run_job, args=(job["id"], context(app)))
+    runner.start()
+    while runner.is_alive():
+        seen.append(client.get(f"/v1/jobs/{job['id']}").json())
+        time.sleep(0.02)
+    running = [s for s in seen if s["status"] == "running" and s["progress"]]
+    assert running, "never saw the job running with progress"
+    percents = [s["percent"] for s in running]
+    assert percents == sorted(percents) and 0 < percents[-1] < 100
+    assert all(s["eta_s"] is None or s["eta_s"] >= 0 for s in running)
+    done = client.get(f"/v1/jobs/{job['id']}").json()
+    assert done["status"] == "succeeded" and done["stop_reason"] == "max_iter"
+
+
+def test_events_stream_progress_then_end(app, client, heart, fake_trainer):
+    fake_trainer(n_iter=4)
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-9}}).json()
+    run_job(job["id"], context(app))
+    with client.stream("GET", f"/v1/jobs/{job['id']}/events") as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        text = "".join(response.iter_text())
+    events = [block for block in text.replace("\r\n", "\n").split("\n\n") if block.strip()]
+    kinds = [
+        line.split(": ", 1)[1]
+        for b in events
+        for line in b.split("\n")
+        if line.startswith("event:")
+    ]
+    assert kinds == ["progress"] * 4 + ["end"]
+    last = json.loads(events[-1].split("data: ", 1)[1])
+    assert last["status"] == "succeeded"
+
+
+def test_cancel_queued_and_finished(client, heart, fake_trainer):
+    fake_trainer()
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()
+    response = client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert response.status_code == 200
+    assert (
+        response.json()["status"] == "cancelled" and response.json()["stop_reason"] == "cancelled"
+    )
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+    assert client.post("/v1/jobs/job_missing/cancel").status_code == 404
+
+
+def test_cancel_running_stops_within_an_iteration(app, client, db, heart, fake_trainer):
+    fake = fake_trainer(n_iter=10_000, delay=0.01)
+    job = client.post(
+        "/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-300}}
+    ).json()
+    result = {}
+    runner = threading.Thread(target=lambda: result.update(s=run_job(job["id"], context(app))))
+    runner.start()
+    deadline = time.monotonic() + 30
+    while client.get(f"/v1/jobs/{job['id']}").json()["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    response = client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert response.status_code == 202 and response.json()["cancel_requested"] is True
+    asked = time.monotonic()
+    runner.join(30)
+    assert result["s"] == "cancelled" and time.monotonic() - asked < 2.0
+    done = client.get(f"/v1/jobs/{job['id']}").json()
+    assert done["status"] == "cancelled" and done["model_id"] is None
+    assert fake.calls == 1 and count(db, Model) == 0
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+
+
+def test_finished_job_cannot_be_cancelled(app, client, heart, fake_trainer):
+    fake_trainer()
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()
+    run_job(job["id"], context(app))
+    response = client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert response.status_code == 409 and "succeeded" in response.json()["detail"]
+
+
+def test_solver_errors_fail_the_job_with_a_message(app, client, db, heart, fake_trainer):
+    fake_trainer(fail=ValueError("C_i must be finite, got nan"))
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()
+    assert run_job(job["id"], context(app)) == "failed"
+    done = client.get(f"/v1/jobs/{job['id']}").json()
+    assert done["status"] == "failed" and done["error"] == "ValueError: C_i must be finite, got nan"
+    assert "Traceback" not in done["error"] and count(db, Model) == 0
+
+
+def test_shutdown_releases_the_running_job(app, client, db, heart, fake_trainer):
+    fake_trainer(n_iter=10_000, delay=0.01)
+    job = client.post(
+        "/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-300}}
+    ).json()
+    ctx = context(app)
+    runner = threading.Thread(target=run_job, args=(job["id"], ctx))
+    runner.start()
+    while client.get(f"/v1/jobs/{job['id']}").json()["progress"] is None:
+        time.sleep(0.01)
+    ctx.shutdown.set()
+    runner.join(30)
+    released = client.get(f"/v1/jobs/{job['id']}").json()
+    assert released["status"] == "queued" and released["attempt"] == 0
+    assert client.get(f"/v1/jobs/{job['id']}/progress").json()["items"] == []
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_jobs_of_a_dead_worker_fail_or_are_requeued(app, client, db, heart, fake_trainer, retries):
+    fake_trainer()
+    settings = app.state.settings.model_copy(update={"job_retries": retries})
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()
+    with db.write() as session:  # as if a worker on this host claimed it and was then killed
+        row = session.get(Job, job["id"])
+        row.status, row.attempt = "running", 1
+        import socket
+
+        row.worker = f"{socket.gethostname()}:999999999"
+    outcome = recovery.sweep_orphaned_jobs(db, settings)
+    after = client.get(f"/v1/jobs/{job['id']}").json()
+    if retries:
+        assert outcome == {job["id"]: "queued"} and after["status"] == "queued"
+        assert run_job(job["id"], context(app)) == "succeeded"
+        assert client.get(f"/v1/jobs/{job['id']}").json()["attempt"] == 2
+    else:
+        assert outcome == {job["id"]: "failed"} and after["status"] == "failed"
+        assert "worker process" in after["error"] and after["finished_at"]
+
+
+def test_stalled_heartbeat_is_recovered(app, client, db, heart, fake_trainer):
+    fake_trainer()
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()
+    from datetime import timedelta
+
+    from app.tables import utcnow
+
+    with db.write() as session:
+        row = session.get(Job, job["id"])
+        row.status, row.attempt, row.worker = "running", 1, "elsewhere:12"
+        row.heartbeat_at = utcnow() - timedelta(seconds=600)
+    assert recovery.sweep_orphaned_jobs(db, app.state.settings) == {job["id"]: "failed"}
+    assert "no heartbeat" in client.get(f"/v1/jobs/{job['id']}").json()["error"]
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(JobProgress)) == 0
+
+
+def test_validation_dataset_is_scored_in_the_training_numbering(app, client, db, fake_trainer):
+    fake_trainer()
+    train = upload(client, b"1 1:1 2:1\n-1 3:1\n1 1:2\n-1 3:2\n").json()
+    # zero-based ids of the same features would be a 422; a wider one-based file is cut to size
+    zero = upload(client, b"1 0:1\n-1 2:1\n").json()
+    response = client.post(
+        "/v1/jobs", json={"dataset_id": train["id"], "validation_dataset_id": zero["id"]}
+    )
+    assert response.status_code == 422 and "index 0" in response.json()["detail"]
+    wide = upload(client, b"1 1:1 9:5\n-1 3:1\n").json()
+    job = client.post(
+        "/v1/jobs", json={"dataset_id": train["id"], "validation_dataset_id": wide["id"]}
+    ).json()
+    assert run_job(job["id"], context(app)) == "succeeded"
+    done = client.get(f"/v1/jobs/{job['id']}").json()
+    with db.session() as session:
+        model = session.get(Model, done["model_id"])
+    # fake weights w = (0, 0.1, 0.2) and intercept 0.5: both validation rows score > 0 -> label 1
+    assert model.validation_accuracy == 0.5 and model.train_accuracy == 0.5
+
+
+def test_deleting_a_dataset_keeps_finished_jobs_and_models(app, client, db, heart, fake_trainer):
+    fake_trainer()
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()
+    run_job(job["id"], context(app))
+    assert client.delete(f"/v1/datasets/{heart['id']}").status_code == 204
+    kept = client.get(f"/v1/jobs/{job['id']}").json()
+    assert kept["dataset_id"] is None and kept["model_id"] is not None
+    assert count(db, Model) == 1
+
+
+def test_align_columns_renumbers_between_index_bases():
+    import numpy as np
+    import scipy.sparse as sp
+
+    from app.services.dataset_files import align_columns
+
+    # raw indices 1 and 3 in a one-based file are columns 0 and 2
+    X = sp.csr_matrix((np.array([1.0, 2.0]), np.array([0, 2]), np.array([0, 2])), shape=(1, 3))
+    as_zero = align_columns(X, zero_based=False, to_zero_based=True, to_n_features=4)
+    assert as_zero.toarray().tolist() == [[0.0, 1.0, 0.0, 2.0]]
+    cut = align_columns(X, zero_based=False, to_zero_based=False, to_n_features=2)
+    assert cut.toarray().tolist() == [[1.0, 0.0]]
+    Z = sp.csr_matrix(np.array([[5.0, 0.0, 1.0]]))
+    with pytest.raises(ValueError, match="index 0"):
+        align_columns(Z, zero_based=True, to_zero_based=False, to_n_features=3)
+
+
+def test_concurrent_requests_with_one_key_create_one_job(app, client, db, heart, fake_trainer):
+    from app.schemas.jobs import JobCreate
+    from app.services import jobs as service
+
+    fake_trainer()
+    body = JobCreate(dataset_id=heart["id"], params={"C": 5})
+    barrier = threading.Barrier(4)
+    results = []
+
+    def create():
+        barrier.wait()
+        results.append(service.create_job(db, app.state.queue, body, "same-key"))
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len({job.id for job, _ in results}) == 1
+    assert sorted(created for _, created in results) == [False, False, False, True]
+    assert count(db, Job) == 1
+
+
+STRUCTURAL = b"1 qid:1 1:1 2:0.5\n0.5 qid:1 2:1\n1 qid:2 1:-1 3:1\n2 qid:2 3:0.5\n1 qid:3 2:1 3:1\n"
+
+
+@pytest.mark.parametrize(
+    ("estimator", "params", "content"),
+    [
+        ("LinearSVC", {"C": 0.5, "loss": "hinge"}, None),
+        (
+            "LinearSVC",
+            {"multi_class": "crammer_singer"},
+            b"1 1:1\n2 2:1\n3 3:1\n1 1:0.9\n2 2:1.1\n3 3:0.8\n",
+        ),
+        ("LinearSVR", {"epsilon": 0.1}, None),
+        ("structural", {"C": 2.0}, STRUCTURAL),
+    ],
+    ids=["svc-binary", "svc-crammer-singer", "svr", "structural"],
+)
+def test_real_trainers_store_what_the_solver_returns(
+    app, client, db, heart, estimator, params, content
+):
+    """run_job with the real solvers: the stored weights equal a direct call's."""
+    import numpy as np
+
+    import solvers
+    from app.services.datasets import load_dataset
+    from app.tables import Dataset
+
+    dataset = heart if content is None else upload(client, content).json()
+    job = client.post(
+        "/v1/jobs", json={"dataset_id": dataset["id"], "estimator": estimator, "params": params}
+    )
+    assert job.status_code == 202, job.text
+    assert run_job(job.json()["id"], context(app)) == "succeeded"
+    done = client.get(f"/v1/jobs/{job.json()['id']}").json()
+    with db.session() as session:
+        model = session.get(Model, done["model_id"])
+        X, y, qid = load_dataset(app.state.settings, session.get(Dataset, dataset["id"]))
+    coef, intercept = unpack_weights(model.weights)
+    if estimator == "structural":
+        expected = solvers.fit_structural(X, y, qid, **params).w
+        kind = "regressor"
+    else:
+        direct = getattr(solvers, estimator)(**params).fit(X, y)
+        expected = direct.coef_
+        kind = "classifier" if estimator == "LinearSVC" else "regressor"
+        np.testing.assert_allclose(intercept, np.ravel(direct.intercept_), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(coef, np.atleast_2d(expected), rtol=1e-10, atol=1e-12)
+    assert model.kind == kind and model.estimator == estimator
+    assert done["progress"] is not None and model.n_iter >= 1
+
+
+def test_structural_online_mode_is_refused_for_now(client, db):
+    dataset = upload(client, STRUCTURAL).json()
+    response = client.post(
+        "/v1/jobs",
+        json={"dataset_id": dataset["id"], "estimator": "structural", "params": {"online": True}},
+    )
+    assert response.status_code == 422 and response.json()["errors"][0]["field"] == "params.online"
+    assert count(db, Job) == 0

@@ -1,0 +1,185 @@
+"""The Dockerfile: hadolint clean, and the properties the deployment relies on."""
+
+import http.server
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.deploy.conftest import ROOT, venv_tool
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    pairs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            pairs.append((keyword.upper(), rest.strip()))
+    return pairs
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for keyword, rest in instructions():
+        if keyword == "FROM":
+            result.append([])
+        result[-1].append((keyword, rest))
+    return result
+
+
+def test_hadolint_reports_nothing():
+    hadolint = venv_tool("hadolint")
+    # The strictest threshold: even `info` findings fail, so none is left unexplained.
+    proc = subprocess.run(
+        [hadolint, "--no-color", "--failure-threshold", "info", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == ""
+
+
+def test_hadolint_is_not_silenced():
+    # Findings are fixed, not ignored: no inline ignore pragmas and no config that ignores rules.
+    assert "hadolint ignore" not in DOCKERFILE.read_text()
+    config = ROOT / ".hadolint.yaml"
+    if config.exists():
+        assert "ignored" not in config.read_text()
+
+
+def test_multi_stage_on_python_311_slim():
+    froms = [rest for keyword, rest in instructions() if keyword == "FROM"]
+    assert len(froms) >= 2, froms
+    assert all(f.split()[0] == "python:3.11-slim" for f in froms), froms
+    assert any("COPY --from=" in f"{k} {r}" for k, r in stages()[-1]), "runtime copies the build"
+
+
+def test_runtime_stage_runs_as_a_non_root_user():
+    final = stages()[-1]
+    users = [rest for keyword, rest in final if keyword == "USER"]
+    assert users, "the runtime stage sets no USER"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0"), users
+    # The kernels are compiled after switching user, so the cache belongs to that user.
+    keywords = [k for k, _ in final]
+    warm = next(i for i, (k, r) in enumerate(final) if k == "RUN" and "warm_kernels" in r)
+    assert keywords.index("USER") < warm
+
+
+def test_numba_cache_is_writable_and_warmed():
+    final = stages()[-1]
+    env = " ".join(rest for keyword, rest in final if keyword == "ENV")
+    match = re.search(r"NUMBA_CACHE_DIR=(\S+)", env)
+    assert match, "NUMBA_CACHE_DIR is not set in the runtime stage"
+    cache = match.group(1)
+    chown = [r for k, r in final if k == "RUN" and "chown" in r]
+    assert chown and cache in chown[0], "the cache directory is not handed to the runtime user"
+
+
+def test_healthcheck_runs_the_probe_script():
+    checks = [rest for keyword, rest in instructions() if keyword == "HEALTHCHECK"]
+    assert len(checks) == 1
+    assert '["python", "/app/scripts/healthcheck.py"]' in checks[0]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    status_for = {"/healthz": 200}
+
+    def do_GET(self):
+        self.send_response(self.status_for.get(self.path, 404))
+        self.end_headers()
+        self.wfile.write(b'{"status": "ok"}')
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("status, expected_rc", [(200, 0), (503, 1)])
+def test_healthcheck_script_follows_healthz(status, expected_rc, monkeypatch):
+    monkeypatch.setattr(_Handler, "status_for", {"/healthz": status})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = {**os.environ, "PORT": str(server.server_address[1])}
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "healthcheck.py")], env=env, timeout=30
+        )
+    finally:
+        server.shutdown()
+    assert proc.returncode == expected_rc
+
+
+def test_healthcheck_script_fails_when_nothing_listens():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PORT": str(port)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "healthcheck.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 1
+    assert f"127.0.0.1:{port}/healthz" in proc.stderr
+
+
+def test_one_image_for_every_role():
+    pairs = dict(instructions())
+    assert pairs["ENTRYPOINT"] == '["margin"]'
+    assert pairs["CMD"] == '["api"]'
+
+
+def test_dependencies_come_from_pyproject():
+    """The list the image installs equals the service extra of pyproject.toml, expanded."""
+    import tomllib
+
+    proc = subprocess.run(
+        [sys.executable, "scripts/requirements_from_pyproject.py", "pyproject.toml", "service"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    listed = proc.stdout.split()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    expected = list(project["dependencies"])
+    for extra in ("sklearn", "service"):
+        expected += [r for r in extras[extra] if not r.startswith("margin[")]
+    assert sorted(listed) == sorted(set(expected))
+    assert not any(r.startswith("margin") for r in listed)
+
+
+def test_requirements_script_rejects_an_unknown_extra():
+    proc = subprocess.run(
+        [sys.executable, "scripts/requirements_from_pyproject.py", "pyproject.toml", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0
+    assert "extra 'nope' not in pyproject.toml" in proc.stderr
+
+
+@pytest.mark.parametrize("path", ["solvers", "app", "migrations", "pyproject.toml", "README.md"])
+def test_build_context_keeps_what_the_image_needs(path):
+    ignored = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert path not in ignored
+    for copied in ("scripts/warm_kernels.py", "scripts/healthcheck.py"):
+        assert not any(copied.startswith(p.rstrip("/")) for p in ignored)

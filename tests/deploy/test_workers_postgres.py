@@ -1,0 +1,227 @@
+"""The procrastinate backend on a real PostgreSQL: `margin worker` processes, as deployed.
+
+Each module gets a fresh database migrated by our Alembic history (which also installs the queue's
+schema). Jobs are created through the same service function the API calls, so the job row and its
+queue entry commit together; workers are real `margin worker` subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+
+import pytest
+from sqlalchemy import func, select, text
+
+from app import migrate
+from app.config import Settings
+from app.db import Database
+from app.queue_procrastinate import ProcrastinateQueue
+from app.schemas.jobs import JobCreate
+from app.services.datasets import import_file
+from app.services.jobs import cancel_job, create_job
+from app.tables import Job, JobProgress, Model, Worker
+from tests.deploy.cluster import FreshDatabase, Processes, wait_for, write_regression_file
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+# A job that keeps the solver busy until its time limit (an unreachable tolerance).
+LONG = {"tol": 1e-12, "max_iter": 10_000_000, "time_limit": 30.0}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    database = FreshDatabase()
+    root = tmp_path_factory.mktemp("cluster")
+    env = {
+        "DATABASE_URL": database.url,
+        "DATA_DIR": str(root / "data"),
+        "WORKER_BACKEND": "procrastinate",
+        "WORKER_CONCURRENCY": "1",
+        "SOLVER_THREADS": "1",
+        "JOB_RETRIES": "1",
+        "JOB_STALL_S": "10",
+        "PROGRESS_INTERVAL_S": "0.1",
+        "WORKER_SHUTDOWN_TIMEOUT_S": "1",
+    }
+    migrate.upgrade(database.url)
+    settings = Settings(database_url=database.url, data_dir=root / "data")
+    settings.ensure_dirs()
+    db = Database(database.url)
+    datasets = {}
+    for name, rows, cols in (("small", 300, 10), ("large", 4000, 30), ("long", 20000, 40)):
+        path = write_regression_file(root / f"{name}.svm", rows, cols, seed=rows)
+        datasets[name] = import_file(db, settings, path, name)[0].id
+    procs = Processes(root, env)
+    try:
+        yield Cluster(db, datasets, procs)
+    finally:
+        procs.close()
+        db.dispose()
+        database.drop()
+
+
+class Cluster:
+    def __init__(self, db: Database, datasets: dict[str, str], procs: Processes):
+        self.db, self.datasets, self.procs = db, datasets, procs
+        self.queue = ProcrastinateQueue()
+
+    def submit(self, dataset: str, **params) -> str:
+        body = JobCreate(dataset_id=self.datasets[dataset], estimator="LinearSVR", params=params)
+        return create_job(self.db, self.queue, body, None)[0].id
+
+    def workers(self, n: int, **env: str):
+        started = [
+            self.procs.start("worker", name=f"worker-{i}-{os.urandom(2).hex()}", **env)
+            for i in range(n)
+        ]
+        ids = {f"{socket.gethostname()}:{p.pid}" for p in started}
+
+        def registered():
+            with self.db.session() as session:
+                return ids <= set(session.scalars(select(Worker.id)))
+
+        wait_for(registered, 60, f"{n} workers to register")
+        return started
+
+    def job(self, job_id: str) -> Job:
+        with self.db.session() as session:
+            return session.get(Job, job_id)
+
+    def wait_terminal(self, job_ids, timeout: float):
+        def done():
+            with self.db.session() as session:
+                statuses = session.scalars(select(Job.status).where(Job.id.in_(job_ids))).all()
+            return all(s in TERMINAL for s in statuses) and len(statuses) == len(job_ids)
+
+        wait_for(done, timeout, f"{len(job_ids)} jobs to end", every=0.2)
+
+    def entries(self, job_id: str) -> list[str]:
+        """Statuses of the job's queue entries (successful ones are deleted)."""
+        with self.db.session() as session:
+            return list(
+                session.scalars(
+                    text("SELECT status::text FROM procrastinate_jobs WHERE lock = :j"),
+                    {"j": job_id},
+                )
+            )
+
+    def stop_all(self, started, sig=signal.SIGTERM):
+        for proc in started:
+            Processes.stop(proc, sig)
+
+
+def test_enqueue_commits_with_the_job_row(cluster):
+    job_id = cluster.submit("small")
+    assert cluster.entries(job_id) == ["todo"]
+    # A failed transaction leaves neither the row nor the entry.
+    with pytest.raises(RuntimeError), cluster.db.write() as session:
+        cluster.queue.enqueue(session, "job_never_committed")
+        raise RuntimeError("rollback")
+    assert cluster.entries("job_never_committed") == []
+    cancel_job(cluster.db, cluster.queue, job_id)  # leave no queued entry for later tests
+    assert cluster.entries(job_id) == ["cancelled"]
+
+
+def test_forty_mixed_jobs_on_four_workers_run_exactly_once(cluster):
+    started = cluster.workers(4)
+    sizes = ["large" if i % 5 == 0 else "small" for i in range(40)]
+    job_ids = [cluster.submit(size, max_iter=200) for size in sizes]
+    cluster.wait_terminal(job_ids, timeout=150)
+    with cluster.db.session() as session:
+        jobs = session.scalars(select(Job).where(Job.id.in_(job_ids))).all()
+        models = session.execute(
+            select(Model.job_id, func.count())
+            .where(Model.job_id.in_(job_ids))
+            .group_by(Model.job_id)
+        ).all()
+        attempts = session.execute(
+            select(JobProgress.job_id, func.max(JobProgress.attempt))
+            .where(JobProgress.job_id.in_(job_ids))
+            .group_by(JobProgress.job_id)
+        ).all()
+    assert sorted(j.status for j in jobs) == ["succeeded"] * 40, [j.error for j in jobs]
+    assert all(j.attempt == 1 for j in jobs), [j.attempt for j in jobs]
+    assert dict(models) == {job_id: 1 for job_id in job_ids}
+    assert all(max_attempt == 1 for _, max_attempt in attempts)
+    assert len({j.worker for j in jobs}) >= 2, "the jobs were not spread over the workers"
+    for job_id in job_ids:
+        assert cluster.entries(job_id) == [], "a queue entry was left behind"
+    cluster.stop_all(started)
+
+
+def test_sigkill_mid_job_is_retried_on_another_worker(cluster):
+    started = cluster.workers(2, JOB_STALL_S="2")
+    job_id = cluster.submit("long", **{**LONG, "time_limit": 2.5})
+
+    def first_progress():
+        job = cluster.job(job_id)
+        return job.status == "running" and job.progress is not None and job
+
+    victim_id = wait_for(first_progress, 60, "the job to report progress").worker
+    victim = next(p for p in started if victim_id.endswith(f":{p.pid}"))
+    Processes.stop(victim, signal.SIGKILL)
+    cluster.wait_terminal([job_id], timeout=90)
+    job = cluster.job(job_id)
+    assert job.status == "succeeded", job.error
+    assert job.attempt == 2
+    assert job.worker != victim_id
+    with cluster.db.session() as session:
+        assert session.scalar(select(func.count()).where(Model.job_id == job_id)) == 1
+        attempts = session.scalars(
+            select(JobProgress.attempt).where(JobProgress.job_id == job_id).distinct()
+        ).all()
+    assert sorted(attempts) == [1, 2], "both attempts should have reported progress"
+    assert cluster.entries(job_id) == []
+    cluster.stop_all([p for p in started if p is not victim])
+
+
+def test_cancel_queued_and_running(cluster):
+    (worker,) = cluster.workers(1)
+    running = cluster.submit("long", **LONG)
+    wait_for(lambda: cluster.job(running).status == "running", 60, "the first job to start")
+    queued = cluster.submit("small")  # the only worker is busy: this one waits in the queue
+    assert cluster.job(queued).status == "queued"
+
+    cancel_job(cluster.db, cluster.queue, queued)
+    assert cluster.entries(queued) == ["cancelled"]
+    cancel_job(cluster.db, cluster.queue, running)
+    cluster.wait_terminal([running], timeout=20)
+    job = cluster.job(running)
+    assert (job.status, job.stop_reason) == ("cancelled", "cancelled")
+    assert job.model_id is None
+
+    # The worker is free now and still never starts the cancelled queued job.
+    other = cluster.submit("small", max_iter=50)
+    cluster.wait_terminal([other], timeout=60)
+    job = cluster.job(queued)
+    assert (job.status, job.attempt, job.started_at) == ("cancelled", 0, None)
+    cluster.stop_all([worker])
+
+
+def test_sigterm_releases_the_running_job_for_another_worker(cluster):
+    started = cluster.workers(2)
+    job_id = cluster.submit("long", **{**LONG, "time_limit": 3.0})
+    holder_id = wait_for(
+        lambda: cluster.job(job_id).progress is not None and cluster.job(job_id).worker,
+        60,
+        "the job to run",
+    )
+    holder = next(p for p in started if holder_id.endswith(f":{p.pid}"))
+    other = next(p for p in started if p is not holder)
+    # WORKER_SHUTDOWN_TIMEOUT_S=1 is shorter than the job: it is released, not finished.
+    assert Processes.stop(holder, signal.SIGTERM, timeout=30) == 0
+    assert f"job {job_id} released at worker shutdown" in cluster.procs.log(holder)
+    cluster.wait_terminal([job_id], timeout=60)
+    job = cluster.job(job_id)
+    # A release is not an attempt: the one run that counted is the other worker's.
+    assert (job.status, job.attempt) == ("succeeded", 1), job.error
+    assert job.worker.endswith(f":{other.pid}")
+    with cluster.db.session() as session:
+        attempts = session.scalars(
+            select(JobProgress.attempt).where(JobProgress.job_id == job_id).distinct()
+        ).all()
+    assert attempts == [1], "the released run's progress should have been discarded"
+    cluster.stop_all([other])

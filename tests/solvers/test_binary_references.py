@@ -1,0 +1,92 @@
+"""solve_binary against LIBLINEAR (liblinear-official) and scikit-learn's LinearSVC."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from liblinear.liblinear import liblinear, parameter, problem, toPyModel
+
+from solvers.binary import solve_binary
+from tests.solvers._binary_helpers import load, primal, synthetic, w_tilde_of
+
+SOLVER = {"hinge": 3, "squared_hinge": 1}
+
+
+def liblinear_w_tilde(X, y, options, bias):
+    """[w, w_bias] of a LIBLINEAR binary model, oriented so that +1 is the positive class."""
+    prob = problem(y, sp.csr_matrix(X, dtype=np.float64))
+    prob.set_bias(bias if bias > 0 else -1)
+    param = parameter(options + f" -B {bias if bias > 0 else -1} -q")
+    liblinear.set_print_string_function(param.print_func)
+    model = toPyModel(liblinear.train(prob, param))
+    n_w = model.get_nr_feature() + (1 if bias > 0 else 0)
+    w = np.ctypeslib.as_array(model.w, shape=(n_w,)).copy()
+    return w if model.get_labels()[0] == 1 else -w
+
+
+@pytest.mark.parametrize("name", ["heart_scale", "breast-cancer", "a9a", "reuters-money-fx"])
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_default_tol_primal_within_a_tenth_of_a_percent(name, loss):
+    X, y = load(name)
+    C = 0.5
+    ours = solve_binary(X, y, loss=loss, C=C, bias=1.0)
+    ref = liblinear_w_tilde(X, y, f"-s {SOLVER[loss]} -c {C} -e 0.1", 1.0)
+    p_ref = primal(X, y, ref, C, loss, 1.0)
+    # both stop early at tol 0.1; ours may land lower (better), never more than 0.1% higher
+    assert ours.primal <= p_ref * (1 + 1e-3)
+    assert ours.primal >= p_ref * (1 - 5e-3)
+
+
+@pytest.mark.parametrize("name", ["heart_scale", "breast-cancer", "reuters-money-fx"])
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_tight_tol_never_worse_than_liblinear(name, loss):
+    X, y = load(name)
+    tol = 1e-7 if loss == "hinge" else 1e-6
+    ours = solve_binary(X, y, loss=loss, C=1.0, bias=1.0, tol=tol, max_iter=100_000)
+    ref = liblinear_w_tilde(X, y, f"-s {SOLVER[loss]} -c 1 -e {tol}", 1.0)
+    p_ref = primal(X, y, ref, 1.0, loss, 1.0)
+    assert ours.primal <= p_ref * (1 + 1e-9)
+    if loss == "squared_hinge":
+        # LIBLINEAR's primal Newton method (-s 2) converges to the optimum: we match it
+        newton = liblinear_w_tilde(X, y, "-s 2 -c 1 -e 1e-8", 1.0)
+        assert ours.primal == pytest.approx(primal(X, y, newton, 1.0, loss, 1.0), rel=1e-6)
+        np.testing.assert_allclose(w_tilde_of(ours, 1.0), newton, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_class_weights_match_liblinear_wi(loss):
+    # -w1 3 -w-1 0.5: C_i = C · weight(y_i)
+    X, y = load("breast-cancer")
+    C = np.where(y > 0, 3.0, 0.5) * 0.7
+    tol = 1e-7 if loss == "hinge" else 1e-6
+    ours = solve_binary(X, y, loss=loss, C=C, bias=1.0, tol=tol, max_iter=100_000)
+    if loss == "squared_hinge":
+        ref = liblinear_w_tilde(X, y, "-s 2 -c 0.7 -w1 3 -w-1 0.5 -e 1e-8", 1.0)
+        assert ours.primal == pytest.approx(primal(X, y, ref, C, loss, 1.0), rel=1e-6)
+    else:
+        ref = liblinear_w_tilde(X, y, f"-s 3 -c 0.7 -w1 3 -w-1 0.5 -e {tol}", 1.0)
+        p_ref = primal(X, y, ref, C, loss, 1.0)
+        assert ours.primal <= p_ref * (1 + 1e-9)
+        assert ours.primal == pytest.approx(p_ref, rel=1e-4)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+@pytest.mark.parametrize("tol", [0.1, 1e-6])
+def test_sample_weights_match_scikit_learn(loss, tol):
+    from sklearn.svm import LinearSVC
+
+    X, y = synthetic(n=400, d=30, seed=7)
+    sw = np.random.default_rng(1).uniform(0.0, 3.0, size=y.shape)
+    sw[:20] = 0.0
+    C = 0.3
+    ref = LinearSVC(C=C, loss=loss, dual=True, tol=tol, max_iter=1_000_000)
+    ref.fit(X, y, sample_weight=sw)
+    p_ref = primal(X, y, np.append(ref.coef_.ravel(), ref.intercept_[0]), C * sw, loss, 1.0)
+    ours = solve_binary(
+        X, y, loss=loss, C=C * sw, bias=1.0, tol=tol / 10 if tol < 0.1 else tol, max_iter=1_000_000
+    )
+    if tol < 0.1:
+        assert ours.primal <= p_ref * (1 + 1e-9)
+        assert ours.primal == pytest.approx(p_ref, rel=1e-6)
+    else:
+        assert ours.primal == pytest.approx(p_ref, rel=1e-3)
+    np.testing.assert_array_equal(ours.alpha[:20], 0.0)

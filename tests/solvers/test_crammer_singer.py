@@ -1,0 +1,182 @@
+"""Crammer–Singer by the sequential dual method against LIBLINEAR -s 4, scikit-learn, a QP."""
+
+import numpy as np
+import osqp
+import pytest
+import scipy.sparse as sp
+from liblinear import liblinearutil
+
+from solvers.binary import solve_binary
+from solvers.crammer_singer import solve_crammer_singer
+from solvers.progress import Status
+from tests.solvers.multiclass_data import (
+    accuracy,
+    blobs,
+    cs_primal,
+    liblinear_weights,
+    load,
+)
+
+
+def liblinear_cs(X, labels, classes, C, bias, tol):
+    args = f"-s 4 -c {C} -e {tol} -q" + (f" -B {bias}" if bias > 0 else "")
+    model = liblinearutil.train(labels, X, args)
+    return liblinear_weights(model, classes, X.shape[1], bias)
+
+
+@pytest.mark.parametrize("name", ["iris", "wine", "vowel", "segment", "dna", "pendigits"])
+def test_primal_matches_liblinear(name):
+    X, labels, y, classes = load(name)
+    k = len(classes)
+    tol = 1e-4
+    ours = solve_crammer_singer(X, y, k, C=1.0, bias=1.0, tol=tol, max_iter=100_000)
+    assert ours.status is Status.CONVERGED
+    W, b = liblinear_cs(X, labels, classes, 1.0, 1.0, tol)
+    reference = cs_primal(X, y, W, b, 1.0, 1.0)
+    assert ours.primal == pytest.approx(cs_primal(X, y, ours.w, ours.bias, 1.0, 1.0), rel=1e-10)
+    assert abs(ours.primal - reference) <= 1e-5 * reference
+    # the dual objective certifies both: neither primal is below it
+    assert -ours.dual <= min(ours.primal, reference) * (1 + 1e-12)
+
+
+def test_primal_matches_liblinear_without_bias_float32():
+    X, labels, y, classes = load("dna")
+    X32 = X.astype(np.float32)
+    ours = solve_crammer_singer(X32, y, 3, C=0.5, bias=0.0, tol=1e-4, max_iter=100_000)
+    W, b = liblinear_cs(X, labels, classes, 0.5, 0.0, 1e-4)
+    reference = cs_primal(X, y, W, b, 0.5, 0.0)
+    assert np.all(ours.bias == 0.0)
+    assert abs(ours.primal - reference) <= 1e-5 * reference
+
+
+def test_matches_scikit_learn_crammer_singer():
+    from sklearn.svm import LinearSVC
+
+    X, _, y, _ = load("wine")
+    ours = solve_crammer_singer(X, y, 3, C=0.3, bias=1.0, tol=1e-5, max_iter=100_000)
+    skl = LinearSVC(multi_class="crammer_singer", C=0.3, tol=1e-5, max_iter=100_000)
+    skl.fit(X, y)
+    theirs = cs_primal(X, y, skl.coef_, skl.intercept_, 0.3, 1.0)
+    assert ours.primal == pytest.approx(theirs, rel=1e-5)
+    np.testing.assert_allclose(ours.w, skl.coef_, atol=2e-3)
+
+
+def test_qp_optimum_on_small_problem():
+    X, y = blobs(80, 6, 4, seed=3)
+    C, bias = 0.4, 1.0
+    ours = solve_crammer_singer(X, y, 4, C=C, bias=bias, tol=1e-9, max_iter=100_000)
+    assert ours.primal == pytest.approx(_qp_cs_primal(X, y, 4, C, bias), rel=1e-6)
+    assert ours.primal + ours.dual <= 1e-7 * ours.primal
+
+
+def _qp_cs_primal(X, y, k, C, bias):
+    n = X.shape[0]
+    Xt = np.hstack([X.toarray(), np.full((n, 1), bias)])
+    d = Xt.shape[1]
+    nv = k * d + n
+    P = sp.block_diag([sp.eye(k * d), sp.csc_matrix((n, n))], format="csc")
+    q = np.r_[np.zeros(k * d), np.full(n, C)]
+    rows = []
+    for i in range(n):
+        for m in range(k):
+            if m != y[i]:
+                row = np.zeros(nv)
+                row[y[i] * d : (y[i] + 1) * d] += Xt[i]
+                row[m * d : (m + 1) * d] -= Xt[i]
+                row[k * d + i] = 1.0
+                rows.append(row)
+    A = sp.vstack(
+        [sp.csc_matrix(np.array(rows)), sp.hstack([sp.csc_matrix((n, k * d)), sp.eye(n)])]
+    )
+    lower = np.r_[np.ones(len(rows)), np.zeros(n)]
+    solver = osqp.OSQP()
+    solver.setup(
+        P,
+        q,
+        A.tocsc(),
+        lower,
+        np.full(A.shape[0], np.inf),
+        eps_abs=1e-10,
+        eps_rel=1e-10,
+        max_iter=200_000,
+        polishing=True,
+        verbose=False,
+    )
+    return solver.solve().info.obj_val
+
+
+def test_two_classes_equal_binary_hinge_at_twice_C():
+    X, y = blobs(150, 8, 2, seed=5, spread=0.6)
+    C, bias = 0.7, 1.0
+    ours = solve_crammer_singer(X, y, 2, C=C, bias=bias, tol=1e-8, max_iter=100_000)
+    binary = solve_binary(
+        X, np.where(y == 1, 1.0, -1.0), loss="hinge", C=2 * C, bias=bias, tol=1e-8, max_iter=100_000
+    )
+    assert 2 * ours.primal == pytest.approx(binary.primal, rel=1e-8)
+    np.testing.assert_allclose(ours.w[1] - ours.w[0], binary.w, atol=1e-5)
+
+
+def test_certified_duality_gap_and_kkt_on_dna():
+    X, _, y, _ = load("dna")
+    r = solve_crammer_singer(X, y, 3, C=1.0, bias=1.0, tol=1e-4, max_iter=100_000)
+    assert r.primal + r.dual <= 1e-4 * r.primal
+    alpha = r.alpha
+    np.testing.assert_allclose(alpha.sum(axis=1), 0.0, atol=1e-10)
+    cap = np.zeros_like(alpha)
+    cap[np.arange(len(y)), y] = 1.0
+    assert np.all(alpha <= cap + 1e-12)
+    # w_m = Σ_i α_i^m x̃_i
+    np.testing.assert_allclose(r.w, (X.T @ alpha).T, atol=1e-8)
+    np.testing.assert_allclose(r.bias, alpha.sum(axis=0), atol=1e-8)
+
+
+def test_accuracy_close_to_liblinear():
+    for name in ("dna", "pendigits"):
+        X, labels, y, classes = load(name)
+        Xt, _, yt, _ = load(name, "test")
+        ours = solve_crammer_singer(X, y, len(classes), C=1.0, bias=1.0)
+        W, b = liblinear_cs(X, labels, classes, 1.0, 1.0, 0.1)
+        assert abs(accuracy(Xt, yt, ours.w, ours.bias) - accuracy(Xt, yt, W, b)) <= 0.5, name
+
+
+def test_behaviour_seed_callback_warm_start_zero_rows():
+    X, _, y, _ = load("wine")
+    a = solve_crammer_singer(X, y, 3, C=1.0, bias=1.0, tol=1e-3, random_state=7)
+    b = solve_crammer_singer(X, y, 3, C=1.0, bias=1.0, tol=1e-3, random_state=7)
+    np.testing.assert_array_equal(a.w, b.w)
+    assert [p.gap for p in a.history] == [p.gap for p in b.history]
+    assert all(p.active > 0 for p in a.history)
+    assert any(p.primal is not None for p in a.history)
+
+    calls = []
+    stopped = solve_crammer_singer(X, y, 3, tol=1e-6, callback=lambda p: calls.append(p) or False)
+    assert stopped.status is Status.STOPPED and len(calls) == 1 and stopped.n_iter == 1
+
+    # from its own solution, a warm start rebuilds the same W and needs few passes
+    warm = solve_crammer_singer(X, y, 3, C=1.0, bias=1.0, tol=1e-3, warm_start=a.alpha)
+    assert warm.status is Status.CONVERGED and warm.n_iter < a.n_iter / 2
+    assert warm.primal == pytest.approx(a.primal, rel=1e-4)
+    path = solve_crammer_singer(X, y, 3, C=2.0, bias=1.0, tol=1e-3, warm_start=a.alpha)
+    cold = solve_crammer_singer(X, y, 3, C=2.0, bias=1.0, tol=1e-3)
+    assert path.primal == pytest.approx(cold.primal, rel=1e-3)
+
+    # zero rows: no effect on W, their loss is C, their α at the bounds
+    Z = sp.vstack([X, sp.csr_matrix((4, X.shape[1]))], format="csr")
+    yz = np.r_[y, [0, 1, 2, 0]]
+    r = solve_crammer_singer(Z, yz, 3, C=1.0, bias=0.0, tol=1e-6, max_iter=100_000)
+    base = solve_crammer_singer(X, y, 3, C=1.0, bias=0.0, tol=1e-6, max_iter=100_000)
+    assert r.primal == pytest.approx(base.primal + 4.0, rel=1e-6)
+    assert r.primal + r.dual <= 1e-5 * r.primal
+    np.testing.assert_array_equal(r.alpha[-4:].min(axis=1), -1.0)
+
+
+def test_rejects_bad_input():
+    X, _, y, _ = load("iris")
+    with pytest.raises(ValueError, match="class indices"):
+        solve_crammer_singer(X, y + 1, 3)
+    with pytest.raises(ValueError, match="shape"):
+        solve_crammer_singer(X, y, 3, warm_start=np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="infeasible"):
+        solve_crammer_singer(X, y, 3, warm_start=np.ones((len(y), 3)))
+    with pytest.raises(ValueError, match="tol"):
+        solve_crammer_singer(X, y, 3, tol=0)

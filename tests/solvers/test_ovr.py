@@ -1,0 +1,110 @@
+"""One-vs-rest: each class equals the binary solver, threads change nothing, accuracy."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from liblinear import liblinearutil
+
+from solvers.binary import solve_binary
+from solvers.ovr import solve_ovr
+from solvers.progress import Status
+from tests.solvers.multiclass_data import accuracy, liblinear_weights, load
+
+
+@pytest.mark.parametrize(
+    ("name", "loss", "tol"),
+    [("dna", "squared_hinge", 1e-6), ("wine", "hinge", 1e-6), ("vowel", "squared_hinge", 1e-6)],
+)
+def test_each_class_equals_binary_solver(name, loss, tol):
+    X, _, y, classes = load(name)
+    k = len(classes)
+    r = solve_ovr(X, y, k, loss=loss, C=1.0, bias=1.0, tol=tol, max_iter=100_000, n_jobs=1)
+    assert r.status is Status.CONVERGED
+    for c in range(k):
+        b = solve_binary(
+            X, np.where(y == c, 1.0, -1.0), loss=loss, C=1.0, bias=1.0, tol=tol, max_iter=100_000
+        )
+        assert r.extra["primal"][c] == pytest.approx(b.primal, rel=1e-6)
+        # certified per class: primal + dual ≥ 0 and small
+        assert 0 <= r.extra["primal"][c] + r.extra["dual"][c] <= 1e-5 * r.extra["primal"][c]
+    np.testing.assert_allclose(
+        r.w, (X.T @ (r.alpha * np.where(y == np.arange(k)[:, None], 1, -1)).T).T, atol=1e-8
+    )
+
+
+def test_per_class_C_matches_binary_with_sample_weights():
+    X, _, y, classes = load("wine")
+    k, n = len(classes), X.shape[0]
+    Cmat = np.random.default_rng(0).uniform(0.1, 2.0, (k, n))
+    Cmat[:, :5] = 0.0  # dropped rows
+    r = solve_ovr(X, y, k, loss="squared_hinge", C=Cmat, bias=1.0, tol=1e-7, max_iter=100_000)
+    for c in range(k):
+        b = solve_binary(
+            X,
+            np.where(y == c, 1.0, -1.0),
+            loss="squared_hinge",
+            C=Cmat[c],
+            bias=1.0,
+            tol=1e-7,
+            max_iter=100_000,
+        )
+        assert r.extra["primal"][c] == pytest.approx(b.primal, rel=1e-6)
+    assert np.all(r.alpha[:, :5] == 0.0)
+
+
+@pytest.mark.parametrize("order", ["permute", "cyclic", "random"])
+def test_serial_and_threaded_runs_are_identical(order):
+    X, _, y, classes = load("vowel")
+    k = len(classes)
+    runs = [
+        solve_ovr(
+            X,
+            y,
+            k,
+            loss="squared_hinge",
+            C=0.5,
+            bias=1.0,
+            tol=1e-3,
+            order=order,
+            random_state=11,
+            n_jobs=j,
+        )
+        for j in (1, 2, 4)
+    ]
+    for r in runs[1:]:
+        np.testing.assert_array_equal(r.w, runs[0].w)
+        np.testing.assert_array_equal(r.alpha, runs[0].alpha)
+        np.testing.assert_array_equal(r.extra["n_iter"], runs[0].extra["n_iter"])
+    assert runs[0].gap < 0.1
+
+
+def test_accuracy_close_to_liblinear():
+    for name in ("dna", "pendigits"):
+        X, labels, y, classes = load(name)
+        Xt, _, yt, _ = load(name, "test")
+        ours = solve_ovr(X, y, len(classes), loss="hinge", C=1.0, bias=1.0)
+        model = liblinearutil.train(labels, X, "-s 3 -c 1 -B 1 -q")
+        W, b = liblinear_weights(model, classes, X.shape[1], 1.0)
+        assert abs(accuracy(Xt, yt, ours.w, ours.bias) - accuracy(Xt, yt, W, b)) <= 0.5, name
+
+
+def test_behaviour_callback_warm_start_zero_rows_float32():
+    X, _, y, _ = load("wine")
+    seen = []
+    r = solve_ovr(X, y, 3, C=1.0, bias=1.0, tol=1e-4, callback=seen.append, objective_every=2)
+    assert len(seen) == r.n_iter and seen[-1].gap <= 1e-4
+    assert any(p.primal is not None for p in seen)
+    stopped = solve_ovr(X, y, 3, tol=1e-6, callback=lambda p: False)
+    assert stopped.status is Status.STOPPED and stopped.n_iter == 1
+    warm = solve_ovr(X, y, 3, C=1.0, bias=1.0, tol=1e-4, warm_start=r.alpha)
+    assert warm.n_iter < r.n_iter / 2
+    r32 = solve_ovr(X.astype(np.float32), y, 3, C=1.0, bias=1.0, tol=1e-4)
+    assert r32.primal == pytest.approx(r.primal, rel=1e-4)
+    Z = sp.vstack([X, sp.csr_matrix((3, X.shape[1]))], format="csr")
+    z = solve_ovr(Z, np.r_[y, [0, 1, 2]], 3, loss="hinge", C=1.0, tol=1e-6, max_iter=100_000)
+    assert z.status is Status.CONVERGED
+    np.testing.assert_array_equal(z.alpha[:, -3:], 1.0)
+    with pytest.raises(ValueError, match="loss"):
+        solve_ovr(X, y, 3, loss="squared_error")
+    with pytest.raises(ValueError, match="shape"):
+        solve_ovr(X, y, 3, C=np.ones((2, 3)))
