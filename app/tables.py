@@ -75,6 +75,8 @@ class Dataset(Base):
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     name: Mapped[str] = mapped_column(String(255))
+    # owning tenant (migration 0003); rows made without one belong to "local"
+    tenant: Mapped[str] = mapped_column(String(64), server_default="local", index=True)
     filename: Mapped[str | None] = mapped_column(String(255))
     n_rows: Mapped[int] = mapped_column(Integer)
     n_features: Mapped[int] = mapped_column(Integer)
@@ -93,6 +95,8 @@ class Job(Base):
     __tablename__ = "jobs"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    # owning tenant (migration 0003); rows made without one belong to "local"
+    tenant: Mapped[str] = mapped_column(String(64), server_default="local", index=True)
     dataset_id: Mapped[str | None] = mapped_column(
         ForeignKey("datasets.id", ondelete="SET NULL"), index=True
     )
@@ -166,6 +170,8 @@ class Model(Base):
     __tablename__ = "models"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    # owning tenant (migration 0003); rows made without one belong to "local"
+    tenant: Mapped[str] = mapped_column(String(64), server_default="local", index=True)
     job_id: Mapped[str | None] = mapped_column(
         ForeignKey("jobs.id", ondelete="SET NULL"), unique=True
     )
@@ -192,6 +198,8 @@ class PredictionRun(Base):
     __tablename__ = "prediction_runs"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    # owning tenant (migration 0003); rows made without one belong to "local"
+    tenant: Mapped[str] = mapped_column(String(64), server_default="local", index=True)
     model_id: Mapped[str] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
     dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"))
     status: Mapped[str] = mapped_column(String(16), default="queued")
@@ -206,7 +214,8 @@ class IdempotencyKey(Base):
 
     __tablename__ = "idempotency_keys"
 
-    scope: Mapped[str] = mapped_column(String(32), primary_key=True)  # "datasets" | "jobs"
+    # "datasets" | "jobs", qualified by tenant (migration 0003 widened it)
+    scope: Mapped[str] = mapped_column(String(100), primary_key=True)
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     request_hash: Mapped[str | None] = mapped_column(String(64))
     resource_id: Mapped[str] = mapped_column(String(40))

@@ -53,23 +53,57 @@ def child_main(settings_data: dict, threads: int) -> None:
     db = Database(settings.db_url)
     ctx = RunContext(settings, db, n_jobs=threads)
     signal.signal(signal.SIGTERM, lambda *_: ctx.shutdown.set())
-    workers.register(db, ctx.worker_id, "local")
+    _watch_parent(ctx)
+    _register(db, ctx)
     heartbeat = workers.Heartbeat(db, ctx.worker_id)
     heartbeat.start()
     _preload()
     try:
         while not ctx.shutdown.is_set():
-            job_id = next_queued(db)
-            if job_id is None:
-                ctx.shutdown.wait(settings.poll_interval_s)
-                continue
-            heartbeat.job_id = job_id
-            run_job(job_id, ctx)
-            heartbeat.job_id = None
+            try:
+                job_id = next_queued(db)
+                if job_id is None:
+                    ctx.shutdown.wait(settings.poll_interval_s)
+                    continue
+                heartbeat.job_id = job_id
+                run_job(job_id, ctx)
+            except Exception as exc:  # the database is away: wait for it rather than crash-loop
+                log.warning("worker %s: %s; retrying in 1 s", ctx.worker_id, exc)
+                ctx.shutdown.wait(1.0)
+            finally:
+                heartbeat.job_id = None
     finally:
         heartbeat.stop()
-        workers.unregister(db, ctx.worker_id)
+        try:
+            workers.unregister(db, ctx.worker_id)
+        except Exception as exc:
+            log.warning("worker %s: could not unregister: %s", ctx.worker_id, exc)
         db.dispose()
+
+
+def _watch_parent(ctx) -> None:
+    """Shut down (releasing the running job) when the pool's process is gone, e.g. SIGKILLed:
+    an orphaned worker would otherwise run on beside the next service's pool."""
+    parent = multiprocessing.parent_process()
+
+    def watch() -> None:
+        while not ctx.shutdown.wait(1.0):
+            if parent is not None and not parent.is_alive():
+                log.warning("worker %s: the pool process is gone; stopping", ctx.worker_id)
+                ctx.shutdown.set()
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _register(db: Database, ctx) -> None:
+    """Register this worker, waiting for the database if it is not reachable yet."""
+    while not ctx.shutdown.is_set():
+        try:
+            workers.register(db, ctx.worker_id, "local")
+            return
+        except Exception as exc:
+            log.warning("worker %s: cannot register (%s); retrying in 1 s", ctx.worker_id, exc)
+            ctx.shutdown.wait(1.0)
 
 
 def _preload() -> None:

@@ -114,25 +114,27 @@ def news20(args):
         f"news20 {X.shape[0]:,} x {X.shape[1]:,}, {k} classes, C={args.C}, bias 1; reduction "
         f"{Xs.shape[0]:,} rows, nnz {Xs.nnz:,}, built in {build_s:.1f}s"
     )
-    print("| solver | tol | wall s | passes | primal (UB) | dual (LB) | (UB−LB)/UB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| solver | tol | wall s | passes | primal (UB) | dual (LB) | (UB−LB)/UB | status |")
+    print("|---|---|---|---|---|---|---|---|", flush=True)
     for tol in args.cs_tol:
         t0 = time.perf_counter()
-        cs = solve_crammer_singer(X, y, k, C=args.C, bias=1.0, tol=tol, max_iter=10000)
+        cs = solve_crammer_singer(X, y, k, C=args.C, bias=1.0, tol=tol, max_iter=args.max_iter)
         wall = time.perf_counter() - t0
         lb = -cs.dual
         print(
             f"| Crammer–Singer SDM | {tol} (max v_i) | {wall:.2f} | {cs.n_iter} | {cs.primal:.4f} "
-            f"| {lb:.4f} | {(cs.primal - lb) / cs.primal:.2e} |"
+            f"| {lb:.4f} | {(cs.primal - lb) / cs.primal:.2e} | {cs.status} |",
+            flush=True,
         )
     for tol in args.tol_news20:
         t0 = time.perf_counter()
-        res = fit_structural(Xs, margins, groups, tol=tol, max_iter=2000)
+        res = fit_structural(Xs, margins, groups, tol=tol, max_iter=args.max_iter)
         wall = time.perf_counter() - t0
         print(
             f"| fit_structural (0-1 loss) | {tol} (rel. gap) | {wall:.2f} | {res.n_iter} "
             f"| {res.upper_bound:.4f} | {res.lower_bound:.4f} "
-            f"| {res.gap / res.upper_bound:.2e} |"
+            f"| {res.gap / res.upper_bound:.2e} | {res.status} |",
+            flush=True,
         )
 
 
@@ -148,6 +150,7 @@ def main():
     nw = sub.add_parser("news20")
     nw.add_argument("--rows", type=int, default=0, help="first rows only (0: all)")
     nw.add_argument("--C", type=float, default=1.0)
+    nw.add_argument("--max-iter", type=int, default=1000)
     nw.add_argument("--cs-tol", type=float, nargs="+", default=[0.1, 0.01])
     nw.add_argument("--tol-news20", type=float, nargs="+", default=[1e-2, 1e-3])
     args = parser.parse_args()

@@ -15,7 +15,14 @@ squares). The gradient of the dual in coordinate i is G = s_i w̃ᵀx̃_i − |y
 import numpy as np
 from numba import njit
 
-from solvers._sparse import prefetch, prefetch_row, row_axpy, row_dot, sq_norm
+from solvers._sparse import (
+    prefetch,
+    prefetch_gather,
+    prefetch_row,
+    row_axpy,
+    row_dot,
+    sq_norm,
+)
 
 HINGE, SQUARED_HINGE, SQUARED_ERROR = 0, 1, 2
 
@@ -40,13 +47,28 @@ def shuffle_prefix(index, size, seed):
 
 @njit(cache=True, nogil=True)
 def dcd_epoch(
-    data, indices, indptr, n_features, bias, rec, hinge, lower, w, index, active_size, M_bar, m_bar
+    data,
+    indices,
+    indptr,
+    n_features,
+    bias,
+    rec,
+    hinge,
+    lower,
+    w,
+    index,
+    active_size,
+    M_bar,
+    m_bar,
+    prefetch_w,
 ):
     """One pass of coordinate steps over ``index[:active_size]`` (Algorithm 3's inner loop).
 
     A coordinate at a bound whose gradient points outward beyond the previous pass's extreme
     projected gradient (``M_bar`` / ``m_bar``; ±inf disables shrinking) is swapped behind the
-    active part of ``index``. Updates ``rec`` (α), ``w`` and ``index`` in place.
+    active part of ``index``. Updates ``rec`` (α), ``w`` and ``index`` in place. Rows two
+    positions ahead are prefetched; with ``prefetch_w`` (w too large for the core's cache) so are
+    the entries of w the next row will read.
 
     Returns (active_size, M, m): the new active size and the largest and smallest projected
     gradient seen (−inf / +inf when no coordinate stayed active).
@@ -59,6 +81,8 @@ def dcd_epoch(
             ahead = index[s + 2]
             prefetch_row(data, indices, indptr, ahead)
             prefetch(rec, 4 * ahead)
+        if prefetch_w and s + 1 < active_size:
+            prefetch_gather(w, indices, indptr, index[s + 1])
         i = index[s]
         r = 4 * i
         start = indptr[i]
@@ -135,7 +159,7 @@ def projected_gradient_range(data, indices, indptr, n_features, bias, rec, hinge
 
 
 @njit(cache=True, nogil=True)
-def objectives(data, indices, indptr, n_features, bias, rec, C, w, index, loss):
+def objectives(data, indices, indptr, n_features, bias, rec, C, w, index, loss, prefetch_w):
     """Primal P(w̃) = ½‖w̃‖² + Σ C_i ξ_i and dual f(α) = ½‖w̃‖² + ½ Σ D_ii α_i² − Σ |y_i| α_i.
 
     Only the samples in ``index`` (those with C_i > 0) count. ξ_i is max(0, 1 − y_i w̃ᵀx̃_i) for
@@ -146,6 +170,8 @@ def objectives(data, indices, indptr, n_features, bias, rec, C, w, index, loss):
     quad = 0.0
     lin = 0.0
     for s in range(index.shape[0]):
+        if prefetch_w and s + 1 < index.shape[0]:
+            prefetch_gather(w, indices, indptr, index[s + 1])
         i = index[s]
         a = rec[4 * i]
         yi = rec[4 * i + 1]

@@ -47,6 +47,7 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
     """
     k = W.shape[1]
     g = np.empty(k)
+    gk = np.empty(k)
     B = np.empty(k)
     cap = np.empty(k)
     D = np.empty(k)
@@ -67,14 +68,27 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
         cls = act_cls[i]
         nc = act_n[i]
         work += nc
-        for r in range(nc):
-            m = cls[r]
-            g[r] = bias * wb[m] + (0.0 if m == yi else 1.0)
-        for p in range(indptr[i], indptr[i + 1]):
-            v = data[p]
-            row = W[indices[p]]
+        if nc == k:
+            # every class active: accumulate in class order (contiguous, vectorizes), then gather
+            for m in range(k):
+                gk[m] = bias * wb[m] + 1.0
+            gk[yi] -= 1.0
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                row = W[indices[p]]
+                for m in range(k):
+                    gk[m] += v * row[m]
             for r in range(nc):
-                g[r] += v * row[cls[r]]
+                g[r] = gk[cls[r]]
+        else:
+            for r in range(nc):
+                m = cls[r]
+                g[r] = bias * wb[m] + (0.0 if m == yi else 1.0)
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                j = indices[p]
+                for r in range(nc):
+                    g[r] += v * W[j, cls[r]]
         g_max = -np.inf
         g_min = np.inf
         for r in range(nc):

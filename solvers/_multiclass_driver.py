@@ -1,12 +1,19 @@
-"""Input checks and the outer loop shared by the sequential dual methods (Crammer–Singer and
-Weston–Watkins).
+"""Input checks and the outer loops shared by the sequential dual methods (Crammer–Singer and
+Weston–Watkins). Every pass is one iteration for ``max_iter``, the monitor and the history; a solve
+stops only when a pass over the full problem meets ``tol``; cooling starts the working tolerance
+at max(10·tol, 1) and lowers it in graded steps down to ``tol`` (Keerthi et al., KDD 2008, 2.1).
 
-The loop policy follows Keerthi et al. (KDD 2008), section 2.1: a full pass over every usable row
-in a fresh random order, then "shrunk" passes over the rows the full pass kept, until the shrunk
-problem meets the current tolerance or their effort (g evaluations / (k · rows)) exceeds five full
-passes; then a full pass again. Cooling: the current tolerance starts at max(10·tol, 1) and is
-divided by 10 each time a full pass meets it, down to ``tol``. The solve stops only when a full
-pass meets ``tol``. Every pass is one iteration for ``max_iter``, the monitor and the history.
+`run_sdm` (Weston–Watkins) is the paper's schedule: a full pass over every usable row in a fresh
+random order, then "shrunk" passes over the rows the full pass kept (those with a free variable),
+until the shrunk problem meets the working tolerance or their effort (g evaluations over those of
+a full pass) exceeds five full passes; the working tolerance is divided by 10 each time a full
+pass meets it.
+
+`run_active_sets` (Crammer–Singer) keeps per-row active class sets across passes: a class at its
+bound that cannot move is dropped from its row, a row left with one class is dropped from the
+passes, and every set is restored when the shrunk problem meets the working tolerance (which is
+then halved). For Crammer–Singer it was much faster than the paper's schedule where both were
+tried (segment at tol 1e-4: 0.7 s against 10.2 s).
 """
 
 from __future__ import annotations
@@ -265,7 +272,7 @@ def finish(form: SDMFormulation, monitor: Monitor, W, wb, alpha, status, n_iter,
     """The SolveResult of a multi-class solve: w (k, n_features), bias (k,), alpha (n, k)."""
     primal, dual = form.objectives()
     return SolveResult(
-        w=np.ascontiguousarray(W.T),
+        w=W.T,  # a view: the feature-major weights are not copied
         bias=bias * wb,
         alpha=alpha,
         n_iter=n_iter,

@@ -149,13 +149,15 @@ def epoch(
     bounded,
     pairwise,
     gmax,
+    gseen,
 ):
     """One pass of single and pairwise dual updates over the rows in `perm`.
 
     On an example whose sum constraint is active, a variable with g > 0 takes mass from the
     partner of smallest gradient among the example's non-zero alpha (pairwise step); every
     other case is the exact single-variable step.
-    gmax[g] receives the largest gradient met for example g during the pass (for UB').
+    gmax[g] receives the largest gradient met for example g during the pass (for UB'), gseen[r]
+    the gradient of row r when it was visited (for shrinking).
     Returns (change of Σ l̂ alpha, change of Σ φ, number of updates).
     """
     dl = 0.0
@@ -166,6 +168,7 @@ def epoch(
         g = grp[r]
         c = cap[g]
         grad = lm[r] - row_dot(data, ind, ptr, s, w, r)
+        gseen[r] = grad
         if grad > gmax[g]:
             gmax[g] = grad
         active = asum[g] >= c * (1.0 - _ACTIVE_RTOL)

@@ -40,6 +40,7 @@ LOSSES = {
     "squared_error": kernels.SQUARED_ERROR,
 }
 ORDERS = ("permute", "cyclic", "random")
+PREFETCH_W_BYTES = 2 << 20
 
 
 def solve_binary(
@@ -155,6 +156,8 @@ class _State:
         self.csr, self.C, self.loss_code, self.bias = csr, C, LOSSES[loss], bias
         self.hinge = loss == "hinge"
         self.rec, self.lower, self.w, self.index = rec, lower, w, index
+        # past a core's cache, the scattered reads of w dominate: prefetch them too
+        self.prefetch_w = w.nbytes > PREFETCH_W_BYTES
         self.kept = index.copy()  # the samples with C_i > 0, in their original order
 
     @classmethod
@@ -189,7 +192,7 @@ class _State:
         c = self.csr
         return kernels.dcd_epoch(
             c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.hinge,
-            self.lower, self.w, order_index, active_size, M_bar, m_bar,
+            self.lower, self.w, order_index, active_size, M_bar, m_bar, self.prefetch_w,
         )  # fmt: skip
 
     def full_range(self):
@@ -203,7 +206,7 @@ class _State:
         c = self.csr
         primal, dual = kernels.objectives(
             c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.C, self.w,
-            self.kept, self.loss_code,
+            self.kept, self.loss_code, self.prefetch_w,
         )  # fmt: skip
         return float(primal), float(dual)
 

@@ -8,9 +8,11 @@ Dual (4):  min_α f(α) = ½ Σ_m ‖w_m(α)‖² + Σ_i Σ_m e_i^m α_i^m
            s.t. α_i^m ≤ C_i^m, Σ_m α_i^m = 0,   w_m(α) = Σ_i α_i^m x̃_i,
 with C_i^m = C_i if m = y_i else 0. Each step picks a row i (random order, seeded) and solves its
 sub-problem (10), min ½A_i‖δ‖² + g_iᵀδ s.t. δ ≤ C_i − α_i, 1ᵀδ = 0, where A_i = ‖x̃_i‖² and
-g_i^m = w_mᵀx̃_i + e_i^m, exactly in O(k log k) over M_i = argmax_m g_i^m and the classes with
-α_i^m < C_i^m. Optimality of row i: v_i = max_m g_i^m − min_{m: α_i^m < C_i^m} g_i^m; the solve
-stops when max_i v_i < tol on a full pass. Shrinking and cooling: `solvers._multiclass_driver`.
+g_i^m = w_mᵀx̃_i + e_i^m, exactly in O(k log k) over the row's active classes (a class at its
+bound whose g_i^m is below min_{m: α_i^m < C_i^m} g_i^m cannot move and leaves the set until the
+next restore). Optimality of row i: v_i = max_m g_i^m − min_{m: α_i^m < C_i^m} g_i^m; the solve
+stops when max_i v_i < tol on a pass over the full sets. Shrinking and cooling:
+`solvers._multiclass_driver.run_active_sets`.
 
 Rows with x̃_i = 0 do not affect W; their α is set to its optimum (C_i at y_i, −C_i at one other
 class) and never visited. Rows with C_i = 0 are dropped (α_i = 0).

@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers import _libsvm_parser as P
+from solvers._libsvm_errors import LibsvmFormatError, format_error
 from solvers._libsvm_source import DECOMPRESSION_ERRORS, open_source, read_full
 from solvers._libsvm_writer import write_libsvm
 
@@ -39,15 +40,6 @@ __all__ = [
 _CHUNK_BYTES = 1 << 20  # bytes of text parsed per compiled call
 _GROWTH = 1.5
 _INT32_MAX = 2**31 - 1
-_QUOTE_LIMIT = 60
-
-
-class LibsvmFormatError(ValueError):
-    """Malformed LIBSVM/SVMlight input; ``line`` is the 1-based line number (None if global)."""
-
-    def __init__(self, message: str, line: int | None = None):
-        super().__init__(message)
-        self.line = line
 
 
 @dataclass(frozen=True)
@@ -182,9 +174,10 @@ class _Outputs:
 
     @classmethod
     def for_buffer(cls, buffer_bytes, dtype):
-        # Room for any first buffer of text: a row takes at least 2 bytes ("1\n"), an entry 4
-        # ("i:v "). Pages the kernel does not fill are never touched.
-        return cls(buffer_bytes // 2 + 16, buffer_bytes // 4 + 16, dtype)
+        # Room for any first buffer's entries (each takes at least 4 bytes, "i:v ") and for
+        # lines of 16 bytes on average; kept under the 4 MB above which numpy asks for huge
+        # pages, which would make each touched page of a small result cost 2 MB.
+        return cls(buffer_bytes // 16 + 16, buffer_bytes // 4 + 16, dtype)
 
     def grow(self, rows_needed, nnz_needed):
         """Room for at least the given counts, growing geometrically."""
@@ -327,71 +320,8 @@ class _ChunkReader:
         self.eof = got < len(view)
 
     def _error(self):
-        state = self.state
-        line_no = int(state[P.LINE])
-        start = int(state[P.POS])
-        stop = int(np.argmax(self.buf[start : self.filled + 1] == 10)) + start
-        text = bytes(self.buf[start:stop])
-        not_text = _not_text(text)
-        if not_text or state[P.ERROR] == P.E_NOT_TEXT:
-            return LibsvmFormatError(f"line {line_no}: not a text file: {not_text}", line_no)
-        token = bytes(self.buf[state[P.ERR_START] : state[P.ERR_END]]).decode()
-        message = _describe(int(state[P.ERROR]), token, int(state[P.ERR_PREV]), self)
-        return LibsvmFormatError(f"line {line_no}: {message}", line_no)
-
-
-def _not_text(line):
-    nul = line.find(b"\0")
-    if nul >= 0:
-        return f"NUL byte at column {nul + 1}"
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"invalid UTF-8 at column {exc.start + 1}"
-    return ""
-
-
-def _quote(text):
-    if len(text) > _QUOTE_LIMIT:
-        text = text[: _QUOTE_LIMIT - 3] + "..."
-    return f"'{text}'"
-
-
-def _is_non_finite_word(token):
-    return token.lstrip("+-").lower() in {"nan", "inf", "infinity"}
-
-
-def _describe(code, token, prev, reader):
-    got = _quote(token)
-    value = token.partition(":")[2]
-    if code == P.E_LABEL and _is_non_finite_word(token) or code == P.E_LABEL_INF:
-        return f"expected a finite label, got {got}"
-    if code == P.E_LABEL:
-        return f"expected a numeric label, got {got}"
-    if code == P.E_VALUE and _is_non_finite_word(value) or code == P.E_VALUE_INF:
-        return f"expected a finite value, got {got}"
-    if code == P.E_VALUE:
-        return f"expected a numeric value in 'index:value', got {got}"
-    if code == P.E_RANGE:
-        return f"value out of range for float32, got {got}"
-    if code == P.E_PAIR and token.startswith("qid:"):
-        return f"'qid:' may appear once, right after the label, got {got}"
-    if code == P.E_PAIR:
-        return f"expected 'index:value', got {got}"
-    if code == P.E_QID:
-        return f"expected 'qid:<integer>', got {got}"
-    if code == P.E_INDEX_NEG:
-        return f"expected a non-negative index, got {got}"
-    if code == P.E_INDEX_ZERO:
-        return f"index 0 in a one-based file (zero_based=False), got {got}"
-    if code == P.E_INDEX_BIG:
-        return f"index too large (at most {P.MAX_RAW_INDEX}), got {got}"
-    if code == P.E_ORDER:
-        if int(token.split(":")[0]) == prev:
-            return f"duplicate index {prev}: got {got}"
-        return f"indices must be strictly increasing within a line: got {got} after index {prev}"
-    base = "zero-based" if reader.mode == P.ZERO_BASED else "one-based"
-    return f"index out of range for n_features={reader.n_features} ({base}), got {got}"
+        line_end = self.filled + 1  # the newline stored past the data ends the last line
+        return format_error(self.buf[:line_end], self.state, self.mode, self.n_features)
 
 
 def _decide_base(state, mode):

@@ -17,7 +17,8 @@ Algorithm 1 of the paper: random passes over the dual variables with the exact s
 update with the partner of smallest gradient among the example's non-zero α (corrected forms of
 eqs. 25 and 28). LB = F(α) is tracked; the approximate bound UB' (eq. 36, from the gradients of the
 last pass) decides when to compute the exact UB = primal(ŵ) (eq. 35) by a pass; the solve stops when
-UB − LB ≤ tol · max(1, |UB|).
+UB − LB ≤ tol · max(1, |UB|). Shrinking (as LIBLINEAR's, not in the paper) skips rows with α = 0
+whose constraint held when last visited; only full passes lead to the exact UB.
 """
 
 from __future__ import annotations
@@ -147,6 +148,23 @@ def _check_warm_start(warm_start, n_rows, groups, cap):
     return alpha
 
 
+# A full pass at least this often: rows shrunk early may be violated again as w moves on.
+_FULL_PASS_EVERY = 10
+
+
+def _next_active(rows, active, alpha, gseen, full, met, since_full):
+    """Shrinking: skip rows with alpha = 0 whose constraint held (g < 0) when last visited.
+
+    When the gap measured on the shrunk set meets the tolerance (or every `_FULL_PASS_EVERY`
+    passes) the next pass is a full one: only a full pass gives UB' over all the data, and the
+    exact UB is computed only after one.
+    """
+    if not full and (met or since_full >= _FULL_PASS_EVERY):
+        return rows, True
+    keep = (alpha[active] > 0) | (gseen[active] >= 0)
+    return active[keep], False
+
+
 def fit_structural(
     X,
     margins,
@@ -163,6 +181,7 @@ def fit_structural(
     warm_start=None,
     time_limit=None,
     pairwise=True,
+    shrinking=True,
 ) -> SolveResult:
     """Solve the shared-slack SVM (module docstring) by dual coordinate ascent.
 
@@ -194,6 +213,9 @@ def fit_structural(
         Wall-clock budget in seconds.
     pairwise : bool
         Use the pairwise update on active examples (turning it off shows why it is needed).
+    shrinking : bool
+        Skip rows with alpha = 0 whose constraint held on their last visit, until the gap on the
+        remaining rows meets tol; a full pass (and the exact UB) then decides.
 
     Returns
     -------
@@ -233,47 +255,33 @@ def fit_structural(
     def exact_ub():
         return 0.5 * float(w @ w) + K.group_loss(*args, lm, w, groups.grp, cap, groups.n)
 
+    gseen = np.zeros(n_rows)
+    active, full, since_full = rows, True, 0
     status, ub, ub_approx, lb = Status.MAX_ITER, None, None, 0.0
     it = 0
     for it in range(1, int(max_iter) + 1):
         gmax = np.zeros(groups.n)
-        perm = rng.permutation(rows)
-        K.epoch(
-            *args,
-            lm,
-            cap,
-            groups.grp,
-            groups.gptr,
-            groups.members,
-            sqn,
-            perm,
-            alpha,
-            asum,
-            u,
-            w,
-            rp.lo,
-            rp.bounded,
-            bool(pairwise),
-            gmax,
-        )
+        K.epoch(*args, lm, cap, groups.grp, groups.gptr, groups.members, sqn,
+                rng.permutation(active), alpha, asum, u, w, rp.lo, rp.bounded, bool(pairwise),
+                gmax, gseen)  # fmt: skip
         asum = np.bincount(groups.grp, weights=alpha, minlength=groups.n)
         lb = rp.quad(u, w) + float(lm @ alpha)
         ub_approx = 0.5 * float(w @ w) + float(cap @ gmax)
-        ub = None
-        if within_tol(ub_approx, lb, tol):
-            ub = exact_ub()
+        met = within_tol(ub_approx, lb, tol)
+        ub = exact_ub() if met and full else None
         gap = (ub if ub is not None else ub_approx) - lb
         stop = monitor.report(
             Progress(
                 it,
                 monitor.elapsed(),
                 gap,
+                active=len(active),
                 primal=ub,
                 dual=lb,
                 lower_bound=lb,
                 upper_bound=ub,
-                approx_upper_bound=ub_approx,
-            )
+                approx_upper_bound=ub_approx if full else None,
+            )  # fmt: skip
         )
         if ub is not None and within_tol(ub, lb, tol):
             status = Status.CONVERGED
@@ -281,6 +289,9 @@ def fit_structural(
         if stop is not None:
             status = stop
             break
+        since_full = 0 if full else since_full + 1
+        if shrinking:
+            active, full = _next_active(rows, active, alpha, gseen, full, met, since_full)
     if ub is None:
         ub = exact_ub()
     return SolveResult(

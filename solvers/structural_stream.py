@@ -143,6 +143,7 @@ class _Online:
         self.w = rp.weights(self.u)
         self.n_features = n_features
         self.n_optimize = 0
+        self.gseen = np.empty(0)
 
     def restore(self, snapshot):
         """Load a cache snapshot (from a previous solve) and rebuild u and w from its alpha."""
@@ -232,6 +233,8 @@ class _Online:
             if within_tol(ub, lb, self.tol):
                 break
             gmax = np.zeros(m)
+            if len(self.gseen) < n:
+                self.gseen = np.empty(len(c.cl))
             K.epoch(
                 data,
                 ind,
@@ -252,6 +255,7 @@ class _Online:
                 rp.bounded,
                 True,
                 gmax,
+                self.gseen[:n],
             )
             gsum[:] = np.bincount(grp, weights=c.ca[:n], minlength=m)
             lb = self.lower_bound()

@@ -7,6 +7,7 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
+from sqlalchemy import select
 from sse_starlette import EventSourceResponse
 
 from app.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
@@ -89,17 +90,13 @@ async def job_events(
         with db.session() as session:
             current = session.get(Job, job.id)
             attempt = max(current.attempt, 1) if current else 1
-            rows = (
-                session.query(JobProgress)
-                .filter(
-                    JobProgress.job_id == job.id,
-                    JobProgress.attempt == attempt,
-                    JobProgress.id > after,
-                )
+            rows = session.scalars(
+                select(JobProgress)
+                .where(JobProgress.job_id == job.id, JobProgress.attempt == attempt)
+                .where(JobProgress.id > after)
                 .order_by(JobProgress.id)
                 .limit(1000)
-                .all()
-            )
+            ).all()
             return rows, current
 
     async def events():

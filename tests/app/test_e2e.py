@@ -35,7 +35,7 @@ def free_port() -> int:
 class Server:
     """`margin serve` in a subprocess; its log goes to a file shown when a test fails."""
 
-    def __init__(self, data_dir: Path, database_url: str | None = None, **env):
+    def __init__(self, data_dir: Path, database_url: str | None = None, workers: int = 2, **env):
         self.port = free_port()
         self.data_dir = data_dir
         self.log_path = data_dir.parent / "serve.log"
@@ -55,7 +55,7 @@ class Server:
                 "--port",
                 str(self.port),
                 "--workers",
-                "2",
+                str(workers),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -305,3 +305,50 @@ def test_local_pool_on_postgresql(tmp_path):
         srv.stop()
         scratch.drop()
     assert srv.process.returncode == 0, srv.log_path.read_text()[-3000:]
+
+
+def test_a_killed_service_releases_its_jobs_and_a_restart_runs_them(tmp_path):
+    """SIGKILL `margin serve` itself mid-job: its worker processes notice, put the job back in the
+    queue and exit; the next `margin serve` on the same data directory runs it."""
+    from app.tables import Job
+    from tests.app.conftest import HEART
+
+    data = tmp_path / "data"
+    first = Server(data, workers=1, progress_interval_s=0.1)
+    try:
+        first.wait_ready()
+        dataset = first.http.post("/v1/datasets", files={"file": ("h", HEART.read_bytes())}).json()
+        job_id = long_job(first, dataset["id"])
+        wait_for(first, job_id, lambda j: j["status"] == "running" and j["progress"])
+        db = Database(f"sqlite:///{data / 'margin.db'}")
+        with db.session() as session:
+            pid = int(session.get(Job, job_id).worker.rpartition(":")[2])
+        first.process.kill()
+        first.process.wait()
+        deadline = time.monotonic() + 30
+        while True:
+            with db.session() as session:
+                job = session.get(Job, job_id)
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                alive = False
+            if not alive and job.status == "queued":
+                break
+            assert time.monotonic() < deadline, (alive, job.status)
+            time.sleep(0.2)
+        assert job.attempt == 0 and job.worker is None
+        db.dispose()
+    finally:
+        first.stop()
+    second = Server(data, workers=1, progress_interval_s=0.1)
+    try:
+        second.wait_ready()
+        assert second.http.get(f"/v1/datasets/{dataset['id']}").status_code == 200
+        wait_for(second, job_id, lambda j: j["status"] == "running" and j["attempt"] == 1)
+        assert second.http.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+        done = wait_for(second, job_id, lambda j: j["status"] in TERMINAL, timeout=30)[-1]
+        assert done["status"] == "cancelled"
+    finally:
+        second.stop()

@@ -15,7 +15,7 @@ import pytest
 from tests.deploy.cluster import FreshDatabase, Processes, free_port, wait_for
 from tests.deploy.conftest import ROOT
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(240)]
 
 HEART = ROOT / "app" / "demo" / "heart_scale"
 

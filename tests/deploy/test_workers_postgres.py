@@ -125,6 +125,83 @@ def test_enqueue_commits_with_the_job_row(cluster):
     assert cluster.entries(job_id) == ["cancelled"]
 
 
+def _stall(cluster, job_id: str, **row) -> None:
+    """Make the job's entry look held by a worker whose last heartbeat is an hour old."""
+    with cluster.db.write() as session:
+        worker = session.scalar(
+            text(
+                "INSERT INTO procrastinate_workers (last_heartbeat)"
+                " VALUES (now() - interval '1 hour') RETURNING id"
+            )
+        )
+        session.execute(
+            text("UPDATE procrastinate_jobs SET status = 'doing', worker_id = :w WHERE lock = :j"),
+            {"w": worker, "j": job_id},
+        )
+        job = session.get(Job, job_id)
+        for key, value in row.items():
+            setattr(job, key, value)
+
+
+@pytest.mark.parametrize(
+    "row, expected_status, expected_entry",
+    [
+        # retries left (JOB_RETRIES=1, first attempt): back in the queue
+        ({"status": "running", "attempt": 1}, "queued", "todo"),
+        # no retry left: failed, with the reason
+        ({"status": "running", "attempt": 2}, "failed", "failed"),
+        # cancel requested while its worker died: cancelled
+        ({"status": "running", "attempt": 1, "cancel_requested": True}, "cancelled", "failed"),
+        # fetched but never claimed: the entry goes back, the row is untouched
+        ({"status": "queued", "attempt": 0}, "queued", "todo"),
+        # the job had ended (model committed) before its worker died: never run again
+        ({"status": "succeeded", "attempt": 1}, "succeeded", "succeeded"),
+    ],
+)
+def test_reaper_decides_on_the_job_row(cluster, row, expected_status, expected_entry):
+    from app.queue_procrastinate import reap_stalled
+
+    settings = Settings(database_url=cluster.db.url, job_retries=1, job_stall_s=5)
+    job_id = cluster.submit("small")
+    _stall(cluster, job_id, **row)
+    actions = dict(reap_stalled(cluster.db, settings))
+    assert job_id in actions
+    job = cluster.job(job_id)
+    assert job.status == expected_status
+    assert cluster.entries(job_id) == [expected_entry]
+    if expected_status == "failed":
+        assert job.error == "no heartbeat from the job's worker for 5 s (attempt 2 of 2)"
+    assert dict(reap_stalled(cluster.db, settings)).get(job_id) is None, "handled twice"
+    if expected_entry == "todo":  # leave nothing queued for the tests that start workers
+        cancel_job(cluster.db, cluster.queue, job_id)
+
+
+def test_reaper_leaves_live_workers_alone(cluster):
+    from app.queue_procrastinate import reap_stalled
+
+    job_id = cluster.submit("small")
+    with cluster.db.write() as session:
+        worker = session.scalar(
+            text("INSERT INTO procrastinate_workers DEFAULT VALUES RETURNING id")
+        )
+        session.execute(
+            text("UPDATE procrastinate_jobs SET status = 'doing', worker_id = :w WHERE lock = :j"),
+            {"w": worker, "j": job_id},
+        )
+        session.get(Job, job_id).status = "running"
+    settings = Settings(database_url=cluster.db.url, job_stall_s=60)
+    assert reap_stalled(cluster.db, settings) == []
+    assert cluster.entries(job_id) == ["doing"]
+    with cluster.db.write() as session:  # tidy up: as if the job had been cancelled and ended
+        session.execute(
+            text("UPDATE procrastinate_jobs SET status = 'cancelled' WHERE lock = :j"),
+            {"j": job_id},
+        )
+        job = session.get(Job, job_id)
+        job.status, job.stop_reason = "cancelled", "cancelled"
+
+
+@pytest.mark.slow
 def test_forty_mixed_jobs_on_four_workers_run_exactly_once(cluster):
     started = cluster.workers(4)
     sizes = ["large" if i % 5 == 0 else "small" for i in range(40)]
@@ -152,6 +229,7 @@ def test_forty_mixed_jobs_on_four_workers_run_exactly_once(cluster):
     cluster.stop_all(started)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_job_is_retried_on_another_worker(cluster):
     started = cluster.workers(2, JOB_STALL_S="2")
     job_id = cluster.submit("long", **{**LONG, "time_limit": 2.5})
@@ -178,6 +256,7 @@ def test_sigkill_mid_job_is_retried_on_another_worker(cluster):
     cluster.stop_all([p for p in started if p is not victim])
 
 
+@pytest.mark.slow
 def test_cancel_queued_and_running(cluster):
     (worker,) = cluster.workers(1)
     running = cluster.submit("long", **LONG)
@@ -201,6 +280,7 @@ def test_cancel_queued_and_running(cluster):
     cluster.stop_all([worker])
 
 
+@pytest.mark.slow
 def test_sigterm_releases_the_running_job_for_another_worker(cluster):
     started = cluster.workers(2)
     job_id = cluster.submit("long", **{**LONG, "time_limit": 3.0})

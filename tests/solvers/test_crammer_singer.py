@@ -180,3 +180,25 @@ def test_rejects_bad_input():
         solve_crammer_singer(X, y, 3, warm_start=np.ones((len(y), 3)))
     with pytest.raises(ValueError, match="tol"):
         solve_crammer_singer(X, y, 3, tol=0)
+
+
+def test_zero_C_rows_are_dropped_and_int64_indices_accepted():
+    X, _, y, _ = load("wine")
+    C = np.ones(len(y))
+    C[::4] = 0.0
+    r = solve_crammer_singer(X, y, 3, C=C, bias=1.0, tol=1e-6, max_iter=100_000)
+    keep = C > 0
+    sub = solve_crammer_singer(X[keep], y[keep], 3, C=1.0, bias=1.0, tol=1e-6, max_iter=100_000)
+    assert np.all(r.alpha[~keep] == 0.0)
+    assert r.primal == pytest.approx(sub.primal, rel=1e-6)
+    X64 = X.copy()
+    X64.indices = X64.indices.astype(np.int64)
+    X64.indptr = X64.indptr.astype(np.int64)
+    r64 = solve_crammer_singer(X64, y, 3, C=C, bias=1.0, tol=1e-6, max_iter=100_000)
+    np.testing.assert_array_equal(r64.w, r.w)
+
+
+def test_time_limit_ends_with_its_status():
+    X, _, y, _ = load("segment")
+    r = solve_crammer_singer(X, y, 7, tol=1e-9, max_iter=100_000, time_limit=1e-6)
+    assert r.status is Status.TIME_LIMIT and r.n_iter == 1

@@ -104,7 +104,9 @@ def test_pairwise_update_is_needed():
     _, opt = qp_optimum(X, margins, groups, C=0.5)
     res = fit_structural(X, margins, groups, C=0.5, tol=1e-8, max_iter=3000)
     assert res.converged and res.upper_bound == pytest.approx(opt, rel=1e-6)
-    stalled = fit_structural(X, margins, groups, C=0.5, tol=1e-8, max_iter=300, pairwise=False)
+    stalled = fit_structural(
+        X, margins, groups, C=0.5, tol=1e-8, max_iter=300, pairwise=False, shrinking=False
+    )
     assert stalled.status is Status.MAX_ITER
     assert stalled.lower_bound < opt - 1e-3 * abs(opt)
     assert stalled.upper_bound > opt + 1e-3 * abs(opt)
@@ -157,8 +159,22 @@ def test_callback_reports_and_stops():
 
     res = fit_structural(X, margins, groups, tol=1e-12, callback=cb)
     assert res.status is Status.STOPPED and res.n_iter == 3 and len(seen) == 3
-    assert all(p.approx_upper_bound is not None and p.lower_bound is not None for p in seen)
+    assert all(p.lower_bound is not None and p.active is not None for p in seen)
+    # UB' is reported for full passes (the first one is; shrunk ones cover fewer rows).
+    assert seen[0].approx_upper_bound is not None and seen[0].active == len(margins)
     assert res.upper_bound is not None and res.upper_bound >= res.lower_bound
+
+
+def test_shrinking_reaches_the_same_optimum():
+    X, margins, groups = random_problem(12, n_examples=80, per_example=6)
+    _, opt = qp_optimum(X, margins, groups, C=0.3)
+    on = fit_structural(X, margins, groups, C=0.3, tol=1e-10, max_iter=5000)
+    off = fit_structural(X, margins, groups, C=0.3, tol=1e-10, max_iter=5000, shrinking=False)
+    assert on.converged and off.converged
+    assert on.upper_bound == pytest.approx(opt, rel=1e-6)
+    assert off.upper_bound == pytest.approx(opt, rel=1e-6)
+    assert min(p.active for p in on.history) < len(margins)  # it did shrink
+    assert_bounds_hold(on, opt)
 
 
 def test_warm_start_and_determinism():

@@ -1,0 +1,219 @@
+"""API keys and authentication: `Authorization: Bearer <key>` → a tenant with scopes.
+
+A key is `mgn_` followed by 32 random bytes (URL-safe base64, 256 bits). Only its SHA-256 is
+stored: a fast hash is right for high-entropy random tokens (nothing to brute-force), where a slow
+password hash would dominate prediction latency. Verified keys are kept in a small in-process
+cache for AUTH_CACHE_S seconds, so a revoked key stops working within that bound in every process
+(at once in the process that revoked it).
+
+AUTH_MODE:
+  required  every /v1 request needs a valid key (health, readiness and docs stay open);
+  off       keys are ignored; everything belongs to the tenant 'local';
+  auto      `required` when the service binds a non-loopback address, else `off` — but a key that
+            is sent is still checked and used.
+
+Scopes: read (GET), train (upload, create/cancel jobs, delete), predict (predict, background
+predictions, evaluate), admin (everything). A missing or unknown key → 401; a valid key without
+the scope → 403; another tenant's resources → 404 (see `app.tenancy`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import secrets
+import threading
+import time
+from collections import OrderedDict
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import select
+
+from app import tenancy
+from app.config import Settings
+from app.db import Database
+from app.errors import ProblemError
+from app.tenancy import LOCAL_TENANT, SCOPES, ApiKey, Principal
+
+log = logging.getLogger("margin.auth")
+KEY_PREFIX = "mgn_"
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+PREDICT_ACTIONS = frozenset({"predict", "predictions", "evaluate"})
+AUTH_HEADER = 'Bearer realm="margin"'
+
+
+def generate_key() -> str:
+    """A new random API key (shown once, never stored)."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def is_loopback(host: str) -> bool:
+    """True when binding `host` exposes the service to this machine only."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything, so treat it as exposed
+
+
+def effective_mode(settings: Settings) -> str:
+    """'required', 'optional' (auto on loopback: a key is used when sent) or 'off'."""
+    mode = settings.auth_mode
+    if mode == "auto":
+        return "optional" if is_loopback(settings.host) else "required"
+    return mode
+
+
+def required_scope(method: str, path: str) -> str:
+    """The scope a /v1 request needs: reads need `read`, model use `predict`, the rest `train`."""
+    if method.upper() in READ_METHODS:
+        return "read"
+    parts = path.strip("/").split("/")
+    if len(parts) >= 4 and parts[1] == "models" and parts[3] in PREDICT_ACTIONS:
+        return "predict"
+    return "train"
+
+
+class KeyCache:
+    """LRU of verified key hashes → Principal (or None for unknown keys), each valid `ttl_s`."""
+
+    def __init__(self, ttl_s: float, size: int = 10_000):
+        self.ttl_s = ttl_s
+        self.size = size
+        self._items: OrderedDict[str, tuple[Principal | None, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key_hash: str) -> tuple[bool, Principal | None]:
+        """(found, principal); found is False when the entry is absent or expired."""
+        with self._lock:
+            entry = self._items.get(key_hash)
+            if entry is None or time.monotonic() - entry[1] > self.ttl_s:
+                return False, None
+            return True, entry[0]
+
+    def put(self, key_hash: str, principal: Principal | None) -> None:
+        if self.ttl_s <= 0:
+            return
+        with self._lock:
+            self._items[key_hash] = (principal, time.monotonic())
+            self._items.move_to_end(key_hash)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+class Authenticator:
+    """Resolves a request's principal for one app (its settings, database and key cache)."""
+
+    def __init__(self, settings: Settings, db: Database):
+        self.settings = settings
+        self.db = db
+        self.mode = effective_mode(settings)
+        self.cache = KeyCache(settings.auth_cache_s)
+        self.local = self._principal(LOCAL_TENANT, SCOPES, None)
+
+    def _principal(self, tenant: str, scopes, key_id: str | None) -> Principal:
+        return Principal(
+            tenant=tenant,
+            scopes=frozenset(scopes),
+            key_id=key_id,
+            quota_storage_bytes=self.settings.quota_storage_bytes,
+            quota_active_jobs=self.settings.quota_active_jobs,
+        )
+
+    def lookup(self, key_hash: str) -> Principal | None:
+        """The principal of a live key with this hash (blocking: run it off the event loop)."""
+        token = tenancy.set_current(None)  # keys are not tenant-owned rows; never filter them
+        try:
+            with self.db.session() as session:
+                row = session.scalar(
+                    select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+                )
+        finally:
+            tenancy.reset_current(token)
+        principal = self._principal(row.tenant, row.scopes, row.id) if row else None
+        self.cache.put(key_hash, principal)
+        return principal
+
+    async def principal_for(self, authorization: str | None) -> Principal:
+        if self.mode == "off":
+            return self.local
+        if authorization is None:
+            if self.mode == "optional":
+                return self.local
+            raise unauthorized("this endpoint needs an API key: send 'Authorization: Bearer <key>'")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise unauthorized("expected 'Authorization: Bearer <key>'")
+        key_hash = hash_key(token)
+        found, principal = self.cache.get(key_hash)
+        if not found:
+            principal = await run_in_threadpool(self.lookup, key_hash)
+        if principal is None:
+            raise unauthorized("the API key is unknown or revoked")
+        return principal
+
+    async def authenticate(self, request: Request, scope: str) -> Principal:
+        """The request's principal, checked for `scope`; also made current for the ORM."""
+        principal = await self.principal_for(request.headers.get("authorization"))
+        if not principal.allows(scope):
+            raise ProblemError(
+                403,
+                "Forbidden",
+                f"this API key lacks the scope {scope!r} (it has: "
+                f"{', '.join(sorted(principal.scopes)) or 'none'})",
+            )
+        tenancy.set_current(principal)
+        request.state.principal = principal
+        return principal
+
+
+def unauthorized(detail: str) -> ProblemError:
+    return ProblemError(401, "Unauthorized", detail, headers={"WWW-Authenticate": AUTH_HEADER})
+
+
+async def authorize(request: Request) -> Principal:
+    """FastAPI dependency of every /v1 route: authenticate and check the route's scope.
+
+    Async on purpose: the context variable it sets must live in the request's own task, where
+    the route (and the threads it starts) inherit it.
+    """
+    auth: Authenticator = request.app.state.auth
+    return await auth.authenticate(request, required_scope(request.method, request.url.path))
+
+
+async def authenticate(request: Request, scope: str) -> Principal:
+    """For plain Starlette routes that skip FastAPI's dependencies (predict)."""
+    return await request.app.state.auth.authenticate(request, scope)
+
+
+def install(app: FastAPI, settings: Settings, db: Database) -> Authenticator:
+    """Set up authentication for `app` and say at start-up how it runs."""
+    tenancy.install()
+    auth = Authenticator(settings, db)
+    app.state.auth = auth
+    if auth.mode == "optional":
+        log.warning(
+            "AUTH_MODE=auto on loopback address %s: running WITHOUT API keys (requests without "
+            "a key act as tenant %r); bind a public address or set AUTH_MODE=required to "
+            "require keys",
+            settings.host,
+            LOCAL_TENANT,
+        )
+    elif auth.mode == "off":
+        log.warning("AUTH_MODE=off: running WITHOUT API keys; every request is tenant 'local'")
+    else:
+        log.info("AUTH_MODE=%s: every /v1 request needs an API key", settings.auth_mode)
+    return auth

@@ -1,0 +1,90 @@
+"""`margin keys create|list|revoke|quota`: manage API keys and tenant quotas.
+
+`create` prints only the new key on stdout (it is shown once and never stored; only its SHA-256
+is); everything else goes to stderr, so `KEY=$(margin keys create ...)` works. The commands read
+the same settings as `margin serve` (`--data-dir` or DATA_DIR, `--database-url` or DATABASE_URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from app.config import Settings
+from app.tenancy import SCOPES
+
+
+def add_parser(commands, common) -> None:
+    """Register `keys` under the main parser's subcommands; `common` adds the settings flags."""
+    keys = commands.add_parser("keys", help="manage API keys and tenant quotas")
+    sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = sub.add_parser("create", help="create a key and print it (once) on stdout")
+    common(create)
+    create.add_argument("--tenant", required=True, help="the tenant the key acts for")
+    create.add_argument("--name", required=True, help="a label to recognise the key by")
+    create.add_argument(
+        "--scope",
+        action="append",
+        required=True,
+        choices=SCOPES,
+        help="read, train, predict or admin (repeat for several)",
+    )
+    listing = sub.add_parser("list", help="list keys (never the keys themselves)")
+    common(listing)
+    listing.add_argument("--tenant", help="only this tenant's keys")
+    listing.add_argument("--all", action="store_true", help="include revoked keys")
+    revoke = sub.add_parser("revoke", help="revoke a key by id or prefix")
+    common(revoke)
+    revoke.add_argument("key", help="the key's id (key_...) or prefix (mgn_...)")
+    quota = sub.add_parser("quota", help="set a tenant's own quotas")
+    common(quota)
+    quota.add_argument("--tenant", required=True)
+    quota.add_argument("--storage-mb", type=float, help="stored dataset bytes, in MB")
+    quota.add_argument("--jobs", type=int, help="queued or running jobs at once")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from app import migrate
+    from app.db import Database
+    from app.services import keys
+
+    migrate.upgrade(settings.db_url)
+    db = Database(settings.db_url)
+    try:
+        return _dispatch(args, db, keys)
+    except keys.KeyRequestError as exc:
+        print(f"margin keys: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        db.dispose()
+
+
+def _dispatch(args, db, keys) -> int:
+    if args.keys_command == "create":
+        row, key = keys.create_key(db, args.tenant, args.name, args.scope)
+        print(
+            f"created key {row.id} ({row.prefix}...) for tenant {row.tenant!r}, scopes "
+            f"{','.join(row.scopes)}; it is shown once, store it now",
+            file=sys.stderr,
+        )
+        print(key)
+    elif args.keys_command == "list":
+        print("id\ttenant\tname\tprefix\tscopes\tcreated_at\trevoked_at")
+        for row in keys.list_keys(db, args.tenant, revoked=args.all):
+            revoked = row.revoked_at.isoformat() if row.revoked_at else "-"
+            print(
+                f"{row.id}\t{row.tenant}\t{row.name}\t{row.prefix}\t{','.join(row.scopes)}\t"
+                f"{row.created_at.isoformat()}\t{revoked}"
+            )
+    elif args.keys_command == "revoke":
+        row = keys.revoke_key(db, args.key)
+        print(f"revoked key {row.id} ({row.prefix}...) of tenant {row.tenant!r}", file=sys.stderr)
+    elif args.keys_command == "quota":
+        storage = int(args.storage_mb * 2**20) if args.storage_mb is not None else None
+        row = keys.set_quota(db, args.tenant, storage, args.jobs)
+        print(
+            f"tenant {row.id!r}: storage {row.max_storage_bytes} bytes, "
+            f"active jobs {row.max_active_jobs}",
+            file=sys.stderr,
+        )
+    return 0

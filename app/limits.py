@@ -1,0 +1,226 @@
+"""Size limits on what clients send: request bodies (every endpoint) and the expanded size of
+compressed uploads (no decompression bombs).
+
+`BodySizeLimit` is a pure ASGI middleware, cheap enough for the prediction path: a request that
+declares its length is judged on the header alone (the HTTP server never delivers more than the
+declared length); only a chunked body is counted as it arrives. Limits by route: uploads
+MAX_UPLOAD_MB (plus room for the multipart envelope), predict MAX_PREDICT_BODY_MB, everything else
+MAX_REQUEST_KB.
+
+`open_expanded` wraps an upload stream so that a compressed upload is decompressed here, counted,
+and stopped once it expands beyond MAX_EXPANDED_MB; the reader then sees plain text.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+import lzma
+
+from fastapi import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.config import Settings
+
+MULTIPART_SLACK = 1024 * 1024
+MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
+_PROBLEM_HEADERS = [(b"content-type", b"application/problem+json"), (b"connection", b"close")]
+
+
+class BodyTooLarge(HTTPException):
+    """A chunked request body crossed its limit while being read (FastAPI re-raises these)."""
+
+    def __init__(self, limit: int):
+        super().__init__(413, f"the request body exceeds the limit of {limit} bytes")
+
+
+class RouteLimits:
+    """The body limit of each kind of request, from the settings."""
+
+    def __init__(self, settings: Settings):
+        self.upload = settings.max_upload_bytes + MULTIPART_SLACK
+        self.predict = int(settings.max_predict_body_mb * 1024 * 1024)
+        self.default = int(settings.max_request_kb * 1024)
+
+    def for_path(self, method: str, path: str) -> int:
+        if method != "POST":
+            return self.default
+        if path.rstrip("/") == "/v1/datasets":
+            return self.upload
+        if path.endswith("/predict") and path.startswith("/v1/models/"):
+            return self.predict
+        return self.default
+
+
+class BodySizeLimit:
+    """ASGI middleware: 413 for a request body over its route's limit."""
+
+    def __init__(self, app: ASGIApp, limits: RouteLimits):
+        self.app = app
+        self.limits = limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limits.for_path(scope["method"], scope["path"])
+        declared = _content_length(scope)
+        if declared is None:
+            await self.app(scope, _counting(receive, limit), send)
+        elif declared < 0:
+            await _reject(send, 400, "Bad Request", "the Content-Length header is not a number")
+        elif declared > limit:
+            await _reject(
+                send,
+                413,
+                "Request too large",
+                f"the request body of {declared} bytes exceeds the limit of {limit} bytes "
+                "for this endpoint",
+            )
+        else:
+            await self.app(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else -1
+    return None
+
+
+def _counting(receive: Receive, limit: int) -> Receive:
+    seen = 0
+
+    async def counted() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(limit)
+        return message
+
+    return counted
+
+
+async def _reject(send: Send, status: int, title: str, detail: str) -> None:
+    body = json.dumps(
+        {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    ).encode()
+    headers = [*_PROBLEM_HEADERS, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+# ------------------------------------------------------------------------------------------
+# Compressed uploads
+
+
+class ExpansionTooLarge(ValueError):
+    """A compressed upload expands beyond the limit."""
+
+    def __init__(self, limit: int):
+        super().__init__(
+            f"the compressed upload expands beyond the limit of {limit / 2**20:g} MB "
+            "(MAX_EXPANDED_MB)"
+        )
+        self.limit = limit
+
+
+class NestedCompression(ValueError):
+    """A compressed upload whose content is compressed again (a classic bomb shape)."""
+
+    def __init__(self, outer: str, inner: str):
+        super().__init__(f"the {outer} upload contains {inner} data: nested compression is refused")
+
+
+class _Limited(io.RawIOBase):
+    """Counts the bytes read from a decompressing stream; raises past `limit`."""
+
+    def __init__(self, inner, limit: int):
+        self.inner = inner
+        self.limit = limit
+        self.total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.inner.readinto(buffer)
+        self.total += n or 0
+        if self.total > self.limit:
+            raise ExpansionTooLarge(self.limit)
+        return n
+
+    def close(self) -> None:
+        self.inner.close()
+        super().close()
+
+
+def compression_of(head: bytes) -> str | None:
+    for magic, name in MAGIC.items():
+        if head.startswith(magic):
+            return name
+    return None
+
+
+def _decompressor(raw, kind: str):
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if kind == "bzip2":
+        return bz2.BZ2File(raw, mode="rb")
+    return lzma.LZMAFile(raw, mode="rb")
+
+
+class _Prefixed(io.RawIOBase):
+    """`head` followed by the rest of `raw` (the head was read to recognise the format)."""
+
+    def __init__(self, head: bytes, raw):
+        self.head = memoryview(head)
+        self.raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.head:
+            n = min(len(buffer), len(self.head))
+            buffer[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
+        return self.raw.readinto(buffer)
+
+
+def _read_head(stream, n: int) -> bytes:
+    head = b""
+    while len(head) < n:
+        chunk = stream.read(n - len(head))
+        if not chunk:
+            break
+        head += chunk
+    return head
+
+
+def open_expanded(raw, limit: int) -> io.BufferedReader:
+    """A plain-text view of an upload stream (`raw`: a binary stream with `readinto`).
+
+    Compressed uploads (gzip, bzip2, xz, recognised by their magic bytes) are decompressed with
+    their expanded size limited to `limit` bytes (ExpansionTooLarge beyond it); a compressed
+    payload inside a compressed upload is refused (NestedCompression).
+    """
+    head = _read_head(raw, 8)
+    stream = io.BufferedReader(_Prefixed(head, raw), 1 << 20)
+    kind = compression_of(head)
+    if kind is None:
+        return stream
+    plain = _Limited(_decompressor(stream, kind), limit)
+    try:
+        inner_head = _read_head(plain, 8)
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise ValueError(f"the {kind} upload is corrupt: {exc}") from None
+    inner = compression_of(inner_head)
+    if inner is not None:
+        raise NestedCompression(kind, inner)
+    return io.BufferedReader(_Prefixed(inner_head, plain), 1 << 20)
