@@ -45,7 +45,7 @@ def ovr_pass(
 ):
     """One fused pass over the rows in ``order`` for the classes of a block (see module doc)."""
     kb = W.shape[1]
-    cls = np.empty(kb, dtype=np.int64)
+    cls = np.empty(kb, dtype=np.uint32)  # unsigned: no wraparound checks on W[j, cls[r]]
     s = np.empty(kb)
     delta = np.empty(kb)
     for c in range(kb):

@@ -66,7 +66,7 @@ def ww_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, shrunk, k
     and the sub-problem over the free variables (0 < α_i^m < C_i) only.
     """
     k = W.shape[1]
-    cls = np.empty(k, dtype=np.int64)
+    cls = np.empty(k, dtype=np.uint32)  # unsigned: no wraparound checks on W[j, cls[r]]
     s = np.empty(k)
     g = np.empty(k)
     sel = np.empty(k, dtype=np.int64)

@@ -100,7 +100,7 @@ def solve_crammer_singer(
     rows = np.flatnonzero((problem.C > 0) & (problem.A > 0))
     _place_zero_rows(problem, alpha)
     k = problem.n_classes
-    act_cls = np.empty((problem.n_samples, k), dtype=np.int64)
+    act_cls = np.empty((problem.n_samples, k), dtype=np.uint32)  # unsigned: no wraparound checks
     act_n = np.empty(problem.n_samples, dtype=np.int64)
 
     def restore():

@@ -77,6 +77,11 @@ class _Cache:
     _ROW_ARRAYS = ("cl", "ca", "cg", "csq")
     _EXAMPLE_ARRAYS = ("gid", "gcap", "gsum")
 
+    def kernel_arrays(self):
+        """The arrays `_stream_kernels.explore` fills, in its argument order."""
+        return (self.cd, self.ci, self.cp, self.cl, self.ca, self.cg, self.csq, self.gid,
+                self.gcap, self.gsum, self.istate, self.fstate)  # fmt: skip
+
     def snapshot(self):
         """The cache's content as plain arrays (for a warm start)."""
         n, z, m = self.rows, self.nnz, self.n_examples
@@ -173,18 +178,7 @@ class _Online:
                 ex_ptr,
                 first_id,
                 start,
-                c.cd,
-                c.ci,
-                c.cp,
-                c.cl,
-                c.ca,
-                c.cg,
-                c.csq,
-                c.gid,
-                c.gcap,
-                c.gsum,
-                c.istate,
-                c.fstate,
+                *c.kernel_arrays(),
                 rp.s,
                 self.u,
                 self.w,
@@ -278,7 +272,8 @@ class _Online:
             return
         order = np.argsort(c.ca[:n], kind="stable")
         lengths = np.diff(c.cp[: n + 1])[order]
-        drop_n = max(over_rows, int(np.searchsorted(np.cumsum(lengths), over_nnz)) + 1, 0)
+        by_nnz = int(np.searchsorted(np.cumsum(lengths), over_nnz)) + 1 if over_nnz > 0 else 0
+        drop_n = max(over_rows, by_nnz)
         drop = order[:drop_n]
         data, ind, ptr = c.csr()
         for r in drop:

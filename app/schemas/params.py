@@ -84,6 +84,7 @@ class StructuralParams(_Params):
     random_state: Seed | None = 0
     time_limit: PositiveFloat | None = None
     pairwise: bool = True
+    shrinking: bool = True
     online: bool = Field(False, description="stream the dataset through a bounded cache")
     cache_size: int | None = Field(None, ge=1, description="cached constraint rows (online mode)")
 

@@ -8,7 +8,9 @@ A stored dataset is a directory DATA_DIR/datasets/<id>/ of raw `.npy` files: the
 from __future__ import annotations
 
 import io
+import multiprocessing
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -145,6 +147,22 @@ def parse_to_arrays(source: str, out_dir: str, growing: bool = False) -> dict[st
         "has_qid": parsed.qid is not None,
         **summarize_labels(y),
     }
+
+
+def watch_parent() -> None:
+    """Exit this parser process as soon as the API process that started it is gone (killed):
+    it would otherwise wait for work forever."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if not parent.is_alive():
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def warm_up() -> None:

@@ -52,7 +52,9 @@ class ParserPool:
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
             self._executor = ProcessPoolExecutor(
-                self.max_workers, mp_context=multiprocessing.get_context("spawn")
+                self.max_workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=dataset_files.watch_parent,
             )
         return self._executor
 

@@ -170,3 +170,16 @@ def test_warm_start_restores_the_cache(problem):
                                  warm_start=first)  # fmt: skip
     assert cold.converged and warm.converged and warm.n_iter < cold.n_iter
     assert_certifies(warm, batch, 1e-4)
+
+
+def test_qid_file_read_whole_gives_the_batch_problem(problem, tmp_path):
+    from solvers import read_libsvm
+    from solvers.io import write_libsvm
+
+    X, margins, groups, batch = problem
+    path = tmp_path / "structural.txt"
+    write_libsvm(path, X, margins, qid=groups + 7)
+    Xr, lr, qid = read_libsvm(path, n_features=X.shape[1], query_id=True)
+    res = fit_structural(Xr, lr, qid, C=0.1, tol=1e-6, max_iter=5000)
+    assert res.upper_bound == pytest.approx(batch.upper_bound, rel=1e-5)
+    np.testing.assert_allclose(res.w, batch.w, atol=1e-2 * np.abs(batch.w).max())
