@@ -153,7 +153,7 @@ def cs_objectives(problem, W, wb, alpha) -> tuple[float, float]:
     S += 1.0
     S[idx, problem.y] -= 1.0
     loss = np.maximum(S.max(axis=1) - s_y, 0.0)
-    reg = 0.5 * (float(np.sum(W * W)) + float(wb @ wb))
+    reg = 0.5 * (float(np.vdot(W, W)) + float(wb @ wb))  # vdot: no temporary of the size of W
     primal = reg + float(problem.C @ loss)
     dual = reg - float(alpha[idx, problem.y].sum())
     return primal, dual

@@ -145,7 +145,7 @@ def ww_objectives(problem, W, wb, alpha) -> tuple[float, float]:
     S += 1.0 - s_y[:, None]
     np.maximum(S, 0.0, out=S)
     S[idx, problem.y] = 0.0
-    reg = 0.5 * (float(np.sum(W * W)) + float(wb @ wb))
+    reg = 0.5 * (float(np.vdot(W, W)) + float(wb @ wb))  # vdot: no temporary of the size of W
     primal = reg + float(problem.C @ S.sum(axis=1))
     dual = reg + float(alpha[idx, problem.y].sum())
     return primal, dual

@@ -129,7 +129,14 @@ async def create_dataset(
         if parse.done():
             shutil.rmtree(out_dir, ignore_errors=True)
         else:  # the parser stops at the abort marker; clean up after it
-            parse.add_done_callback(lambda _: shutil.rmtree(out_dir, ignore_errors=True))
+            parse.add_done_callback(lambda task: _discard(task, out_dir))
+
+
+def _discard(task: asyncio.Future, out_dir: Path) -> None:
+    """Drop an abandoned parse: its outcome no longer matters (the request already failed)."""
+    if not task.cancelled():
+        task.exception()  # marks it retrieved, so it is not logged as lost
+    shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def _replay(db: Database, key: str) -> Dataset | None:
