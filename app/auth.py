@@ -35,7 +35,8 @@ from app import tenancy
 from app.config import Settings
 from app.db import Database
 from app.errors import ProblemError
-from app.tenancy import LOCAL_TENANT, SCOPES, ApiKey, Principal
+from app.tables import LOCAL_TENANT, ApiKey
+from app.tenancy import SCOPES, Principal
 
 log = logging.getLogger("margin.auth")
 KEY_PREFIX = "mgn_"

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run workers only")
     _common(worker)
     worker.add_argument("--workers", type=int, help="local worker processes (WORKERS; cores)")
+    from app import cli_keys
+
+    cli_keys.add_parser(commands, _common)
     return parser
 
 
@@ -140,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.queue import run_worker
 
         run_worker(settings, args.workers)
+    elif args.command == "keys":
+        from app import cli_keys
+
+        return cli_keys.run(args, settings)
     return 0
 
 

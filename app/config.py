@@ -41,6 +41,21 @@ class Settings(BaseSettings):
     poll_interval_s: float = Field(0.05, gt=0, description="idle local workers look for jobs")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    auth_mode: Literal["required", "off", "auto"] = Field(
+        "auto", description="API keys: required, off, or auto (required unless bound to loopback)"
+    )
+    auth_cache_s: float = Field(5.0, ge=0, description="seconds a verified API key is cached")
+    quota_storage_mb: float | None = Field(
+        None, gt=0, description="default per-tenant stored dataset MB (unset: unlimited)"
+    )
+    quota_active_jobs: int | None = Field(
+        None, ge=1, description="default per-tenant queued or running jobs (unset: unlimited)"
+    )
+    max_request_kb: float = Field(1024, gt=0, description="largest JSON request body, in KB")
+    max_predict_body_mb: float = Field(64, gt=0, description="largest predict body, in MB")
+    max_expanded_mb: float | None = Field(
+        None, gt=0, description="largest decompressed upload, in MB (default 8 x MAX_UPLOAD_MB)"
+    )
 
     @field_validator("data_dir")
     @classmethod
@@ -61,6 +76,14 @@ class Settings(BaseSettings):
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 1024 * 1024)
+
+    @property
+    def max_expanded_bytes(self) -> int:
+        return int((self.max_expanded_mb or 8 * self.max_upload_mb) * 1024 * 1024)
+
+    @property
+    def quota_storage_bytes(self) -> int | None:
+        return int(self.quota_storage_mb * 1024 * 1024) if self.quota_storage_mb else None
 
     def local_workers(self) -> int:
         """Size of the local pool: WORKERS, or the number of cores."""

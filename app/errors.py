@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM_JSON = "application/problem+json"
@@ -91,6 +92,35 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     return problem_response(exc.status_code, None, detail, headers=getattr(exc, "headers", None))
 
 
+DB_RETRY_AFTER_S = 5
+
+
+async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:
+    """The database is unreachable (restarting, connections dropped) or too busy: 503, so that
+    clients retry; the service recovers by itself once the database is back."""
+    if not _is_unavailable(exc):
+        return await _unexpected(request, exc)
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc.orig)
+    return problem_response(
+        503,
+        "Service Unavailable",
+        "the database is unavailable; retry shortly",
+        headers={"Retry-After": str(DB_RETRY_AFTER_S)},
+    )
+
+
+def _is_unavailable(exc: DBAPIError) -> bool:
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    if exc.connection_invalidated or isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    text = str(exc.orig).lower()
+    # SQLite's integrity problems are OperationalErrors too; only busy/locked means "retry"
+    return "sqlite" not in type(exc.orig).__module__ or "locked" in text or "busy" in text
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem_response(500, "Internal Server Error", "an unexpected error occurred")
@@ -100,4 +130,5 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ProblemError, _problem_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(Exception, _unexpected)

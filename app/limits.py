@@ -18,6 +18,7 @@ import gzip
 import io
 import json
 import lzma
+import zlib
 
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -137,10 +138,12 @@ class NestedCompression(ValueError):
 
 
 class _Limited(io.RawIOBase):
-    """Counts the bytes read from a decompressing stream; raises past `limit`."""
+    """Counts the bytes read from a decompressing stream; raises past `limit`. Corrupt data
+    becomes a ValueError naming the format (the decompressors raise OSError, EOFError, ...)."""
 
-    def __init__(self, inner, limit: int):
+    def __init__(self, inner, kind: str, limit: int):
         self.inner = inner
+        self.kind = kind
         self.limit = limit
         self.total = 0
 
@@ -148,7 +151,14 @@ class _Limited(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:
-        n = self.inner.readinto(buffer)
+        try:
+            n = self.inner.readinto(buffer)
+        except (EOFError, lzma.LZMAError, zlib.error) as exc:
+            raise CorruptCompressed(self.kind, exc) from None
+        except OSError as exc:
+            if exc.errno is not None:  # a real I/O error, not a format one
+                raise
+            raise CorruptCompressed(self.kind, exc) from None
         self.total += n or 0
         if self.total > self.limit:
             raise ExpansionTooLarge(self.limit)
@@ -172,6 +182,12 @@ def _decompressor(raw, kind: str):
     if kind == "bzip2":
         return bz2.BZ2File(raw, mode="rb")
     return lzma.LZMAFile(raw, mode="rb")
+
+
+class CorruptCompressed(ValueError):
+    def __init__(self, kind: str, exc: BaseException):
+        reason = str(exc) or type(exc).__name__
+        super().__init__(f"the {kind} upload is corrupt or truncated: {reason}")
 
 
 class _Prefixed(io.RawIOBase):
@@ -215,11 +231,8 @@ def open_expanded(raw, limit: int) -> io.BufferedReader:
     kind = compression_of(head)
     if kind is None:
         return stream
-    plain = _Limited(_decompressor(stream, kind), limit)
-    try:
-        inner_head = _read_head(plain, 8)
-    except (OSError, EOFError, lzma.LZMAError) as exc:
-        raise ValueError(f"the {kind} upload is corrupt: {exc}") from None
+    plain = _Limited(_decompressor(stream, kind), kind, limit)
+    inner_head = _read_head(plain, 8)
     inner = compression_of(inner_head)
     if inner is not None:
         raise NestedCompression(kind, inner)

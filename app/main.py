@@ -6,9 +6,10 @@ import logging
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from sqlalchemy import func, select
 
+from app import auth, limits
 from app.config import Settings, get_settings
 from app.db import Database
 from app.errors import install_handlers, problem_response
@@ -53,11 +54,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.queue = get_queue(settings)
     app.state.parser = ParserPool()
     install_handlers(app)
+    auth.install(app, settings, app.state.db)
+    app.add_middleware(limits.BodySizeLimit, limits=limits.RouteLimits(settings))
 
     from app.api import datasets, jobs, models, solvers
 
     for module in (datasets, jobs, solvers, models):
-        app.include_router(module.router, prefix="/v1")
+        app.include_router(module.router, prefix="/v1", dependencies=[Depends(auth.authorize)])
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict:

@@ -54,6 +54,9 @@ class UTCDateTime(TypeDecorator):
         return value
 
 
+LOCAL_TENANT = "local"  # the tenant of rows made without one (AUTH_MODE=off, older rows)
+
+
 class JobStatus(StrEnum):
     QUEUED = "queued"  # waiting for a worker
     RUNNING = "running"  # a worker claimed it and is training
@@ -232,3 +235,29 @@ class Worker(Base):
     job_id: Mapped[str | None] = mapped_column(String(40))
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKey(Base):
+    """An API key: only the SHA-256 of the token is stored; `prefix` identifies it in lists."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    prefix: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    scopes: Mapped[list[Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+
+
+class Tenant(Base):
+    """A tenant's own quotas (None: the service-wide default from the settings)."""
+
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    max_storage_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    max_active_jobs: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

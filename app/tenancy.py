@@ -12,43 +12,15 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Integer, String, event
-from sqlalchemy.orm import Mapped, ORMExecuteState, Session, mapped_column, with_loader_criteria
+from sqlalchemy import event
+from sqlalchemy.orm import ORMExecuteState, Session, with_loader_criteria
 
-from app.tables import Base, Dataset, Job, Model, PredictionRun, utcnow
+from app.tables import LOCAL_TENANT, Dataset, Job, Model, PredictionRun
 
-LOCAL_TENANT = "local"
+__all__ = ["LOCAL_TENANT", "OWNED", "SCOPES", "Principal", "current", "current_tenant", "install"]
 SCOPES = ("read", "train", "predict", "admin")
 OWNED = (Dataset, Job, Model, PredictionRun)
-
-
-class ApiKey(Base):
-    """An API key: only the SHA-256 of the token is stored; `prefix` identifies it in lists."""
-
-    __tablename__ = "api_keys"
-
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    tenant: Mapped[str] = mapped_column(String(64), index=True)
-    name: Mapped[str] = mapped_column(String(255))
-    prefix: Mapped[str] = mapped_column(String(16))
-    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    scopes: Mapped[list[Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    revoked_at: Mapped[datetime | None]
-
-
-class Tenant(Base):
-    """A tenant's own quotas (None: the service-wide default from the settings)."""
-
-    __tablename__ = "tenants"
-
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    max_storage_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    max_active_jobs: Mapped[int | None] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 @dataclass(frozen=True)

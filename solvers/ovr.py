@@ -332,20 +332,24 @@ def _block_objectives(problem, b: _Block, hinge: bool):
 
 def _result(problem, blocks, hinge, status, n_iter, monitor) -> SolveResult:
     k, n, d = problem.n_classes, problem.n_samples, problem.n_features
-    w = np.empty((k, d))
+    single = len(blocks) == 1
+    # one block holds the classes in order: hand out views instead of copying the model
+    w = blocks[0].W.T if single else np.empty((k, d))
+    alpha = blocks[0].alpha.T if single else np.empty((k, n))
     intercept = np.empty(k)
-    alpha = np.empty((k, n))
     primal = np.empty(k)
     dual = np.empty(k)
     gap = np.empty(k)
     class_iter = np.empty(k, dtype=np.int64)
     for b in blocks:
-        w[b.classes] = b.W.T
-        intercept[b.classes] = problem.bias * b.wb
-        alpha[b.classes] = b.alpha.T
         primal[b.classes], dual[b.classes] = _block_objectives(problem, b, hinge)
+        intercept[b.classes] = problem.bias * b.wb
         gap[b.classes] = b.gap
         class_iter[b.classes] = b.n_iter
+        if not single:
+            w[b.classes] = b.W.T
+            alpha[b.classes] = b.alpha.T
+            b.W = b.alpha = None  # release each block as soon as it is copied
     return SolveResult(
         w=w,
         bias=intercept,

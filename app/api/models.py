@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from sqlalchemy import delete, select
 
+from app.auth import authenticate
 from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
 from app.errors import ProblemError
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, decode_cursor, page_of
@@ -80,9 +81,12 @@ async def predict(request: Request) -> Response:
     """Predict instances sent in the body: JSON sparse instances (indices in the training
     file's numbering), JSON dense rows, or ``text/plain`` LIBSVM lines."""
     app = request.app
+    principal = await authenticate(request, "predict")
     model_id = request.path_params["model_id"]
     cache = model_cache(app)
     model, due = cache.get(model_id)
+    if model is not None and model.info.get("tenant") != principal.tenant:
+        raise not_found("Model", model_id)  # another tenant's: absent, as in every other route
     if model is None or due:
         model = await run_in_threadpool(fetch_model, app.state.db, cache, model_id)
         if model is None:

@@ -75,18 +75,42 @@ class LinearSVRParams(_Params):
 
 
 class StructuralParams(_Params):
-    """`solvers.fit_structural`: shared-slack structural SVM over qid-grouped constraint rows."""
+    """`solvers.fit_structural`: shared-slack structural SVM over qid-grouped constraint rows
+    (each line `l_ij qid:i idx:val ...`: its label is the margin l_ij, its qid the example i).
+    With `online`, `solvers.fit_structural_stream` reads the stored rows in chunks and keeps
+    only a cache of support vectors in memory."""
 
-    C: PositiveFloat = 1.0
-    tol: PositiveFloat = 1e-3
-    max_iter: int = Field(1000, ge=1, le=10_000_000)
-    nonneg: bool = False
-    random_state: Seed | None = 0
-    time_limit: PositiveFloat | None = None
-    pairwise: bool = True
-    shrinking: bool = True
-    online: bool = Field(False, description="stream the dataset through a bounded cache")
-    cache_size: int | None = Field(None, ge=1, description="cached constraint rows (online mode)")
+    C: PositiveFloat = Field(1.0, description="weight of the loss term")
+    tol: PositiveFloat = Field(
+        1e-3, description="stop when upper bound - lower bound <= tol * max(1, |upper bound|)"
+    )
+    max_iter: int = Field(
+        1000,
+        ge=1,
+        le=10_000_000,
+        description="passes over the rows (batch), or over the cache per optimization (online)",
+    )
+    nonneg: bool = Field(False, description="constrain the weights to be >= 0")
+    random_state: Seed | None = Field(0, description="seed of the coordinate order")
+    time_limit: PositiveFloat | None = Field(None, description="wall-clock budget in seconds")
+    pairwise: bool = Field(True, description="pairwise updates on active examples (batch only)")
+    shrinking: bool = Field(True, description="skip rows whose constraint holds (batch only)")
+    online: bool = Field(
+        False,
+        description="stream the stored rows in chunks through a bounded cache of support "
+        "vectors (needs each qid's rows contiguous)",
+    )
+    cache_size: float = Field(
+        256.0,
+        gt=0,
+        le=65536,
+        allow_inf_nan=False,
+        description="memory budget in MiB of the online cache of support vectors; chunks read "
+        "from the dataset are sized to a quarter of it (online only)",
+    )
+    passes: int = Field(
+        3, ge=1, le=10_000, description="passes over the stored rows at most (online only)"
+    )
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ A stored dataset is a directory DATA_DIR/datasets/<id>/ of raw `.npy` files: the
 
 from __future__ import annotations
 
+import errno
 import io
 import multiprocessing
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -103,27 +105,57 @@ class GrowingFile(io.RawIOBase):
             return None
 
 
-def parse_to_arrays(source: str, out_dir: str, growing: bool = False) -> dict[str, Any]:
+def parse_to_arrays(
+    source: str, out_dir: str, growing: bool = False, max_expanded: int | None = None
+) -> dict[str, Any]:
     """Parse a LIBSVM/SVMlight file and save its arrays into `out_dir` (runs in a child process).
 
-    With `growing`, the file is still being uploaded and is followed as it grows. Returns the
-    dataset's metadata, or ``{"error": message, "line": n}`` for a malformed file (errors are
+    With `growing`, the file is still being uploaded and is followed as it grows. A compressed
+    file may expand to at most `max_expanded` bytes (`app.limits.open_expanded`). Returns the
+    dataset's metadata, or ``{"error": message, "line": n, "status": http status}`` (errors are
     returned, not raised, so that nothing custom has to cross the process boundary).
     """
+    try:
+        return _parse_and_save(source, out_dir, growing, max_expanded)
+    except OSError as exc:
+        if _disk_full(exc):
+            shutil.rmtree(out_dir, ignore_errors=True)
+            return {"error": DISK_FULL, "line": None, "status": 507}
+        raise
+
+
+def _disk_full(exc: OSError) -> bool:
+    # numpy reports a short write to a full device as "N requested and M written", no errno
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT) or (
+        exc.errno is None and "requested and" in str(exc) and "written" in str(exc)
+    )
+
+
+DISK_FULL = "the server's disk is full: the dataset could not be stored; nothing was kept"
+
+
+def _parse_and_save(
+    source: str, out_dir: str, growing: bool, max_expanded: int | None
+) -> dict[str, Any]:
+    from app.limits import ExpansionTooLarge, open_expanded
     from solvers.io import LibsvmFormatError, load_libsvm
 
+    limit = max_expanded if max_expanded is not None else 2**62
     try:
         if growing:
             with GrowingFile(source) as stream:
-                parsed = load_libsvm(stream)
+                parsed = load_libsvm(open_expanded(stream, limit))
         else:
-            parsed = load_libsvm(source)
+            with open(source, "rb") as stream:
+                parsed = load_libsvm(open_expanded(stream, limit))
     except UploadAborted as exc:
         return {"error": str(exc), "line": None, "aborted": True}
+    except ExpansionTooLarge as exc:
+        return {"error": str(exc), "line": None, "status": 413}
     except LibsvmFormatError as exc:
         return {"error": str(exc), "line": getattr(exc, "line", None)}
-    except ValueError as exc:
-        return {"error": str(exc), "line": getattr(exc, "line", None)}
+    except (ValueError, EOFError) as exc:
+        return {"error": str(exc) or type(exc).__name__, "line": getattr(exc, "line", None)}
     except MemoryError:
         return {"error": "the parsed dataset does not fit in the parser's memory", "line": None}
     X = parsed.X.tocsr()

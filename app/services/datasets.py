@@ -30,12 +30,13 @@ from app.config import Settings
 from app.db import Database
 from app.errors import ProblemError
 from app.schemas.common import decode_cursor, page_of
-from app.services import dataset_files, idempotency
+from app.services import dataset_files, idempotency, quotas
 from app.services.uploads import UploadSink, check_declared_length, receive_into, temp_name
 from app.tables import ACTIVE_STATUSES, Dataset, Job, new_id
 
 log = logging.getLogger("margin.datasets")
 ORPHAN_GRACE_S = 300.0
+_PARSE_TITLES = {413: "Upload too large", 422: "Invalid dataset", 507: "Insufficient storage"}
 
 
 def dataset_dir(settings: Settings, dataset_id: str) -> Path:
@@ -58,11 +59,22 @@ class ParserPool:
             )
         return self._executor
 
-    async def parse(self, source: Path, out_dir: Path, growing: bool = False) -> dict[str, Any]:
+    async def parse(
+        self,
+        source: Path,
+        out_dir: Path,
+        growing: bool = False,
+        max_expanded: int | None = None,
+    ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(
-                self._pool(), dataset_files.parse_to_arrays, str(source), str(out_dir), growing
+                self._pool(),
+                dataset_files.parse_to_arrays,
+                str(source),
+                str(out_dir),
+                growing,
+                max_expanded,
             )
         except BrokenProcessPool:
             self._executor = None
@@ -101,20 +113,25 @@ async def create_dataset(
     sink = UploadSink(tmp / (temp_name("upload") + ".part"), settings.max_upload_bytes)
     out_dir = tmp / temp_name("parsed")
     # the parser follows the file while it arrives, so receiving and parsing overlap
-    parse = asyncio.ensure_future(parser.parse(sink.path, out_dir, growing=True))
+    parse = asyncio.ensure_future(
+        parser.parse(sink.path, out_dir, growing=True, max_expanded=settings.max_expanded_bytes)
+    )
     try:
         try:
             filename, field_name = await receive_into(request, sink)
+            sink.finish()
         except BaseException:
             sink.abort()
             raise
-        sink.finish()
         meta = await parse
         if sink.size == 0:
             raise ProblemError(422, "Invalid dataset", "file: the uploaded file is empty")
         if "error" in meta:
             line = {"line": meta["line"]} if meta.get("line") else {}
-            raise ProblemError(422, "Invalid dataset", meta["error"], **line)
+            status = meta.get("status", 422)
+            raise ProblemError(
+                status, _PARSE_TITLES.get(status, "Invalid dataset"), meta["error"], **line
+            )
         dataset = Dataset(
             id=new_id("ds"),
             name=(name or field_name or filename or "dataset")[:255],
@@ -151,6 +168,7 @@ def _commit(
     final = dataset_dir(settings, dataset.id)
     try:
         with db.write() as session:
+            quotas.check_storage(session, dataset.size_bytes)
             session.add(dataset)
             if key:
                 idempotency.remember(session, "datasets", key, None, dataset.id)

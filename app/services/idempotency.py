@@ -12,8 +12,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app import tenancy
 from app.errors import ProblemError
-from app.tables import IdempotencyKey
+from app.tables import LOCAL_TENANT, IdempotencyKey
 
 MAX_KEY_LENGTH = 255
 
@@ -35,9 +36,15 @@ def request_hash(body: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def tenant_scope(scope: str) -> str:
+    """Keys are per tenant: another tenant's identical key is a different key."""
+    tenant = tenancy.current_tenant()
+    return scope if tenant in (None, LOCAL_TENANT) else f"{scope}:{tenant}"
+
+
 def lookup(session: Session, scope: str, key: str, body_hash: str | None) -> str | None:
     """The resource id created under this key, or None; 422 if the key came with another body."""
-    row = session.get(IdempotencyKey, (scope, key))
+    row = session.get(IdempotencyKey, (tenant_scope(scope), key))
     if row is None:
         return None
     if body_hash is not None and row.request_hash is not None and row.request_hash != body_hash:
@@ -51,5 +58,7 @@ def lookup(session: Session, scope: str, key: str, body_hash: str | None) -> str
 
 def remember(session: Session, scope: str, key: str, body_hash: str | None, resource_id: str):
     session.add(
-        IdempotencyKey(scope=scope, key=key, request_hash=body_hash, resource_id=resource_id)
+        IdempotencyKey(
+            scope=tenant_scope(scope), key=key, request_hash=body_hash, resource_id=resource_id
+        )
     )

@@ -16,7 +16,7 @@ from app.queue import JobQueue
 from app.schemas.common import decode_cursor, page_of
 from app.schemas.jobs import JobCreate
 from app.schemas.params import ESTIMATORS, EstimatorSpec
-from app.services import idempotency
+from app.services import idempotency, quotas
 from app.tables import Dataset, Job, JobProgress, JobStatus, new_id, utcnow
 
 
@@ -72,8 +72,6 @@ def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dat
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
-        if params.get("online"):
-            raise _invalid("params.online", "the online mode is not available in the service yet")
 
 
 def _dataset_or_404(session: Session, dataset_id: str, field: str) -> Dataset:
@@ -96,6 +94,7 @@ def create_job(db: Database, queue: JobQueue, body: JobCreate, key: str | None) 
         with db.write() as session:
             dataset = _dataset_or_404(session, body.dataset_id, "dataset_id")
             check_dataset_fits(spec, params, dataset)
+            quotas.check_active_jobs(session)
             if body.validation_dataset_id is not None:
                 valid = _dataset_or_404(
                     session, body.validation_dataset_id, "validation_dataset_id"

@@ -10,8 +10,8 @@ from sqlalchemy import or_, select
 
 from app.auth import KEY_PREFIX, generate_key, hash_key
 from app.db import Database
-from app.tables import new_id, utcnow
-from app.tenancy import SCOPES, ApiKey, Tenant
+from app.tables import ApiKey, Tenant, new_id, utcnow
+from app.tenancy import SCOPES
 
 TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 PREFIX_CHARS = 12  # "mgn_" and 8 characters of the token: enough to tell keys apart in a list
@@ -34,7 +34,9 @@ def check_scopes(scopes: Iterable[str]) -> list[str]:
     scopes = sorted(set(scopes))
     unknown = [s for s in scopes if s not in SCOPES]
     if unknown or not scopes:
-        raise KeyRequestError(f"scope: expected one or more of {', '.join(SCOPES)}, got {unknown or []}")
+        raise KeyRequestError(
+            f"scope: expected one or more of {', '.join(SCOPES)}, got {unknown or []}"
+        )
     return scopes
 
 

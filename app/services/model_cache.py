@@ -98,7 +98,7 @@ def model_from_row(row) -> LinearModel:
         zero_based=bool(row.zero_based),
         coef=np.ascontiguousarray(coef, dtype=np.float64),
         intercept=np.ascontiguousarray(intercept, dtype=np.float64),
-        info={"estimator": row.estimator, "params": dict(row.params or {})},
+        info={"estimator": row.estimator, "params": dict(row.params or {}), "tenant": row.tenant},
     )
 
 

@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from app import tenancy
 from app.errors import ProblemError
-from app.tables import ACTIVE_STATUSES, Dataset, Job
-from app.tenancy import Principal, Tenant
+from app.tables import ACTIVE_STATUSES, Dataset, Job, Tenant
+from app.tenancy import Principal
 
 STORAGE_RETRY_AFTER_S = 60
 JOBS_RETRY_AFTER_S = 5

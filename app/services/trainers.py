@@ -75,11 +75,25 @@ def _from_estimator(est, kind: str, classes: list[float] | None) -> Trained:
     )
 
 
-def train_structural(params: dict, X, y, qid, callback, n_jobs: int | None) -> Trained:
-    from solvers import fit_structural
+STRUCTURAL_ONLINE_ONLY = ("online", "cache_size", "passes")
+STRUCTURAL_BATCH_ONLY = ("pairwise", "shrinking")
 
-    options = {k: v for k, v in params.items() if k not in ("online", "cache_size")}
-    result = fit_structural(X, y, qid, callback=callback, **options)
+
+def streams(estimator: str, params: dict) -> bool:
+    """Whether the job reads its dataset as a stream (memory-mapped chunks) rather than loaded."""
+    return estimator == "structural" and bool(params.get("online"))
+
+
+def train_structural(params: dict, X, y, qid, callback, n_jobs: int | None) -> Trained:
+    """Batch: `solvers.fit_structural` on the loaded rows. Online: `fit_structural_stream` over
+    the memory-mapped arrays (`stored_chunks.map_arrays`), read in chunks sized to the cache."""
+    if params.get("online"):
+        result = _fit_structural_online(params, X, y, qid, callback)
+    else:
+        from solvers import fit_structural
+
+        options = {k: v for k, v in params.items() if k not in STRUCTURAL_ONLINE_ONLY}
+        result = fit_structural(X, y, qid, callback=callback, **options)
     coef = np.atleast_2d(np.asarray(result.w, dtype=np.float64))
     return Trained(
         kind="regressor",
@@ -90,6 +104,27 @@ def train_structural(params: dict, X, y, qid, callback, n_jobs: int | None) -> T
         gap=None if result.gap is None else float(result.gap),
         n_iter=int(result.n_iter),
         predict=lambda Z: np.asarray(Z @ coef[0]),
+    )
+
+
+def _fit_structural_online(params: dict, X, y, qid, callback):
+    from app.services import stored_chunks
+    from solvers import fit_structural_stream
+
+    stored_chunks.check_contiguous(qid)
+    chunk_rows = stored_chunks.chunk_rows_for(X, qid, params["cache_size"])
+    options = {
+        k: v
+        for k, v in params.items()
+        if k not in STRUCTURAL_BATCH_ONLY and k not in ("online", "cache_size")
+    }
+    return fit_structural_stream(
+        stored_chunks.chunk_source(X, y, qid, chunk_rows),
+        chunk_rows=chunk_rows,
+        cache_size=params["cache_size"],
+        n_features=X.shape[1],
+        callback=callback,
+        **options,
     )
 
 

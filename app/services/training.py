@@ -26,10 +26,11 @@ from sqlalchemy import delete, insert, select, update
 
 from app.config import Settings, get_settings
 from app.db import Database
-from app.services.datasets import load_dataset, load_dataset_as
+from app.services.datasets import dataset_dir, load_dataset, load_dataset_as
 from app.services.model_store import pack_weights
 from app.services.progress_estimate import estimate
-from app.services.trainers import TRAINERS, Trained
+from app.services.stored_chunks import map_arrays
+from app.services.trainers import TRAINERS, Trained, streams
 from app.tables import Dataset, Job, JobProgress, JobStatus, Model, new_id, utcnow
 
 log = logging.getLogger("margin.training")
@@ -123,7 +124,10 @@ def _run_claimed(ctx: RunContext, job_id: str, attempt: int, recorder: _Recorder
         return _fail(ctx, job_id, attempt, "the job's validation dataset was deleted")
     trainer = TRAINERS[job.estimator]
     recorder.tol = job.params.get("tol")
-    X, y, qid = load_dataset(ctx.settings, dataset)
+    if streams(job.estimator, job.params):  # read in chunks; memory bounded by the cache
+        X, y, qid = map_arrays(dataset_dir(ctx.settings, dataset.id), dataset.n_features)
+    else:
+        X, y, qid = load_dataset(ctx.settings, dataset)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -169,6 +173,7 @@ def _finish(
         session.add(
             Model(
                 id=new_id("mdl"),
+                tenant=job.tenant,
                 job_id=job.id,
                 dataset_id=dataset.id,
                 estimator=job.estimator,

@@ -7,12 +7,14 @@ with 413 as soon as the limit is crossed, and the partial file is removed.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import socket
 from pathlib import Path
 
 from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 
 from app.errors import ProblemError
@@ -44,22 +46,42 @@ class UploadSink:
         if self.size > self.limit:
             raise too_large(self.limit)
         self.hash.update(data)
-        self.file.write(data)
+        try:
+            self.file.write(data)
+        except OSError as exc:
+            raise storage_error(exc) from None
 
     def close(self) -> None:
         if not self.file.closed:
-            self.file.close()
+            try:
+                self.file.close()  # flushes the last buffered bytes
+            except OSError as exc:
+                raise storage_error(exc) from None
 
     def finish(self) -> None:
         self.close()
-        _write_marker(self.path, ".done", str(self.size))
+        try:
+            _write_marker(self.path, ".done", str(self.size))
+        except OSError as exc:
+            raise storage_error(exc) from None
 
     def abort(self) -> None:
-        self.close()
-        _write_marker(self.path, ".abort", "")
+        try:
+            self.close()
+        except (ProblemError, OSError):
+            pass  # the upload is being abandoned anyway
+        try:
+            _write_marker(self.path, ".abort", "")
+        except OSError:
+            # a full disk: free the upload's space so that the reader's marker fits
+            self.path.unlink(missing_ok=True)
+            _write_marker(self.path, ".abort", "")
 
     def remove(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except (ProblemError, OSError):
+            pass
         for suffix in ("", ".done", ".abort"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
@@ -69,6 +91,17 @@ def _write_marker(path: Path, suffix: str, text: str) -> None:
     staging = Path(f"{path}{suffix}.tmp")
     staging.write_text(text)
     os.replace(staging, marker)  # the reader never sees a half-written marker
+
+
+def storage_error(exc: OSError) -> ProblemError | OSError:
+    """507 for a full disk or quota (the message names no path); other I/O errors unchanged."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ProblemError(
+            507,
+            "Insufficient storage",
+            "the server's disk is full: the upload could not be stored; nothing was kept",
+        )
+    return exc
 
 
 def too_large(limit: int) -> ProblemError:
@@ -178,7 +211,7 @@ async def _stream_into(request: Request, sink: UploadSink) -> tuple[str | None, 
         parser.finalize()
     except ClientDisconnect:
         raise ProblemError(400, "Upload interrupted", "the client closed the connection") from None
-    except ProblemError:
+    except (ProblemError, HTTPException):  # ours, or the body size limit (app.limits)
         raise
     except Exception as exc:  # python-multipart's MultipartParseError and friends
         raise ProblemError(422, "Invalid upload", f"malformed multipart body: {exc}") from None

@@ -394,11 +394,13 @@ def test_real_trainers_store_what_the_solver_returns(
     assert done["progress"] is not None and model.n_iter >= 1
 
 
-def test_structural_online_mode_is_refused_for_now(client, db):
+def test_structural_online_mode_is_accepted(client, db):
+    """The online mode is trained in tests/app/test_structural_service.py."""
     dataset = upload(client, STRUCTURAL).json()
     response = client.post(
         "/v1/jobs",
         json={"dataset_id": dataset["id"], "estimator": "structural", "params": {"online": True}},
     )
-    assert response.status_code == 422 and response.json()["errors"][0]["field"] == "params.online"
-    assert count(db, Job) == 0
+    assert response.status_code == 202, response.text
+    assert response.json()["params"]["cache_size"] == 256.0
+    assert count(db, Job) == 1

@@ -102,7 +102,7 @@ def _qp_cs_primal(X, y, k, C, bias):
         polishing=True,
         verbose=False,
     )
-    return solver.solve().info.obj_val
+    return solver.solve(raise_error=True).info.obj_val
 
 
 def test_two_classes_equal_binary_hinge_at_twice_C():

@@ -42,7 +42,7 @@ def _qp_ww_primal(X, y, k, C, bias):
         polishing=True,
         verbose=False,
     )
-    return solver.solve().info.obj_val
+    return solver.solve(raise_error=True).info.obj_val
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,182 @@
+"""Who may do what: AUTH_MODE, 401 for missing or unknown keys, 403 for a missing scope, open
+health and docs paths, and the key itself (random, prefixed, stored only as its SHA-256)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import pytest
+from sqlalchemy import select, text
+
+from app.auth import KEY_PREFIX, effective_mode, is_loopback, required_scope
+from app.config import Settings
+from app.services import keys
+from app.tables import ApiKey
+from tests.security.conftest import HEART, new_key, upload
+
+OPEN_PATHS = ["/healthz", "/docs", "/openapi.json"]
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.10", False),
+        ("example.org", False),
+    ],
+)
+def test_loopback_detection(host, loopback):
+    assert is_loopback(host) is loopback
+    mode = effective_mode(Settings(host=host, auth_mode="auto"))
+    assert mode == ("optional" if loopback else "required")
+
+
+def test_explicit_modes_win_over_the_address():
+    assert effective_mode(Settings(host="127.0.0.1", auth_mode="required")) == "required"
+    assert effective_mode(Settings(host="0.0.0.0", auth_mode="off")) == "off"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "scope"),
+    [
+        ("GET", "/v1/datasets", "read"),
+        ("GET", "/v1/models/mdl_1/predictions/run_1", "read"),
+        ("POST", "/v1/datasets", "train"),
+        ("POST", "/v1/jobs", "train"),
+        ("POST", "/v1/jobs/job_1/cancel", "train"),
+        ("DELETE", "/v1/models/mdl_1", "train"),
+        ("POST", "/v1/models/mdl_1/predict", "predict"),
+        ("POST", "/v1/models/mdl_1/predictions", "predict"),
+        ("POST", "/v1/models/mdl_1/evaluate", "predict"),
+    ],
+)
+def test_scope_of_each_route(method, path, scope):
+    assert required_scope(method, path) == scope
+
+
+def test_keys_are_random_prefixed_and_stored_only_as_hashes(make_service):
+    _, app = make_service()
+    made = [keys.create_key(app.state.db, "acme", "k", ["read"]) for _ in range(20)]
+    tokens = [key for _, key in made]
+    assert len(set(tokens)) == len(tokens)
+    for token in tokens:
+        assert token.startswith(KEY_PREFIX)
+        assert len(token) - len(KEY_PREFIX) >= 43  # 32 random bytes, base64url
+    with app.state.db.session() as session:
+        rows = session.scalars(select(ApiKey)).all()
+        dump = "\n".join(
+            str(tuple(r)) for r in session.execute(text("SELECT * FROM api_keys")).all()
+        )
+    assert {r.key_hash for r in rows} == {hashlib.sha256(t.encode()).hexdigest() for t in tokens}
+    for token in tokens:
+        assert token not in dump
+        assert token[len(KEY_PREFIX) + 8 :] not in dump  # nothing past the display prefix
+
+
+def test_required_mode_needs_a_valid_key_on_every_v1_route(make_service):
+    client, app = make_service(auth_mode="required")
+    for path in OPEN_PATHS:
+        assert client.get(path).status_code == 200, path
+    assert client.get("/readyz").status_code in (200, 503)  # open: no workers here, but no 401
+    for method, path in [
+        ("GET", "/v1/datasets"),
+        ("GET", "/v1/jobs"),
+        ("GET", "/v1/models"),
+        ("GET", "/v1/solvers"),
+        ("POST", "/v1/jobs"),
+        ("POST", "/v1/models/mdl_x/predict"),
+        ("DELETE", "/v1/datasets/ds_x"),
+    ]:
+        response = client.request(method, path)
+        assert response.status_code == 401, (method, path, response.text)
+        assert response.headers["www-authenticate"].startswith("Bearer")
+        assert response.headers["content-type"] == "application/problem+json"
+        assert "API key" in response.json()["detail"]
+    for header in ["Bearer mgn_unknown", "Bearer ", "Basic dXNlcjpwYXNz", "mgn_no_scheme"]:
+        response = client.get("/v1/datasets", headers={"Authorization": header})
+        assert response.status_code == 401, header
+    ok = client.get("/v1/datasets", headers=new_key(app, "acme", "read"))
+    assert ok.status_code == 200
+
+
+def test_missing_scope_is_403_and_admin_may_do_everything(make_service, fake_trainer):
+    client, app = make_service(auth_mode="required")
+    reader, trainer = new_key(app, "acme", "read"), new_key(app, "acme", "train")
+    predictor, admin = new_key(app, "acme", "predict"), new_key(app, "acme", "admin")
+
+    denied = upload(client, HEART.read_bytes(), headers=reader)
+    assert denied.status_code == 403
+    assert "'train'" in denied.json()["detail"]
+    assert upload(client, HEART.read_bytes(), headers=predictor).status_code == 403
+    dataset = upload(client, HEART.read_bytes(), headers=trainer).json()
+    job = {"dataset_id": dataset["id"], "params": {"tol": 1e-3}}
+    assert client.post("/v1/jobs", json=job, headers=reader).status_code == 403
+    assert client.post("/v1/jobs", json=job, headers=trainer).status_code == 202
+    assert client.post("/v1/jobs", json=job, headers=admin).status_code == 202
+    assert client.get("/v1/datasets", headers=predictor).status_code == 403
+    assert client.get("/v1/datasets", headers=reader).status_code == 200
+    assert client.get("/v1/datasets", headers=admin).status_code == 200
+    body = {"instances": [[0.0]]}
+    assert client.post("/v1/models/mdl_x/predict", json=body, headers=trainer).status_code == 403
+    assert client.post("/v1/models/mdl_x/predict", json=body, headers=predictor).status_code == 404
+    assert client.post("/v1/models/mdl_x/predict", json=body, headers=admin).status_code == 404
+
+
+def test_auto_on_loopback_serves_without_keys_but_checks_a_sent_key(make_service, caplog):
+    with caplog.at_level(logging.WARNING, logger="margin.auth"):
+        client, app = make_service(auth_mode="auto", host="127.0.0.1")
+    assert any("WITHOUT API keys" in r.getMessage() for r in caplog.records)
+    assert client.get("/v1/datasets").status_code == 200
+    assert client.get("/v1/datasets", headers={"Authorization": "Bearer nope"}).status_code == 401
+    acme = new_key(app, "acme", "train", "read")
+    mine = upload(client, HEART.read_bytes(), headers=acme).json()
+    local = upload(client, HEART.read_bytes()).json()
+    assert [d["id"] for d in client.get("/v1/datasets", headers=acme).json()["items"]] == [
+        mine["id"]
+    ]
+    assert [d["id"] for d in client.get("/v1/datasets").json()["items"]] == [local["id"]]
+
+
+def test_auto_on_a_public_address_requires_keys(make_service, caplog):
+    with caplog.at_level(logging.INFO, logger="margin.auth"):
+        client, _ = make_service(auth_mode="auto", host="0.0.0.0")
+    assert not any("WITHOUT API keys" in r.getMessage() for r in caplog.records)
+    assert client.get("/v1/datasets").status_code == 401
+    assert client.get("/healthz").status_code == 200
+
+
+def test_off_ignores_keys_and_everything_is_local(make_service):
+    client, app = make_service(auth_mode="off", host="0.0.0.0")
+    assert client.get("/v1/datasets", headers={"Authorization": "Bearer junk"}).status_code == 200
+    created = upload(client, HEART.read_bytes()).json()
+    with app.state.db.session() as session:
+        tenant = session.execute(text("SELECT tenant FROM datasets")).scalar_one()
+    assert tenant == "local"
+    assert client.get(f"/v1/datasets/{created['id']}").status_code == 200
+
+
+def test_revoked_key_stops_working(make_service):
+    client, app = make_service(auth_mode="required", auth_cache_s=0)
+    row, key = keys.create_key(app.state.db, "acme", "k", ["read"])
+    headers = {"Authorization": f"Bearer {key}"}
+    assert client.get("/v1/datasets", headers=headers).status_code == 200
+    keys.revoke_key(app.state.db, row.prefix)
+    assert client.get("/v1/datasets", headers=headers).status_code == 401
+
+
+def test_key_requests_are_validated(make_service):
+    _, app = make_service()
+    db = app.state.db
+    with pytest.raises(keys.KeyRequestError, match="tenant"):
+        keys.create_key(db, "../etc", "k", ["read"])
+    with pytest.raises(keys.KeyRequestError, match="scope"):
+        keys.create_key(db, "acme", "k", ["root"])
+    with pytest.raises(keys.KeyRequestError, match="no key"):
+        keys.revoke_key(db, "key_missing")

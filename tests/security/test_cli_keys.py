@@ -1,0 +1,98 @@
+"""`margin keys create|list|revoke|quota` as users run it: the key is printed once on stdout and
+works against a service on the same settings; list never shows keys; revoke ends a key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.main import create_app
+from app.tables import Tenant
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def margin_process(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`margin ...` in a child process, as users run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+
+
+def margin(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`margin ...` in this process (faster); stdout and stderr captured the same way."""
+    import contextlib
+    import io
+
+    from app import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def test_keys_commands(tmp_path, shared_parser):  # noqa: F811
+    data = tmp_path / "data"
+    created = margin_process(
+        "keys", "create", "--data-dir", str(data), "--tenant", "acme", "--name", "ci",
+        "--scope", "read", "--scope", "train",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    lines = created.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mgn_")  # only the key on stdout
+    key = lines[0]
+    # DATA_DIR from the environment works the same as --data-dir
+    listed = margin("keys", "list", env={"DATA_DIR": str(data)})
+    assert listed.returncode == 0, listed.stderr
+    assert "acme" in listed.stdout and "read,train" in listed.stdout
+    assert key not in listed.stdout and key[12:] not in listed.stdout
+    quota = margin("keys", "quota", "--data-dir", str(data), "--tenant", "acme", "--jobs", "3")
+    assert quota.returncode == 0, quota.stderr
+
+    app = create_app(Settings(data_dir=data, auth_mode="required", auth_cache_s=0))
+    app.state.parser = shared_parser
+    with app.state.db.session() as session:
+        assert session.get(Tenant, "acme").max_active_jobs == 3
+    headers = {"Authorization": f"Bearer {key}"}
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.get("/v1/datasets", headers=headers).status_code == 200
+        revoked = margin("keys", "revoke", "--data-dir", str(data), key[:12])
+        assert revoked.returncode == 0, revoked.stderr
+        assert client.get("/v1/datasets", headers=headers).status_code == 401
+    assert key[:12] not in margin("keys", "list", "--data-dir", str(data)).stdout
+    assert key[:12] in margin("keys", "list", "--all", "--data-dir", str(data)).stdout
+
+
+def test_bad_requests_exit_non_zero_with_a_message(tmp_path):
+    bad_scope = margin(
+        "keys", "create", "--data-dir", str(tmp_path), "--tenant", "t", "--name", "n",
+        "--scope", "root",
+    )  # fmt: skip
+    assert bad_scope.returncode == 2 and "root" in bad_scope.stderr
+    bad_tenant = margin(
+        "keys", "create", "--data-dir", str(tmp_path), "--tenant", "../x", "--name", "n",
+        "--scope", "read",
+    )  # fmt: skip
+    assert bad_tenant.returncode == 2 and "tenant" in bad_tenant.stderr
+    assert bad_tenant.stdout == ""
+    missing = margin("keys", "revoke", "--data-dir", str(tmp_path), "key_nope")
+    assert missing.returncode == 2 and "no key" in missing.stderr

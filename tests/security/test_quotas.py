@@ -1,0 +1,77 @@
+"""Per-tenant quotas: stored bytes and active jobs; 429 with Retry-After beyond them, nothing
+stored by a refused request, other tenants unaffected."""
+
+from __future__ import annotations
+
+from app.services import keys
+from tests.security.conftest import HEART, new_key, upload
+
+
+def _stored(data_dir) -> list[str]:
+    return sorted(p.name for p in (data_dir / "datasets").iterdir())
+
+
+def test_storage_quota(make_service):
+    size = len(HEART.read_bytes())
+    client, app = make_service(auth_mode="required")
+    keys.set_quota(app.state.db, "acme", storage_bytes=int(size * 2.5), active_jobs=None)
+    acme, other = new_key(app, "acme", "admin"), new_key(app, "globex", "admin")
+    first = upload(client, HEART.read_bytes(), headers=acme)
+    second = upload(client, HEART.read_bytes(), headers=acme)
+    assert first.status_code == second.status_code == 201
+    stored = _stored(app.state.settings.data_dir)
+    refused = upload(client, HEART.read_bytes(), headers=acme)
+    assert refused.status_code == 429, refused.text
+    assert int(refused.headers["Retry-After"]) > 0
+    assert "quota" in refused.json()["detail"]
+    assert refused.json()["used_bytes"] == 2 * size
+    assert _stored(app.state.settings.data_dir) == stored  # nothing kept
+    assert not list((app.state.settings.data_dir / "tmp").glob("parsed-*"))
+    assert len(client.get("/v1/datasets", headers=acme).json()["items"]) == 2
+    # another tenant (no quota of its own, no default) is not affected
+    assert upload(client, HEART.read_bytes(), headers=other).status_code == 201
+    # deleting makes room again
+    assert client.delete(f"/v1/datasets/{first.json()['id']}", headers=acme).status_code == 204
+    assert upload(client, HEART.read_bytes(), headers=acme).status_code == 201
+
+
+def test_default_storage_quota_from_settings(make_service):
+    client, app = make_service(auth_mode="required", quota_storage_mb=0.01)  # ~10 kB
+    acme = new_key(app, "acme", "admin")
+    response = upload(client, HEART.read_bytes(), headers=acme)  # heart_scale is ~28 kB
+    assert response.status_code == 429
+    assert client.get("/v1/datasets", headers=acme).json()["items"] == []
+
+
+def test_active_jobs_quota(make_service, fake_trainer):
+    fake_trainer()
+    client, app = make_service(auth_mode="required", quota_active_jobs=2)
+    acme, other = new_key(app, "acme", "admin"), new_key(app, "globex", "admin")
+    dataset = upload(client, HEART.read_bytes(), headers=acme).json()["id"]
+    body = {"dataset_id": dataset}
+    jobs = [client.post("/v1/jobs", json=body, headers=acme) for _ in range(2)]
+    assert [j.status_code for j in jobs] == [202, 202]
+    refused = client.post("/v1/jobs", json=body, headers=acme)
+    assert refused.status_code == 429
+    assert int(refused.headers["Retry-After"]) > 0
+    assert len(client.get("/v1/jobs", headers=acme).json()["items"]) == 2  # no third row
+    # the quota is per tenant
+    own = upload(client, HEART.read_bytes(), headers=other).json()["id"]
+    assert client.post("/v1/jobs", json={"dataset_id": own}, headers=other).status_code == 202
+    # a job that ends frees its slot
+    cancel = client.post(f"/v1/jobs/{jobs[0].json()['id']}/cancel", headers=acme)
+    assert cancel.status_code == 200
+    assert client.post("/v1/jobs", json=body, headers=acme).status_code == 202
+
+
+def test_tenant_quota_overrides_the_default(make_service, fake_trainer):
+    fake_trainer()
+    client, app = make_service(auth_mode="required", quota_active_jobs=1)
+    keys.set_quota(app.state.db, "acme", storage_bytes=None, active_jobs=3)
+    acme = new_key(app, "acme", "admin")
+    dataset = upload(client, HEART.read_bytes(), headers=acme).json()["id"]
+    codes = [
+        client.post("/v1/jobs", json={"dataset_id": dataset}, headers=acme).status_code
+        for _ in range(4)
+    ]
+    assert codes == [202, 202, 202, 429]
