@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test lint bench install
+.PHONY: serve test lint install
 
 $(BIN)/margin: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,7 +21,3 @@ lint: install
 
 test: lint
 	$(BIN)/python -m pytest $(ARGS)
-
-bench: install
-	$(BIN)/pip install -q -e '.[bench]'
-	$(BIN)/python -m benchmarks.run_all $(ARGS)

@@ -60,15 +60,17 @@ def dcd_epoch(
     active_size,
     M_bar,
     m_bar,
+    prefetch_rows,
     prefetch_w,
 ):
     """One pass of coordinate steps over ``index[:active_size]`` (Algorithm 3's inner loop).
 
     A coordinate at a bound whose gradient points outward beyond the previous pass's extreme
     projected gradient (``M_bar`` / ``m_bar``; ±inf disables shrinking) is swapped behind the
-    active part of ``index``. Updates ``rec`` (α), ``w`` and ``index`` in place. Rows two
-    positions ahead are prefetched; with ``prefetch_w`` (w too large for the core's cache) so are
-    the entries of w the next row will read.
+    active part of ``index``. Updates ``rec`` (α), ``w`` and ``index`` in place. With
+    ``prefetch_rows`` (the data too large for the caches) rows two positions ahead are
+    prefetched; with ``prefetch_w`` (w too large for the core's cache) so are the entries of w
+    the next row will read.
 
     Returns (active_size, M, m): the new active size and the largest and smallest projected
     gradient seen (−inf / +inf when no coordinate stayed active).
@@ -77,7 +79,7 @@ def dcd_epoch(
     m = np.inf
     s = 0
     while s < active_size:
-        if s + 2 < active_size:
+        if prefetch_rows and s + 2 < active_size:
             ahead = index[s + 2]
             prefetch_row(data, indices, indptr, ahead)
             prefetch(rec, 4 * ahead)

@@ -80,6 +80,36 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
                     gk[m] += v * row[m]
             for r in range(nc):
                 g[r] = gk[cls[r]]
+        elif nc == 2:
+            # the common shrunk row: register accumulators instead of g[0], g[1], whose load-store
+            # chains through memory would serialise the loop
+            m0 = cls[0]
+            m1 = cls[1]
+            g0 = bias * wb[m0] + (0.0 if m0 == yi else 1.0)
+            g1 = bias * wb[m1] + (0.0 if m1 == yi else 1.0)
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                j = indices[p]
+                g0 += v * W[j, m0]
+                g1 += v * W[j, m1]
+            g[0] = g0
+            g[1] = g1
+        elif nc == 3:
+            m0 = cls[0]
+            m1 = cls[1]
+            m2 = cls[2]
+            g0 = bias * wb[m0] + (0.0 if m0 == yi else 1.0)
+            g1 = bias * wb[m1] + (0.0 if m1 == yi else 1.0)
+            g2 = bias * wb[m2] + (0.0 if m2 == yi else 1.0)
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                j = indices[p]
+                g0 += v * W[j, m0]
+                g1 += v * W[j, m1]
+                g2 += v * W[j, m2]
+            g[0] = g0
+            g[1] = g1
+            g[2] = g2
         else:
             for r in range(nc):
                 m = cls[r]

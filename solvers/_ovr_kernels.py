@@ -65,13 +65,55 @@ def ovr_pass(
                 na += 1
         if na == 0:
             continue
-        for r in range(na):
-            s[r] = bias * wb[cls[r]]
-        for p in range(indptr[i], indptr[i + 1]):
-            v = data[p]
-            row = W[indices[p]]
+        if na == 1:
+            # one class (the common case once shrinking has worked): a register accumulator, not
+            # s[0], whose load-store chain through memory would serialise the loop
+            c0 = cls[0]
+            acc = bias * wb[c0]
+            for p in range(indptr[i], indptr[i + 1]):
+                acc += data[p] * W[indices[p], c0]
+            s[0] = acc
+        elif na == 2:
+            c0 = cls[0]
+            c1 = cls[1]
+            acc = bias * wb[c0]
+            acc1 = bias * wb[c1]
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                j = indices[p]
+                acc += v * W[j, c0]
+                acc1 += v * W[j, c1]
+            s[0] = acc
+            s[1] = acc1
+        elif na <= 4:
+            # three classes run the fourth accumulator on a copy of the third
+            c0 = cls[0]
+            c1 = cls[1]
+            c2 = cls[2]
+            c3 = cls[na - 1]
+            acc = bias * wb[c0]
+            acc1 = bias * wb[c1]
+            acc2 = bias * wb[c2]
+            acc3 = bias * wb[c3]
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                j = indices[p]
+                acc += v * W[j, c0]
+                acc1 += v * W[j, c1]
+                acc2 += v * W[j, c2]
+                acc3 += v * W[j, c3]
+            s[0] = acc
+            s[1] = acc1
+            s[2] = acc2
+            s[na - 1] = acc3
+        else:
             for r in range(na):
-                s[r] += v * row[cls[r]]
+                s[r] = bias * wb[cls[r]]
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                j = indices[p]
+                for r in range(na):
+                    s[r] += v * W[j, cls[r]]
         nd = 0
         for r in range(na):
             c = cls[r]
@@ -117,11 +159,17 @@ def ovr_pass(
             continue
         for q in range(nd):
             wb[cls[q]] += delta[q] * bias
-        for p in range(indptr[i], indptr[i + 1]):
-            v = data[p]
-            row = W[indices[p]]
-            for q in range(nd):
-                row[cls[q]] += delta[q] * v
+        if nd == 1:
+            c0 = cls[0]
+            d0 = delta[0]
+            for p in range(indptr[i], indptr[i + 1]):
+                W[indices[p], c0] += d0 * data[p]
+        else:
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                j = indices[p]
+                for q in range(nd):
+                    W[j, cls[q]] += delta[q] * v
 
 
 @njit(cache=True, nogil=True)
@@ -152,3 +200,16 @@ def ovr_objectives(labels, classes, Cmat, c_stride, hinge, S, alpha, W, wb):
         primal[c] = 0.5 * reg + loss
         dual[c] = 0.5 * reg - lin
     return primal, dual
+
+
+@njit(cache=True, nogil=True)
+def rows_in_play(active, live, out):
+    """out[i] = 1 when row i keeps an active variable of a live class of the block, else 0."""
+    n, kb = active.shape
+    for i in range(n):
+        flag = 0
+        for c in range(kb):
+            if live[c] and active[i, c]:
+                flag = 1
+                break
+        out[i] = flag

@@ -83,7 +83,8 @@ def prefetch_gather(w, indices, indptr, i):
 def row_dot(data, indices, start, end, w, n_features, bias):
     """x̃_iᵀw for the row [start, end) with the implicit bias feature."""
     acc = 0.0
-    for k in range(start, end):
+    # an unsigned counter spares Numba's negative-index checks on data[k] and indices[k]
+    for k in range(np.uint64(start), np.uint64(end)):
         acc += data[k] * w[indices[k]]
     return acc + bias * w[n_features]
 
@@ -91,7 +92,7 @@ def row_dot(data, indices, start, end, w, n_features, bias):
 @njit(cache=True, nogil=True)
 def row_axpy(coef, data, indices, start, end, w, n_features, bias):
     """w += coef · x̃_i for the row [start, end) with the implicit bias feature."""
-    for k in range(start, end):
+    for k in range(np.uint64(start), np.uint64(end)):
         w[indices[k]] += coef * data[k]
     w[n_features] += coef * bias
 
@@ -113,7 +114,7 @@ def row_sq_norms(data, indptr, bias):
     bias_sq = bias * bias
     for i in range(n):
         acc = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
+        for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
             v = data[k]
             acc += v * v
         out[i] = acc + bias_sq

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solvers._multiclass_driver import check_common, check_problem, scores, weights
-from solvers._ovr_kernels import ovr_objectives, ovr_pass
+from solvers._ovr_kernels import ovr_objectives, ovr_pass, rows_in_play
 from solvers.progress import Callback, Monitor, Progress, SolveResult, Status
 
 LOSSES = ("hinge", "squared_hinge")
@@ -54,6 +54,7 @@ class _Block:
     n_usable: np.ndarray
     gap: np.ndarray
     n_iter: np.ndarray
+    in_play: np.ndarray
 
 
 def solve_ovr(
@@ -171,13 +172,13 @@ def solve_ovr(
         while iteration < max_iter:
             iteration += 1
             full = order != "random" or verify
-            rows = _row_order(order, rng, n, verify)
             running = [b for b in blocks if b.live.any()]
+            block_rows = _rows_to_visit(running, order, rng, n, verify)
             if pool is None:
-                for b in running:
-                    run_block(b, rows)
+                for b, r in zip(running, block_rows, strict=True):
+                    run_block(b, r)
             else:
-                list(pool.map(run_block, running, [rows] * len(running)))
+                list(pool.map(run_block, running, block_rows))
             met_any = False
             for b in running:
                 met_any |= _after_pass(b, tol, shrink, full, iteration)
@@ -262,6 +263,7 @@ def _make_block(problem, Cfull, classes, warm_start, loss) -> _Block:
         n_usable=usable.sum(axis=0, dtype=np.int64),
         gap=np.full(kb, np.inf),
         n_iter=np.zeros(kb, dtype=np.int64),
+        in_play=np.empty(problem.n_samples, dtype=np.uint8),
     )
 
 
@@ -282,12 +284,30 @@ def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss) -
     return alpha
 
 
-def _row_order(order: str, rng: np.random.Generator, n: int, verify: bool) -> np.ndarray:
+def _rows_to_visit(running, order, rng, n, verify):
+    """The rows each running block visits in this pass, in one order shared by all blocks.
+
+    A row in which every live class of a block has shrunk its variable is a no-op for that block;
+    leaving it out saves reading its flags and prefetching its entries. The order is drawn over
+    the rows in play for some live class, a set that does not depend on how the classes are
+    blocked, and each block keeps the rows it needs in that order: serial and threaded runs still
+    give identical iterates.
+    """
+    masks = []
+    for b in running:
+        rows_in_play(b.active, b.live, b.in_play)
+        masks.append(b.in_play.view(np.bool_))
+    union = masks[0] if len(masks) == 1 else np.logical_or.reduce(masks)
     if order == "permute":
-        return rng.permutation(n)
-    if order == "cyclic" or verify:
-        return np.arange(n)
-    return rng.integers(0, n, size=n)
+        rows = rng.permutation(np.flatnonzero(union))
+    elif order == "cyclic" or verify:
+        rows = np.flatnonzero(union)
+    else:
+        rows = rng.integers(0, n, size=n)
+        return [rows[mask[rows]] for mask in masks]
+    if len(masks) == 1:
+        return [rows]
+    return [rows[mask[rows]] for mask in masks]
 
 
 def _after_pass(b: _Block, tol: float, shrink: bool, full_pass: bool, iteration: int) -> bool:

@@ -231,3 +231,30 @@ def test_prefetching_w_does_not_change_the_result(monkeypatch):
     got = solve_binary(X, y, loss="hinge", bias=1.0, tol=1e-4, max_iter=10_000)
     np.testing.assert_array_equal(got.alpha, ref.alpha)
     assert got.primal == ref.primal and got.n_iter == ref.n_iter
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_prefetching_rows_does_not_change_the_result(monkeypatch, loss):
+    import solvers.binary as binary
+
+    X, y = load("a9a")  # small enough that rows are not prefetched by default
+    ref = solve_binary(X, y, loss=loss, tol=1e-3, max_iter=10_000)
+    monkeypatch.setattr(binary, "PREFETCH_ROWS_BYTES", 0)  # every pass prefetches
+    got = solve_binary(X, y, loss=loss, tol=1e-3, max_iter=10_000)
+    np.testing.assert_array_equal(got.alpha, ref.alpha)
+    np.testing.assert_array_equal(got.w, ref.w)
+    assert got.primal == ref.primal and got.n_iter == ref.n_iter
+
+
+def test_objectives_by_default_only_with_a_callback():
+    X, y = load("heart_scale")
+    quiet = solve_binary(X, y, tol=1e-6, max_iter=40, shrinking=False)
+    assert quiet.n_iter == 40 and all(p.primal is None and p.dual is None for p in quiet.history)
+    # the result still reports both objectives, equal to those of a fresh evaluation
+    watched = solve_binary(X, y, tol=1e-6, max_iter=40, shrinking=False, callback=lambda p: None)
+    np.testing.assert_array_equal(watched.alpha, quiet.alpha)
+    assert quiet.primal == watched.primal and quiet.dual == watched.dual
+    at = [p.iteration for p in watched.history if p.primal is not None]
+    assert at == [10, 20, 30, 40]
+    explicit = solve_binary(X, y, tol=1e-6, max_iter=40, shrinking=False, objective_every=20)
+    assert [p.iteration for p in explicit.history if p.primal is not None] == [20, 40]
