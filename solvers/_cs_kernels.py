@@ -162,6 +162,17 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
                 nd += 1
         for q in range(nd):
             wb[sel[q]] += delta[q] * bias
+        if nd == 2:  # the usual step moves two classes; no inner loop to set up per entry
+            m0 = sel[0]
+            m1 = sel[1]
+            d0 = delta[0]
+            d1 = delta[1]
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                j = indices[p]
+                W[j, m0] += d0 * v
+                W[j, m1] += d1 * v
+            continue
         for p in range(indptr[i], indptr[i + 1]):
             v = data[p]
             row = W[indices[p]]

@@ -164,6 +164,16 @@ def ovr_pass(
             d0 = delta[0]
             for p in range(indptr[i], indptr[i + 1]):
                 W[indices[p], c0] += d0 * data[p]
+        elif nd == 2:
+            c0 = cls[0]
+            c1 = cls[1]
+            d0 = delta[0]
+            d1 = delta[1]
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                j = indices[p]
+                W[j, c0] += d0 * v
+                W[j, c1] += d1 * v
         else:
             for p in range(indptr[i], indptr[i + 1]):
                 v = data[p]

@@ -9,7 +9,8 @@ U_i = ∞, D_ii = 1/(2C_ic). The decision is argmax_c w_cᵀx̃.
 
 The classes are split into blocks, one per thread (``n_jobs``); a compiled pass visits each row
 once and updates every class of its block still active for that row (`solvers._ovr_kernels`), so
-the k problems share one copy of X and each row is read once per block. Per class the rules are the
+the k problems share one copy of X and each row is read once per block; rows that no live class of
+the block keeps active are left out of its pass. Per class the rules are the
 binary solver's: shrinking (Algorithm 3) with the previous pass's extreme projected gradients;
 stopping when M − m ≤ tol, |M| ≤ tol and |m| ≤ tol on a full pass (a shrunk class that meets it is
 restored and checked again); a converged class is no longer updated. The row order of each pass is

@@ -99,8 +99,9 @@ def test_ovr_class_weights_follow_liblinear():
         ref = liblinear_w_tilde(X, y_j, f"-s 3 -c 0.4 -w1 {weights[label]} -e 1e-7", 1.0)
         p_ref = primal(X, y_j, ref, C_j, "hinge", 1.0)
         p_ours = primal(X, y_j, np.append(clf.coef_[j], clf.intercept_[j]), C_j, "hinge", 1.0)
-        assert p_ours <= p_ref * (1 + 1e-6)  # LIBLINEAR -s 3 stops at 300 passes
-        assert p_ours == pytest.approx(p_ref, rel=1e-3)
+        # LIBLINEAR -s 3 stops at 300 passes, where depends on its process-wide RNG state
+        assert p_ours <= p_ref * (1 + 1e-6)
+        assert p_ours == pytest.approx(p_ref, rel=5e-3)
         exact = solve_binary(X, y_j, loss="hinge", C=C_j, bias=1.0, tol=1e-7, max_iter=100_000)
         assert p_ours == pytest.approx(exact.primal, rel=1e-6)
 
