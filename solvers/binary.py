@@ -32,7 +32,14 @@ import numpy as np
 from solvers import _binary_kernels as kernels
 from solvers._sparse import row_sq_norms, weighted_row_sum
 from solvers.problem import CSRArrays, check_labels, csr_arrays, per_sample_C
-from solvers.progress import Callback, Monitor, Progress, SolveResult, Status
+from solvers.progress import (
+    Callback,
+    Monitor,
+    Progress,
+    SolveResult,
+    Status,
+    objective_interval,
+)
 
 LOSSES = {
     "hinge": kernels.HINGE,
@@ -104,9 +111,7 @@ def solve_binary(
         ``w`` shape (n_features,), ``bias`` = bias · w_bias, ``alpha`` shape (n_samples,).
     """
     _check_params(loss, order, tol, max_iter, bias, objective_every)
-    if objective_every is None:
-        # nobody watches the history without a callback: spare the extra passes
-        objective_every = DEFAULT_OBJECTIVE_EVERY if callback is not None else math.inf
+    objective_every = objective_interval(callback, objective_every, DEFAULT_OBJECTIVE_EVERY)
     csr = csr_arrays(X)
     y = check_labels(y, csr.n_samples, binary=loss != "squared_error")
     C_vec = per_sample_C(C, csr.n_samples)

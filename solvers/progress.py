@@ -60,6 +60,21 @@ class Progress:
 Callback = Callable[[Progress], "bool | None"]
 
 
+def objective_interval(callback: Callback | None, explicit: int | None, default: int) -> float:
+    """How many passes apart the drivers compute the primal and dual objectives mid-solve.
+
+    An explicit value wins. Without a callback nobody sees them mid-solve, so never (the final
+    objectives are always computed once). A callback may carry an ``objective_every`` attribute
+    (an int, or None for never) to say how often it wants them, since each costs a pass.
+    """
+    if explicit is not None:
+        return explicit
+    if callback is None:
+        return math.inf
+    wanted = getattr(callback, "objective_every", default)
+    return math.inf if wanted is None else wanted
+
+
 @dataclass
 class SolveResult:
     """What a solver returns.

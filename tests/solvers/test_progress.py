@@ -1,0 +1,45 @@
+"""The callback protocol: a callback may say how often it wants the (costly) objectives."""
+
+import math
+
+import numpy as np
+import scipy.sparse as sp
+
+from solvers import solve_binary
+from solvers.progress import objective_interval
+
+
+class Recorder:
+    def __init__(self, objective_every):
+        self.objective_every = objective_every
+        self.records = []
+
+    def __call__(self, progress):
+        self.records.append(progress)
+
+
+def test_objective_interval_rules():
+    assert objective_interval(None, None, 10) == math.inf
+    assert objective_interval(None, 4, 10) == 4
+    assert objective_interval(lambda p: None, None, 10) == 10
+    assert objective_interval(Recorder(None), None, 10) == math.inf
+    assert objective_interval(Recorder(3), None, 10) == 3
+    assert objective_interval(Recorder(3), 7, 10) == 7
+
+
+def _problem():
+    rng = np.random.default_rng(1)
+    X = sp.random(300, 40, density=0.2, format="csr", random_state=2)
+    y = np.where(X @ rng.normal(size=40) + 0.1 * rng.normal(size=300) > 0, 1.0, -1.0)
+    return X, y
+
+
+def test_binary_solver_honours_the_callbacks_objective_interval():
+    X, y = _problem()
+    never, every = Recorder(None), Recorder(1)
+    a = solve_binary(X, y, loss="hinge", tol=1e-6, callback=never, shrinking=False)
+    b = solve_binary(X, y, loss="hinge", tol=1e-6, callback=every, shrinking=False)
+    assert a.n_iter > 3 and a.n_iter == b.n_iter
+    assert all(p.primal is None for p in never.records)
+    assert all(p.primal is not None and p.dual is not None for p in every.records)
+    assert a.primal == b.primal and a.dual is not None
