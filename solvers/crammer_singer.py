@@ -35,7 +35,7 @@ from solvers._multiclass_driver import (
     scores,
     weights,
 )
-from solvers.progress import Callback, Monitor, SolveResult
+from solvers.progress import Callback, Monitor, SolveResult, objective_passes
 
 _FEASIBILITY_TOL = 1e-8
 
@@ -54,7 +54,7 @@ def solve_crammer_singer(
     time_limit: float | None = None,
     callback: Callback | None = None,
     warm_start: np.ndarray | None = None,
-    objective_every: int = 10,
+    objective_every: int | None = None,
 ) -> SolveResult:
     """Train a Crammer–Singer multi-class linear SVM.
 
@@ -84,8 +84,10 @@ def solve_crammer_singer(
         Called with a `Progress` after every pass; returning False stops.
     warm_start : array of shape (n_samples, n_classes) or None
         A feasible α to start from; W is rebuilt from it.
-    objective_every : int
-        Primal and dual objectives are reported every this many passes (0: never).
+    objective_every : int or None
+        Primal and dual objectives are reported every this many passes (0: never). None: as
+        the callback's ``objective_every`` attribute says (default 10), never without a
+        callback.
 
     Returns
     -------
@@ -93,6 +95,7 @@ def solve_crammer_singer(
         w (n_classes, n_features), bias (n_classes,), alpha (n_samples, n_classes), status, gap
         (max_i v_i of the last full pass), primal, dual (f(α)), history.
     """
+    objective_every = objective_passes(callback, objective_every)
     check_common(tol, max_iter)
     problem = check_problem(X, y, n_classes, C, bias)
     alpha = _initial_alpha(problem, warm_start)

@@ -28,7 +28,14 @@ import numpy as np
 
 from solvers._multiclass_driver import check_common, check_problem, scores, weights
 from solvers._ovr_kernels import ovr_objectives, ovr_pass, rows_in_play
-from solvers.progress import Callback, Monitor, Progress, SolveResult, Status
+from solvers.progress import (
+    Callback,
+    Monitor,
+    Progress,
+    SolveResult,
+    Status,
+    objective_passes,
+)
 
 LOSSES = ("hinge", "squared_hinge")
 ORDERS = ("permute", "cyclic", "random")
@@ -75,7 +82,7 @@ def solve_ovr(
     callback: Callback | None = None,
     warm_start: np.ndarray | None = None,
     n_jobs: int | None = None,
-    objective_every: int = 10,
+    objective_every: int | None = None,
 ) -> SolveResult:
     """Train k one-vs-rest binary linear SVMs by fused dual coordinate descent.
 
@@ -108,8 +115,10 @@ def solve_ovr(
         Per-class α to start from; W is rebuilt from it.
     n_jobs : int or None
         Threads (blocks of classes); None uses every available core.
-    objective_every : int
+    objective_every : int or None
         The summed primal and dual objectives are reported every this many passes (0: never).
+        None: as the callback's ``objective_every`` attribute says (default 10), never
+        without a callback.
 
     Returns
     -------
@@ -118,6 +127,7 @@ def solve_ovr(
         (converged when every class has), gap (largest final M − m), primal and dual (sums over
         classes), history; ``extra`` holds per-class ``primal``, ``dual``, ``n_iter``, ``gap``.
     """
+    objective_every = objective_passes(callback, objective_every)
     check_common(tol, max_iter)
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES} for one-vs-rest, got {loss!r}")

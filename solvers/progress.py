@@ -75,6 +75,12 @@ def objective_interval(callback: Callback | None, explicit: int | None, default:
     return math.inf if wanted is None else wanted
 
 
+def objective_passes(callback: Callback | None, explicit: int | None, default: int = 10) -> int:
+    """`objective_interval` as a whole number of passes, 0 meaning never."""
+    every = objective_interval(callback, explicit, default)
+    return 0 if math.isinf(every) else int(every)
+
+
 @dataclass
 class SolveResult:
     """What a solver returns.

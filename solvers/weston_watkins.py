@@ -39,7 +39,7 @@ from solvers._multiclass_driver import (
     weights,
 )
 from solvers._ww_kernels import ww_pass
-from solvers.progress import Callback, Monitor, SolveResult
+from solvers.progress import Callback, Monitor, SolveResult, objective_passes
 
 _FEASIBILITY_TOL = 1e-8
 
@@ -58,7 +58,7 @@ def solve_weston_watkins(
     time_limit: float | None = None,
     callback: Callback | None = None,
     warm_start: np.ndarray | None = None,
-    objective_every: int = 10,
+    objective_every: int | None = None,
 ) -> SolveResult:
     """Train a Weston–Watkins multi-class linear SVM.
 
@@ -88,8 +88,10 @@ def solve_weston_watkins(
         Called with a `Progress` after every pass; returning False stops.
     warm_start : array of shape (n_samples, n_classes) or None
         α to start from (0 ≤ α_i^m ≤ C_i for m ≠ y_i; α_i^{y_i} is recomputed); W is rebuilt.
-    objective_every : int
-        Primal and dual objectives are reported every this many passes (0: never).
+    objective_every : int or None
+        Primal and dual objectives are reported every this many passes (0: never). None: as
+        the callback's ``objective_every`` attribute says (default 10), never without a
+        callback.
 
     Returns
     -------
@@ -97,6 +99,7 @@ def solve_weston_watkins(
         w (n_classes, n_features), bias (n_classes,), alpha (n_samples, n_classes), status, gap
         (max v_i^m of the last full pass), primal, dual (f(α)), history.
     """
+    objective_every = objective_passes(callback, objective_every)
     check_common(tol, max_iter)
     problem = check_problem(X, y, n_classes, C, bias)
     alpha = _initial_alpha(problem, warm_start)

@@ -146,7 +146,11 @@ def test_behaviour_seed_callback_warm_start_zero_rows():
     np.testing.assert_array_equal(a.w, b.w)
     assert [p.gap for p in a.history] == [p.gap for p in b.history]
     assert all(p.active > 0 for p in a.history)
-    assert any(p.primal is not None for p in a.history)
+    # objectives cost a pass: without a callback they are reported only when asked for
+    assert all(p.primal is None for p in a.history) and a.primal is not None
+    c = solve_crammer_singer(X, y, 3, C=1.0, bias=1.0, tol=1e-3, random_state=7, objective_every=1)
+    np.testing.assert_array_equal(a.w, c.w)
+    assert any(p.primal is not None for p in c.history)
 
     calls = []
     stopped = solve_crammer_singer(X, y, 3, tol=1e-6, callback=lambda p: calls.append(p) or False)

@@ -43,3 +43,17 @@ def test_binary_solver_honours_the_callbacks_objective_interval():
     assert all(p.primal is None for p in never.records)
     assert all(p.primal is not None and p.dual is not None for p in every.records)
     assert a.primal == b.primal and a.dual is not None
+
+
+def test_multiclass_solvers_honour_the_callbacks_objective_interval():
+    from solvers import solve_crammer_singer, solve_ovr, solve_weston_watkins
+
+    X, _ = _problem()
+    y = np.random.default_rng(3).integers(0, 3, size=X.shape[0])
+    for solve in (solve_crammer_singer, solve_weston_watkins, solve_ovr):
+        never, every = Recorder(None), Recorder(1)
+        a = solve(X, y, 3, tol=1e-4, callback=never)
+        b = solve(X, y, 3, tol=1e-4, callback=every)
+        np.testing.assert_array_equal(a.w, b.w)
+        assert all(p.primal is None for p in never.records), solve.__name__
+        assert any(p.primal is not None for p in every.records), solve.__name__
