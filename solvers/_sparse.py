@@ -107,17 +107,23 @@ def sq_norm(w):
 
 
 @njit(cache=True, nogil=True)
+def row_sq_norm(data, start, end, bias_sq):
+    """‖x̃_i‖² (float64) for the row [start, end), plus ``bias_sq`` for the bias feature."""
+    acc = 0.0
+    for k in range(np.uint64(start), np.uint64(end)):
+        v = data[k]
+        acc += v * v
+    return acc + bias_sq
+
+
+@njit(cache=True, nogil=True)
 def row_sq_norms(data, indptr, bias):
     """‖x̃_i‖² for every row (float64), bias feature included; shape (n_rows,)."""
     n = indptr.shape[0] - 1
     out = np.empty(n, dtype=np.float64)
     bias_sq = bias * bias
     for i in range(n):
-        acc = 0.0
-        for k in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
-            v = data[k]
-            acc += v * v
-        out[i] = acc + bias_sq
+        out[i] = row_sq_norm(data, indptr[i], indptr[i + 1], bias_sq)
     return out
 
 

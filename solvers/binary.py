@@ -30,8 +30,8 @@ import math
 import numpy as np
 
 from solvers import _binary_kernels as kernels
-from solvers._sparse import row_sq_norms, weighted_row_sum
-from solvers.problem import CSRArrays, check_labels, csr_arrays, per_sample_C
+from solvers._sparse import weighted_row_sum
+from solvers.problem import CSRArrays, check_labels, compact_C, csr_arrays
 from solvers.progress import (
     Callback,
     Monitor,
@@ -114,8 +114,8 @@ def solve_binary(
     objective_every = objective_interval(callback, objective_every, DEFAULT_OBJECTIVE_EVERY)
     csr = csr_arrays(X)
     y = check_labels(y, csr.n_samples, binary=loss != "squared_error")
-    C_vec = per_sample_C(C, csr.n_samples)
-    state = _State.build(csr, y, C_vec, loss, float(bias), warm_start)
+    C_arr = compact_C(C, csr.n_samples)
+    state = _State.build(csr, y, C_arr, loss, float(bias), warm_start)
     monitor = Monitor(callback, time_limit)
     rng = np.random.default_rng(random_state)
     status, n_iter, M, m = _run(
@@ -127,8 +127,9 @@ def solve_binary(
     else:
         primal, dual = state.objectives()
     n_features = csr.n_features
+    state.index = None  # no longer needed: free it before α is copied out
     return SolveResult(
-        w=state.w[:n_features].copy(),
+        w=state.w[:n_features],  # a view: w̃ is owned by nothing else
         bias=float(bias * state.w[n_features]),
         alpha=state.alpha,
         n_iter=n_iter,
@@ -161,7 +162,10 @@ def _check_params(loss, order, tol, max_iter, bias, objective_every):
 
 
 class _State:
-    """Arrays of one solve: the data, the packed per-sample record, w̃ and the coordinate index."""
+    """Arrays of one solve: the data, the packed per-sample record, w̃ and the coordinate index.
+
+    ``C`` has shape (1,) when one value is shared by all samples (see `compact_C`).
+    """
 
     def __init__(self, csr, C, loss, bias, rec, lower, w, index):
         self.csr, self.C, self.loss_code, self.bias = csr, C, LOSSES[loss], bias
@@ -174,36 +178,26 @@ class _State:
         # A full pass reads the three CSR arrays and a 32-byte record per sample.
         pass_bytes = csr.nbytes + 32 * index.shape[0]
         self.prefetch_rows = pass_bytes > PREFETCH_ROWS_BYTES
-        self.kept = index.copy()  # the samples with C_i > 0, in their original order
 
     @classmethod
     def build(cls, csr: CSRArrays, y, C, loss, bias, warm_start):
-        positive = C > 0
-        safe_C = np.where(positive, C, 1.0)
-        if loss == "hinge":
-            upper, diag, lower = C, np.zeros_like(C), 0.0
-        else:
-            upper = np.full_like(C, np.inf)
-            diag = np.where(positive, 0.5 / safe_C, 0.0)
-            lower = -np.inf if loss == "squared_error" else 0.0
-        alpha = _initial_alpha(warm_start, csr.n_samples, positive, upper, lower)
-        rec = np.empty((csr.n_samples, 4))
-        rec[:, 0] = alpha
-        rec[:, 1] = y
-        rec[:, 2] = row_sq_norms(csr.data, csr.indptr, bias) + diag
-        rec[:, 3] = upper if loss == "hinge" else diag
-        # uint32 avoids Numba's negative-index checks; int64 beyond (mixing uint64 and int64
-        # would turn the record offsets into floats)
-        index_dtype = np.uint32 if csr.n_samples < 2**32 else np.int64
-        index = np.flatnonzero(positive).astype(index_dtype)
+        # Peak memory matters here: the index first (its temporaries die before the record
+        # exists), then the record filled in place, with no n-length temporaries.
+        index = _kept_index(C, csr.n_samples)
+        hinge = loss == "hinge"
+        lower = 0.0 if loss != "squared_error" else -np.inf
+        rec = np.empty(4 * csr.n_samples)
+        kernels.fill_record(rec, y, C, csr.data, csr.indptr, bias, hinge)
         if warm_start is None:
             w = np.zeros(csr.n_features + 1)
         else:
+            alpha = _initial_alpha(warm_start, csr.n_samples, C, C if hinge else np.inf, lower)
+            rec[0::4] = alpha
             signed_alpha = np.where(y >= 0, alpha, -alpha)
             w = weighted_row_sum(
                 signed_alpha, csr.data, csr.indices, csr.indptr, csr.n_features, bias
             )
-        return cls(csr, C, loss, bias, rec.reshape(-1), lower, w, index)
+        return cls(csr, C, loss, bias, rec, lower, w, index)
 
     @property
     def alpha(self):
@@ -221,28 +215,36 @@ class _State:
         c = self.csr
         return kernels.projected_gradient_range(
             c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.hinge,
-            self.lower, self.w, self.kept,
+            self.lower, self.w, self.C,
         )  # fmt: skip
 
     def objectives(self):
         c = self.csr
         primal, dual = kernels.objectives(
             c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.C, self.w,
-            self.kept, self.loss_code, self.prefetch_w,
+            self.loss_code, self.prefetch_w,
         )  # fmt: skip
         return float(primal), float(dual)
 
 
-def _initial_alpha(warm_start, n_samples, positive, upper, lower):
-    if warm_start is None:
-        return np.zeros(n_samples)
+def _kept_index(C, n_samples):
+    """The samples with C_i > 0, in their original order, as the coordinate index."""
+    # uint32 avoids Numba's negative-index checks; int64 beyond (mixing uint64 and int64
+    # would turn the record offsets into floats)
+    index_dtype = np.uint32 if n_samples < 2**32 else np.int64
+    if C.shape[0] == 1 and C[0] > 0:
+        return np.arange(n_samples, dtype=index_dtype)
+    return np.flatnonzero(C > 0).astype(index_dtype)
+
+
+def _initial_alpha(warm_start, n_samples, C, upper, lower):
     alpha = np.array(warm_start, dtype=np.float64)  # a copy: the caller's array is left alone
     if alpha.shape != (n_samples,):
         raise ValueError(f"warm_start must have shape ({n_samples},), got {alpha.shape}")
     if not np.isfinite(alpha).all():
         raise ValueError("warm_start contains NaN or infinite values")
     np.clip(alpha, lower, upper, out=alpha)
-    alpha[~positive] = 0.0
+    alpha[np.broadcast_to(C, alpha.shape) <= 0] = 0.0
     return alpha
 
 

@@ -84,10 +84,18 @@ def check_labels(y, n_samples: int, *, binary: bool) -> np.ndarray:
         raise ValueError(f"y must have shape ({n_samples},) to match X, got {y.shape}")
     if not np.isfinite(y).all():
         raise ValueError("y contains NaN or infinite values")
-    if binary and not np.isin(y, (-1.0, 1.0)).all():
-        bad = np.unique(y[~np.isin(y, (-1.0, 1.0))])[:5]
-        raise ValueError(f"binary labels must be -1 or +1, got values such as {bad.tolist()}")
+    if binary:
+        _check_binary(y)
     return y
+
+
+def _check_binary(y: np.ndarray) -> None:
+    # two comparisons rather than np.isin: fewer temporaries and no sort
+    valid = y == 1.0
+    valid |= y == -1.0
+    if not valid.all():
+        bad = np.unique(y[~valid])[:5]
+        raise ValueError(f"binary labels must be -1 or +1, got values such as {bad.tolist()}")
 
 
 def per_sample_C(C, n_samples: int) -> np.ndarray:
@@ -102,6 +110,20 @@ def per_sample_C(C, n_samples: int) -> np.ndarray:
     if not np.isfinite(C_arr).all() or (C_arr < 0).any():
         raise ValueError("per-sample C must be finite and >= 0")
     return C_arr
+
+
+def compact_C(C, n_samples: int) -> np.ndarray:
+    """C as float64 without expanding a scalar: shape (1,) for a scalar C > 0 shared by all
+    samples, else the validated (n_samples,) vector of C_i ≥ 0 (a float64 array is not copied).
+
+    Kernels read C_i as ``C[i]`` when ``C.shape[0] > 1`` and ``C[0]`` otherwise.
+    """
+    C_arr = np.asarray(C, dtype=np.float64)
+    if C_arr.ndim == 0:
+        if not (np.isfinite(C_arr) and C_arr > 0):
+            raise ValueError(f"C must be a finite number > 0, got {C!r}")
+        return C_arr.reshape(1)
+    return per_sample_C(C_arr, n_samples)
 
 
 def sample_C(
