@@ -32,12 +32,16 @@ import httpx
 import numpy as np
 
 from benchmarks.bench_service_predict import (
-    Conn,
+    closed_loop,
     free_port,
     instance_body,
     make_model,
+    open_loop,
+    request_bytes,
     start_server,
 )
+
+OPEN_LOOP_CONNS = 16
 
 ROOT = Path(__file__).resolve().parents[1]
 HEART = ROOT / "app" / "demo" / "heart_scale"
@@ -45,74 +49,6 @@ N_FEATURES = 1000
 TENANT = "local"
 PROBE_FRACTIONS = (0.8, 0.65, 0.5, 0.35)
 SUSTAINED_P99_MS = 50.0
-
-
-def request_bytes(path: str, body: bytes, key: str | None) -> bytes:
-    auth = f"Authorization: Bearer {key}\r\n" if key else ""
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{auth}"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-async def closed_loop(port: int, requests: list[bytes], seconds: float, n_conns: int) -> dict:
-    conns = [await Conn.open(port) for _ in range(n_conns)]
-    stop = time.perf_counter() + seconds
-    count, errors = [0], [0]
-
-    async def lane(j: int):
-        i = j
-        while time.perf_counter() < stop:
-            if await conns[j].call(requests[i % len(requests)]) != 200:
-                errors[0] += 1
-            count[0] += 1
-            i += n_conns
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(lane(j) for j in range(n_conns)))
-    elapsed = time.perf_counter() - t0
-    for c in conns:
-        c.close()
-    return {"rps": count[0] / elapsed, "n": count[0], "errors": errors[0]}
-
-
-async def open_loop(port: int, requests: list[bytes], rate: float, seconds: float) -> dict:
-    """Requests at fixed times; latency counts from each scheduled time (no coordinated
-    omission). Connections are added as needed, up to 64."""
-    n_conns = 16
-    conns = [await Conn.open(port) for _ in range(n_conns)]
-    total = int(rate * seconds)
-    latencies = np.empty(total)
-    errors = 0
-    start = time.perf_counter() + 0.05
-
-    async def lane(j: int):
-        nonlocal errors
-        for i in range(j, total, n_conns):
-            due = start + i / rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            try:
-                status = await conns[j].call(requests[i % len(requests)])
-            except (OSError, asyncio.IncompleteReadError):
-                status = 0
-            errors += status != 200
-            latencies[i] = time.perf_counter() - due
-
-    await asyncio.gather(*(lane(j) for j in range(n_conns)))
-    elapsed = time.perf_counter() - start
-    for c in conns:
-        c.close()
-    return {
-        "offered": rate,
-        "achieved": total / elapsed,
-        "n": total,
-        "errors": errors,
-        "p50_ms": float(np.percentile(latencies, 50) * 1e3),
-        "p99_ms": float(np.percentile(latencies, 99) * 1e3),
-    }
 
 
 def _predict_setup(data_dir: Path) -> tuple[str, str]:
@@ -134,7 +70,7 @@ def _sustainable_rate(port: int, requests: list[bytes], saturation: float) -> tu
     SUSTAINED_P99_MS."""
     probes = []
     for fraction in PROBE_FRACTIONS:
-        probe = asyncio.run(open_loop(port, requests, fraction * saturation, 10.0))
+        probe = asyncio.run(open_loop(port, requests, fraction * saturation, 10.0, OPEN_LOOP_CONNS))
         probes.append(probe)
         if (
             probe["errors"] == 0
@@ -176,7 +112,9 @@ def predict_benchmark(args) -> dict:
             if args.sustain:
                 port, requests = servers["keys"][0], variants["keys"][1]
                 rate, probes = _sustainable_rate(port, requests, rps["keys"])
-                sustained = asyncio.run(open_loop(port, requests, rate, args.sustain))
+                sustained = asyncio.run(
+                    open_loop(port, requests, rate, args.sustain, OPEN_LOOP_CONNS)
+                )
             return {
                 "rps": rps,
                 "errors": errors,

@@ -151,9 +151,10 @@ def start_server(factory: str, port: int, env: dict, access_log: bool) -> subpro
     raise RuntimeError(f"{factory} did not start listening on port {port}")
 
 
-def request_bytes(path: str, body: bytes) -> bytes:
+def request_bytes(path: str, body: bytes, key: str | None = None) -> bytes:
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{auth}"
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
@@ -197,7 +198,8 @@ class Conn:
 async def open_loop(
     port: int, payloads: list[bytes], rate: float, seconds: float, n_conns: int = 8
 ) -> dict:
-    """Requests at fixed times (rate per second); latency from each scheduled time."""
+    """Requests at fixed times (rate per second); latency from each scheduled time (no
+    coordinated omission); a dropped connection counts as an error."""
     conns = [await Conn.open(port) for _ in range(n_conns)]
     total = int(rate * seconds)
     latencies = np.empty(total)
@@ -211,8 +213,11 @@ async def open_loop(
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if await conns[j].call(payloads[i % len(payloads)]) != 200:
-                errors += 1
+            try:
+                status = await conns[j].call(payloads[i % len(payloads)])
+            except (OSError, asyncio.IncompleteReadError):
+                status = 0
+            errors += status != 200
             latencies[i] = time.perf_counter() - due
 
     await asyncio.gather(*(lane(j) for j in range(n_conns)))
