@@ -6,39 +6,20 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
+from tests.deploy.cluster import free_port, wait_for  # noqa: F401  (the fault tests import them from here)
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path(os.environ.get("MARGIN_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 TERMINAL = {"succeeded", "failed", "cancelled"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: float = 0.1):
-    """Poll until `predicate()` is truthy and return its value; fail naming `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
 
 
 class Margin:
