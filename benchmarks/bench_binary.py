@@ -3,8 +3,10 @@
 For each data set, loss and tol: our train time (best of --repeat, after a warm-up compile),
 LIBLINEAR's train time (its data conversion timed apart), scikit-learn's LinearSVC fit time,
 the time ratio, the primal objectives' relative difference, and peak memory during training
-(measured in a forked child, as a multiple of the CSR input). Then Numba compile time, cold
-(empty cache) and cached (`import solvers` + first fit in a fresh process).
+(the resident high-water mark a training call adds in a fresh process, after a warm-up call on
+200 rows, as a multiple of the CSR input; see `benchmarks._common.peak_in_fresh_process`).
+Then Numba compile time, cold (empty cache) and cached (`import solvers` + first fit in a fresh
+process).
 
     .venv/bin/python benchmarks/bench_binary.py --sets a9a w8a --tols 0.1 0.001
     .venv/bin/python benchmarks/bench_binary.py --sets rcv1-like --scale 0.1   # development size
@@ -33,8 +35,8 @@ from benchmarks._common import (  # noqa: E402
     liblinear_train,
     load_binary,
     news20_like,
+    peak_in_fresh_process,
     rcv1_like,
-    run_measured,
 )
 from solvers.binary import solve_binary  # noqa: E402
 
@@ -95,11 +97,14 @@ def measure(X, y, loss, tol, C, repeat, with_sklearn):
     del prob
     row["ours_iter"], row["ours_status"] = result.n_iter, str(result.status.value)
     row["ours_primal"] = result.primal
-    _, peak = run_measured(lambda: solve_binary(X, y, loss=loss, C=C, tol=tol).n_iter)
+    warm = (X[:200], y[:200], loss, C, tol)  # the warm-up problem of the memory measurements
+    _, peak = peak_in_fresh_process(_ours_iterations, X, y, loss, C, tol, warmup_args=warm)
     row["ours_mem"] = (csr_nbytes(X) + peak) / csr_nbytes(X)
     w, b, _, _ = liblinear_binary_w(X, y, s, C, tol, 0.0)
     row["ll_primal"] = binary_primal(X, y, w, b, C, loss, 0.0)
-    _, peak = run_measured(lambda: liblinear_binary_w(X, y, s, C, tol, 0.0)[3])
+    _, peak = peak_in_fresh_process(
+        _liblinear_seconds, X, y, s, C, tol, warmup_args=(*warm[:2], s, C, tol)
+    )
     row["ll_mem"] = (csr_nbytes(X) + peak) / csr_nbytes(X)
     if with_sklearn:
         from sklearn.svm import LinearSVC
@@ -110,6 +115,14 @@ def measure(X, y, loss, tol, C, repeat, with_sklearn):
         row["sk_s"] = time.perf_counter() - t0
         row["sk_primal"] = binary_primal(X, y, sk.coef_.ravel(), 0.0, C, loss, 0.0)
     return row
+
+
+def _ours_iterations(X, y, loss, C, tol):
+    return solve_binary(X, y, loss=loss, C=C, tol=tol).n_iter
+
+
+def _liblinear_seconds(X, y, solver, C, tol):
+    return liblinear_binary_w(X, y, solver, C, tol, 0.0)[3]
 
 
 def compile_times():

@@ -22,6 +22,7 @@ from solvers._sparse import (
     prefetch,
     prefetch_gather,
     prefetch_row,
+    prefetch_row_ends,
     row_axpy,
     row_dot,
     row_sq_norm,
@@ -52,6 +53,13 @@ def fill_record(rec, y, C, data, indptr, bias, hinge):
         rec[4 * i] = 0.0
         rec[4 * i + 1] = y[i]
         rec[4 * i + 2] = row_sq_norm(data, indptr[i], indptr[i + 1], bias_sq) + diag
+
+
+@njit(cache=True, nogil=True)
+def gather_alpha(rec):
+    """Move every α_i (``rec[4i]``) to ``rec[i]``; ascending order never overwrites an unread α."""
+    for i in range(rec.shape[0] // 4):
+        rec[i] = rec[4 * i]
 
 
 @njit(cache=True, nogil=True)
@@ -87,17 +95,19 @@ def dcd_epoch(
     active_size,
     M_bar,
     m_bar,
-    prefetch_rows,
+    long_rows,
     prefetch_w,
 ):
     """One pass of coordinate steps over ``index[:active_size]`` (Algorithm 3's inner loop).
 
     A coordinate at a bound whose gradient points outward beyond the previous pass's extreme
     projected gradient (``M_bar`` / ``m_bar``; ±inf disables shrinking) is swapped behind the
-    active part of ``index``. Updates ``rec`` (α), ``w`` and ``index`` in place. With
-    ``prefetch_rows`` (the data too large for the caches) rows two positions ahead are
-    prefetched; with ``prefetch_w`` (w too large for the core's cache) so are the entries of w
-    the next row will read.
+    active part of ``index``. Updates ``rec`` (α), ``w`` and ``index`` in place.
+
+    The row and record two positions ahead in the order are prefetched: their loads are the
+    pass's bottleneck once the data outgrow a core's cache. ``long_rows`` (rows of many cache
+    lines) prefetches whole rows instead of their first and last lines; with ``prefetch_w`` (w
+    too large for the core's cache) so are the entries of w the next row will read.
 
     Returns (active_size, M, m): the new active size and the largest and smallest projected
     gradient seen (−inf / +inf when no coordinate stayed active).
@@ -106,9 +116,12 @@ def dcd_epoch(
     m = np.inf
     s = 0
     while s < active_size:
-        if prefetch_rows and s + 2 < active_size:
+        if s + 2 < active_size:
             ahead = index[s + 2]
-            prefetch_row(data, indices, indptr, ahead)
+            if long_rows:
+                prefetch_row(data, indices, indptr, ahead)
+            else:
+                prefetch_row_ends(data, indices, indptr, ahead)
             prefetch(rec, 4 * ahead)
         if prefetch_w and s + 1 < active_size:
             prefetch_gather(w, indices, indptr, index[s + 1])

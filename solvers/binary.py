@@ -48,7 +48,7 @@ LOSSES = {
 }
 ORDERS = ("permute", "cyclic", "random")
 PREFETCH_W_BYTES = 2 << 20
-PREFETCH_ROWS_BYTES = 16 << 20
+LONG_ROW_ENTRIES = 128
 DEFAULT_OBJECTIVE_EVERY = 10
 
 
@@ -127,11 +127,11 @@ def solve_binary(
     else:
         primal, dual = state.objectives()
     n_features = csr.n_features
-    state.index = None  # no longer needed: free it before α is copied out
+    state.index = None  # no longer needed: free it before α is taken out
     return SolveResult(
         w=state.w[:n_features],  # a view: w̃ is owned by nothing else
         bias=float(bias * state.w[n_features]),
-        alpha=state.alpha,
+        alpha=state.take_alpha(),
         n_iter=n_iter,
         status=status,
         gap=_gap(M, m),
@@ -173,11 +173,9 @@ class _State:
         self.rec, self.lower, self.w, self.index = rec, lower, w, index
         # past a core's cache, the scattered reads of w dominate: prefetch them too
         self.prefetch_w = w.nbytes > PREFETCH_W_BYTES
-        # Prefetching the rows ahead pays when the rows a pass visits live in main memory; when
-        # they all fit in the caches, the extra instructions and indptr loads slow the pass down.
-        # A full pass reads the three CSR arrays and a 32-byte record per sample.
-        pass_bytes = csr.nbytes + 32 * index.shape[0]
-        self.prefetch_rows = pass_bytes > PREFETCH_ROWS_BYTES
+        # Rows of many cache lines are prefetched whole; on shorter ones the loop that would do
+        # it costs more than it hides, and their first and last lines are enough.
+        self.long_rows = csr.data.shape[0] >= LONG_ROW_ENTRIES * max(csr.n_samples, 1)
 
     @classmethod
     def build(cls, csr: CSRArrays, y, C, loss, bias, warm_start):
@@ -199,15 +197,19 @@ class _State:
             )
         return cls(csr, C, loss, bias, rec, lower, w, index)
 
-    @property
-    def alpha(self):
-        return self.rec[0::4].copy()
+    def take_alpha(self):
+        """α, moved to the front of the record's buffer, which then shrinks to it (no copy)."""
+        rec, self.rec = self.rec, None
+        n = rec.shape[0] // 4
+        kernels.gather_alpha(rec)
+        rec.resize(n, refcheck=False)  # the state held the only reference to the buffer
+        return rec
 
     def epoch(self, order_index, active_size, M_bar, m_bar):
         c = self.csr
         return kernels.dcd_epoch(
             c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.hinge,
-            self.lower, self.w, order_index, active_size, M_bar, m_bar, self.prefetch_rows,
+            self.lower, self.w, order_index, active_size, M_bar, m_bar, self.long_rows,
             self.prefetch_w,
         )  # fmt: skip
 

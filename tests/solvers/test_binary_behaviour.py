@@ -234,12 +234,12 @@ def test_prefetching_w_does_not_change_the_result(monkeypatch):
 
 
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
-def test_prefetching_rows_does_not_change_the_result(monkeypatch, loss):
+def test_prefetching_whole_rows_does_not_change_the_result(monkeypatch, loss):
     import solvers.binary as binary
 
-    X, y = load("a9a")  # small enough that rows are not prefetched by default
+    X, y = load("a9a")  # rows of 14 entries: only their first and last lines by default
     ref = solve_binary(X, y, loss=loss, tol=1e-3, max_iter=10_000)
-    monkeypatch.setattr(binary, "PREFETCH_ROWS_BYTES", 0)  # every pass prefetches
+    monkeypatch.setattr(binary, "LONG_ROW_ENTRIES", 1)  # every row prefetched whole
     got = solve_binary(X, y, loss=loss, tol=1e-3, max_iter=10_000)
     np.testing.assert_array_equal(got.alpha, ref.alpha)
     np.testing.assert_array_equal(got.w, ref.w)
