@@ -5,7 +5,7 @@ coordinate step touches one 32-byte record (a cache line holds two) instead of f
 
     rec[4i]     α_i
     rec[4i + 1] y_i (its sign s_i and magnitude |y_i|; ±1 for classification)
-    rec[4i + 2] Q̄_ii = ‖x̃_i‖² + D_ii
+    rec[4i + 2] Q̄_ii = ‖x̃_i‖² + D_ii, or −1 until the first step on sample i computes it
     rec[4i + 3] U_i for the hinge loss (where D_ii = 0), D_ii for the others (where U_i = +inf)
 
 The lower bound is one scalar for all samples (0, or −inf for the free α of regularized least
@@ -39,20 +39,21 @@ def sample_C(C, i):
 
 
 @njit(cache=True, nogil=True)
-def fill_record(rec, y, C, data, indptr, bias, hinge):
-    """Fill the record ``rec`` (4 n entries) at α = 0, in one pass and without temporaries."""
-    bias_sq = bias * bias
+def fill_record(rec, y, C, hinge):
+    """Fill the record ``rec`` (4 n entries) at α = 0, without temporaries.
+
+    Q̄_ii is left pending (−1): the first coordinate step on sample i computes it from the row it
+    has just read for the gradient, which spares a pass over the data here.
+    """
     for i in range(y.shape[0]):
         c = sample_C(C, i)
         if hinge:
-            diag = 0.0
             rec[4 * i + 3] = c
         else:
-            diag = 0.5 / c if c > 0.0 else 0.0
-            rec[4 * i + 3] = diag
+            rec[4 * i + 3] = 0.5 / c if c > 0.0 else 0.0
         rec[4 * i] = 0.0
         rec[4 * i + 1] = y[i]
-        rec[4 * i + 2] = row_sq_norm(data, indptr[i], indptr[i + 1], bias_sq) + diag
+        rec[4 * i + 2] = -1.0
 
 
 @njit(cache=True, nogil=True)
@@ -162,6 +163,9 @@ def dcd_epoch(
             m = PG
         if abs(PG) > 1e-12:
             qd = rec[r + 2]
+            if qd < 0.0:  # first step on this sample: the row is still in the cache
+                qd = row_sq_norm(data, start, end, bias * bias) + Dii
+                rec[r + 2] = qd
             if qd > 0.0:
                 new = min(max(ai - G / qd, lower), Ui)
             else:

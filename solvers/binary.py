@@ -185,7 +185,7 @@ class _State:
         hinge = loss == "hinge"
         lower = 0.0 if loss != "squared_error" else -np.inf
         rec = np.empty(4 * csr.n_samples)
-        kernels.fill_record(rec, y, C, csr.data, csr.indptr, bias, hinge)
+        kernels.fill_record(rec, y, C, hinge)
         if warm_start is None:
             w = np.zeros(csr.n_features + 1)
         else:
