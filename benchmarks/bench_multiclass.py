@@ -1,11 +1,25 @@
-"""Multi-class solvers against LIBLINEAR in the same run: time ratio and primal objective.
+"""Multi-class solvers against LIBLINEAR in the same run: time ratio, primal objective, memory.
 
 Crammer–Singer vs LIBLINEAR -s 4, one-vs-rest (1 and 2+ threads) vs LIBLINEAR -s 3 / -s 1 (its
 one-vs-rest is single-threaded), Weston–Watkins vs our Crammer–Singer. Same C, bias and tol;
-training time only (data conversion for LIBLINEAR is timed separately and not counted).
+training time only (LIBLINEAR's problem is built once per set, timed separately and not counted).
+
+LIBLINEAR's dual one-vs-rest solvers stop each class at 300 passes; every one-vs-rest row is
+therefore measured twice: to tol (our default budget of 1,000 passes) and with ``max_iter=300``,
+the same cap. Memory columns: CSR (the input), peak (numpy allocations during our solve,
+tracemalloc; LIBLINEAR is not traced), model (W with its bias column), α (the dual variables) and
+mem ratio = (CSR + peak) / (CSR + model).
 
     .venv/bin/python benchmarks/bench_multiclass.py --datasets news20-l2 sector mnist --tol 0.1
-    .venv/bin/python benchmarks/bench_multiclass.py --datasets synthetic --tol 0.1
+    .venv/bin/python benchmarks/bench_multiclass.py --datasets synthetic --skip ww --threads 1
+
+``--threads`` takes one or more thread counts for the one-vs-rest rows (default: 1 and every
+core); each count adds two rows per loss, so ``--threads 1`` is the quickest run, and on a
+machine shared with other work a second thread measures contention more than scaling.
+``--skip ww`` drops Weston–Watkins (the slowest solver), ``--skip cs ovr`` the other rows.
+``synthetic`` (200,000 x 200,000, 20 classes, 12M non-zeros, CSR 138 MB) took 2.5 minutes on
+2 cores with ``--skip ww --threads 1``, most of it in LIBLINEAR -s 3 and -s 1 (Weston–Watkins
+adds about 10 s, each further thread count about a minute).
 """
 
 from __future__ import annotations
@@ -15,6 +29,7 @@ import os
 import sys
 import time
 import tracemalloc
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +80,8 @@ def load(name):
 
 
 REPEAT = 1
+# LIBLINEAR 2.50 stops its dual one-vs-rest solvers (-s 1, -s 3) at this many passes per class.
+LIBLINEAR_DUAL_PASSES = 300
 
 
 def timed(f, *a, **kw):
@@ -95,9 +112,40 @@ def liblinear_primal(kind, model, X, y_idx, classes, C, bias, loss):
     return total
 
 
+@dataclass
+class Row:
+    csr_mb: float
+    solver: str
+    ours_s: float
+    reference: str
+    ref_s: float
+    primal: float
+    ref_primal: float  # nan where the objectives differ (WW vs CS)
+    status: str
+    peak_mb: float
+    model_mb: float
+    alpha_mb: float
+
+
+def row(csr_mb, solver, t, result, peak_mb, reference, t_ref, ref_primal):
+    return Row(
+        csr_mb,
+        solver,
+        t,
+        reference,
+        t_ref,
+        result.primal,
+        ref_primal,
+        str(result.status),
+        peak_mb,
+        (result.w.nbytes + np.asarray(result.bias).nbytes) / 2**20,
+        result.alpha.nbytes / 2**20,
+    )
+
+
 def bench_dataset(name, args):
-    """Rows (solver, ours s, reference, ref s, our primal, ref primal, status, our peak MB)."""
-    from liblinear import liblinearutil
+    """The rows of one set, each yielded as soon as it is measured."""
+    from liblinear import liblinear, liblinearutil
 
     from solvers.crammer_singer import solve_crammer_singer
     from solvers.ovr import solve_ovr
@@ -108,15 +156,25 @@ def bench_dataset(name, args):
     classes, y = np.unique(labels, return_inverse=True)
     k = len(classes)
     csr_mb = (X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) / 2**20
+    t = time.perf_counter()
+    prob = liblinear.problem(labels, X)
+    t_prob = time.perf_counter() - t
     print(
         f"{name}: {X.shape[0]} rows, {X.shape[1]} features, {X.nnz} nnz, {k} classes, "
-        f"CSR {csr_mb:.1f} MB",
+        f"CSR {csr_mb:.1f} MB, LIBLINEAR problem built in {t_prob:.2f} s (not counted)",
         flush=True,
     )
-    solve_crammer_singer(X[:30], y[:30] % 2, 2)  # compile (cached after the first run)
-    solve_weston_watkins(X[:30], y[:30] % 2, 2)
-    solve_ovr(X[:30], y[:30] % 2, 2, n_jobs=1)
-    rows = []
+
+    def reference(solver_type):
+        return timed(liblinearutil.train, prob, f"-s {solver_type} -c {C} -e {tol} -B {bias} -q")
+
+    # compile (cached after the first run) with the options of the timed calls
+    small = (X[:30], y[:30] % 2, 2)
+    solve_crammer_singer(*small, bias=bias, objective_every=0)
+    solve_weston_watkins(*small, bias=bias, objective_every=0)
+    for loss in ("hinge", "squared_hinge"):
+        for j in args.threads:
+            solve_ovr(*small, loss=loss, bias=bias, n_jobs=j, objective_every=0)
     if "cs" not in args.skip:
         t_cs, r, mb = measured(
             solve_crammer_singer,
@@ -129,11 +187,10 @@ def bench_dataset(name, args):
             max_iter=100_000,
             objective_every=0,
         )
-        t_ref, m = timed(liblinearutil.train, labels, X, f"-s 4 -c {C} -e {tol} -B {bias} -q")
+        t_ref, m = reference(4)
         p_ref = liblinear_primal("cs", m, X, y, classes, C, bias, None)
-        rows.append(
-            ("crammer_singer", t_cs, "liblinear -s 4", t_ref, r.primal, p_ref, r.status, mb)
-        )
+        yield row(csr_mb, "crammer_singer", t_cs, r, mb, "liblinear -s 4", t_ref, p_ref)
+        del r
         if "ww" not in args.skip:
             t_ww, rw, mb = measured(
                 solve_weston_watkins,
@@ -146,48 +203,35 @@ def bench_dataset(name, args):
                 max_iter=100_000,
                 objective_every=0,
             )
-            rows.append(
-                (
-                    "weston_watkins",
-                    t_ww,
-                    "our crammer_singer",
-                    t_cs,
-                    rw.primal,
-                    float("nan"),
-                    rw.status,
-                    mb,
-                )
+            yield row(
+                csr_mb, "weston_watkins", t_ww, rw, mb, "our crammer_singer", t_cs, float("nan")
             )
+            del rw
     if "ovr" not in args.skip:
         for loss, s in (("hinge", 3), ("squared_hinge", 1)):
-            t_ref, m = timed(liblinearutil.train, labels, X, f"-s {s} -c {C} -e {tol} -B {bias} -q")
+            t_ref, m = reference(s)
             p_ref = liblinear_primal("ovr", m, X, y, classes, C, bias, loss)
             for j in args.threads:
-                t_o, r, mb = measured(
-                    solve_ovr,
-                    X,
-                    y,
-                    k,
-                    loss=loss,
-                    C=C,
-                    bias=bias,
-                    tol=tol,
-                    n_jobs=j,
-                    objective_every=0,
-                )
-                rows.append(
-                    (
-                        f"ovr {loss}, {j} thread(s)",
-                        t_o,
-                        f"liblinear -s {s}",
-                        t_ref,
-                        r.primal,
-                        p_ref,
-                        r.status,
-                        mb,
+                for cap in (None, LIBLINEAR_DUAL_PASSES):
+                    extra = {} if cap is None else {"max_iter": cap}
+                    t_o, r, mb = measured(
+                        solve_ovr,
+                        X,
+                        y,
+                        k,
+                        loss=loss,
+                        C=C,
+                        bias=bias,
+                        tol=tol,
+                        n_jobs=j,
+                        objective_every=0,
+                        **extra,
                     )
-                )
-    return rows
+                    label = f"ovr {loss}, {j} thread(s)" + (
+                        "" if cap is None else f", max_iter={cap}"
+                    )
+                    yield row(csr_mb, label, t_o, r, mb, f"liblinear -s {s}", t_ref, p_ref)
+                    del r
 
 
 def measured(solve, *a, **kw):
@@ -216,16 +260,19 @@ def main():
         f"repeat={args.repeat} load average={os.getloadavg()[0]:.1f}"
     )
     header = (
-        "| set | solver | ours s | reference | ref s | ratio | primal rel. diff | status | MB |"
+        "| set | solver | ours s | reference | ref s | ratio | primal rel. diff | status "
+        "| CSR MB | peak MB | model MB | α MB | mem ratio |"
     )
-    print(header + "\n|---|---|---|---|---|---|---|---|---|")
+    print(header + "\n" + "|---" * header.count(" | ") + "|---|")
     for name in args.datasets:
-        for row in bench_dataset(name, args):
-            solver, t_o, ref, t_r, p_o, p_r, status, mb = row
-            rel = (p_o - p_r) / abs(p_r)  # nan where the objectives differ (WW vs CS)
+        for r in bench_dataset(name, args):
+            rel = (r.primal - r.ref_primal) / abs(r.ref_primal)
+            diff = "n/a" if np.isnan(rel) else f"{rel:+.2e}"
+            ratio = (r.csr_mb + r.peak_mb) / (r.csr_mb + r.model_mb)
             print(
-                f"| {name} | {solver} | {t_o:.2f} | {ref} | {t_r:.2f} | {t_o / t_r:.2f} | "
-                f"{rel:+.2e} | {status} | {mb:.1f} |",
+                f"| {name} | {r.solver} | {r.ours_s:.2f} | {r.reference} | {r.ref_s:.2f} | "
+                f"{r.ours_s / r.ref_s:.2f} | {diff} | {r.status} | {r.csr_mb:.1f} | "
+                f"{r.peak_mb:.1f} | {r.model_mb:.1f} | {r.alpha_mb:.1f} | {ratio:.2f} |",
                 flush=True,
             )
 
