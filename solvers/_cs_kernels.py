@@ -7,8 +7,8 @@ wb (k,) the bias-feature weights, A_i = ‖x̃_i‖², C_i the per-sample bound,
 import numpy as np
 from numba import njit
 
-from solvers._multiclass_kernels import sort_descending
-from solvers._sparse import prefetch_row
+from solvers._multiclass_kernels import row_scores, sort_descending
+from solvers._sparse import prefetch, prefetch_row
 
 _TINY = 1e-12
 
@@ -59,8 +59,14 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
     n_order = order.shape[0]
     for t in range(n_order):
         if t + 2 < n_order:
-            prefetch_row(data, indices, indptr, order[t + 2])
+            ahead = order[t + 2]
+            prefetch_row(data, indices, indptr, ahead)
+            prefetch(alpha[ahead], 0)
+            prefetch(act_cls[ahead], 0)
         i = order[t]
+        # unsigned bounds: no negative-index checks on data[p] and indices[p] in the loops below
+        start = np.uint64(indptr[i])
+        end = np.uint64(indptr[i + 1])
         yi = y[i]
         Ci = C[i]
         Ai = A[i]
@@ -73,7 +79,7 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
             for m in range(k):
                 gk[m] = bias * wb[m] + 1.0
             gk[yi] -= 1.0
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 v = data[p]
                 row = W[indices[p]]
                 for m in range(k):
@@ -87,7 +93,7 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
             m1 = cls[1]
             g0 = bias * wb[m0] + (0.0 if m0 == yi else 1.0)
             g1 = bias * wb[m1] + (0.0 if m1 == yi else 1.0)
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 v = data[p]
                 j = indices[p]
                 g0 += v * W[j, m0]
@@ -101,7 +107,7 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
             g0 = bias * wb[m0] + (0.0 if m0 == yi else 1.0)
             g1 = bias * wb[m1] + (0.0 if m1 == yi else 1.0)
             g2 = bias * wb[m2] + (0.0 if m2 == yi else 1.0)
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 v = data[p]
                 j = indices[p]
                 g0 += v * W[j, m0]
@@ -114,7 +120,7 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
             for r in range(nc):
                 m = cls[r]
                 g[r] = bias * wb[m] + (0.0 if m == yi else 1.0)
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 v = data[p]
                 j = indices[p]
                 for r in range(nc):
@@ -167,15 +173,33 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
             m1 = sel[1]
             d0 = delta[0]
             d1 = delta[1]
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 v = data[p]
                 j = indices[p]
                 W[j, m0] += d0 * v
                 W[j, m1] += d1 * v
             continue
-        for p in range(indptr[i], indptr[i + 1]):
+        for p in range(start, end):
             v = data[p]
             row = W[indices[p]]
             for q in range(nd):
                 row[sel[q]] += delta[q] * v
     return max_v, work
+
+
+@njit(cache=True, nogil=True)
+def cs_loss(data, indices, indptr, bias, y, C, W, wb):
+    """Σ_i C_i max_m (e_i^m + w_mᵀx̃_i − w_{y_i}ᵀx̃_i), row by row with O(k) scratch."""
+    s = np.empty(W.shape[1])
+    total = 0.0
+    for i in range(indptr.shape[0] - 1):
+        if C[i] == 0.0:
+            continue
+        row_scores(data, indices, np.uint64(indptr[i]), np.uint64(indptr[i + 1]), W, wb, bias, s)
+        yi = y[i]
+        worst = 0.0  # the term of m = y_i
+        for m in range(s.shape[0]):
+            if m != yi:
+                worst = max(worst, 1.0 + s[m] - s[yi])
+        total += C[i] * worst
+    return total

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers._multiclass_kernels import class_scores, weights_from_alpha
+from solvers._multiclass_kernels import weights_from_alpha
 from solvers._sparse import row_sq_norms, unsigned_indices
 from solvers.progress import Monitor, Progress, SolveResult, Status
 
@@ -97,11 +97,13 @@ def check_common(tol, max_iter) -> None:
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
 
 
-def scores(problem: MulticlassProblem, W, wb) -> np.ndarray:
-    """X̃W, shape (n_samples, n_classes)."""
-    out = np.empty((problem.n_samples, W.shape[1]))
-    class_scores(problem.data, problem.indices, problem.indptr, W, wb, problem.bias, out)
-    return out
+def class_index_dtype(n_classes: int):
+    """The narrowest unsigned integer type that holds a class index 0..n_classes-1 (a count of
+    n_classes included): per-row class lists take n_samples × n_classes of them."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if n_classes <= np.iinfo(dtype).max:
+            return dtype
+    return np.uint64
 
 
 def weights(problem: MulticlassProblem, alpha, sign: float):

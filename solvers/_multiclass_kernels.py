@@ -11,19 +11,16 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def class_scores(data, indices, indptr, W, wb, bias, out):
-    """X̃W: the score of every class for every row, bias included, into out (n_rows, n_classes)."""
-    n = indptr.shape[0] - 1
+def row_scores(data, indices, start, end, W, wb, bias, out):
+    """x̃_iᵀW for the row [start, end) (unsigned bounds), bias included, into out (n_classes,)."""
     k = W.shape[1]
-    for i in range(n):
+    for m in range(k):
+        out[m] = bias * wb[m]
+    for p in range(start, end):
+        v = data[p]
+        row = W[indices[p]]
         for m in range(k):
-            out[i, m] = bias * wb[m]
-        for p in range(indptr[i], indptr[i + 1]):
-            v = data[p]
-            row = W[indices[p]]
-            for m in range(k):
-                out[i, m] += v * row[m]
-    return out
+            out[m] += v * row[m]
 
 
 @njit(cache=True, nogil=True)
@@ -42,7 +39,7 @@ def weights_from_alpha(data, indices, indptr, alpha, bias, sign, W, wb):
                 wb[m] += sign * bias * a[m]
         if not nonzero:
             continue
-        for p in range(indptr[i], indptr[i + 1]):
+        for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
             v = sign * data[p]
             row = W[indices[p]]
             for m in range(k):

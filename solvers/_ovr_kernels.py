@@ -8,13 +8,16 @@ binary dual is min ½αᵀ(Q + D)α − eᵀα, 0 ≤ α_i ≤ U_i, with y_i = +
 Arrays of the block (kb classes): alpha (n, kb), W (n_features, kb) feature-major, wb (kb,),
 active (n, kb) uint8 shrinking flags, live (kb,) uint8 (0 once a class has converged), Mbar/mbar
 (kb,) the shrinking thresholds of the previous pass, and the outputs M/m (kb,) (extreme projected
-gradients of this pass) and n_kept (kb,) (variables visited and not shrunk).
+gradients of this pass) and n_kept (kb,) (variables visited and not shrunk). in_play (n,) uint8
+says whether a row keeps an active variable of a live class; the pass rewrites it for the rows it
+visits, so the driver rescans the flags (`rows_in_play`) only when a class dies or is restored.
 """
 
 import numpy as np
 from numba import njit
 
-from solvers._sparse import prefetch_row
+from solvers._multiclass_kernels import row_scores
+from solvers._sparse import prefetch, prefetch_row
 
 _TINY = 1e-12
 
@@ -42,6 +45,7 @@ def ovr_pass(
     M,
     m,
     n_kept,
+    in_play,
 ):
     """One fused pass over the rows in ``order`` for the classes of a block (see module doc)."""
     kb = W.shape[1]
@@ -55,8 +59,14 @@ def ovr_pass(
     n_order = order.shape[0]
     for t in range(n_order):
         if t + 2 < n_order:
-            prefetch_row(data, indices, indptr, order[t + 2])
+            ahead = order[t + 2]
+            prefetch_row(data, indices, indptr, ahead)
+            prefetch(active[ahead], 0)
+            prefetch(alpha[ahead], 0)
         i = order[t]
+        # unsigned bounds: no negative-index checks on data[p] and indices[p] below
+        start = np.uint64(indptr[i])
+        end = np.uint64(indptr[i + 1])
         flags = active[i]
         na = 0
         for c in range(kb):
@@ -64,13 +74,14 @@ def ovr_pass(
                 cls[na] = c
                 na += 1
         if na == 0:
+            in_play[i] = 0
             continue
         if na == 1:
             # one class (the common case once shrinking has worked): a register accumulator, not
             # s[0], whose load-store chain through memory would serialise the loop
             c0 = cls[0]
             acc = bias * wb[c0]
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 acc += data[p] * W[indices[p], c0]
             s[0] = acc
         elif na == 2:
@@ -78,7 +89,7 @@ def ovr_pass(
             c1 = cls[1]
             acc = bias * wb[c0]
             acc1 = bias * wb[c1]
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 v = data[p]
                 j = indices[p]
                 acc += v * W[j, c0]
@@ -95,7 +106,7 @@ def ovr_pass(
             acc1 = bias * wb[c1]
             acc2 = bias * wb[c2]
             acc3 = bias * wb[c3]
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 v = data[p]
                 j = indices[p]
                 acc += v * W[j, c0]
@@ -109,12 +120,13 @@ def ovr_pass(
         else:
             for r in range(na):
                 s[r] = bias * wb[cls[r]]
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 v = data[p]
                 j = indices[p]
                 for r in range(na):
                     s[r] += v * W[j, cls[r]]
         nd = 0
+        kept = 0
         for r in range(na):
             c = cls[r]
             yi = 1.0 if labels[i] == classes[c] else -1.0
@@ -143,6 +155,7 @@ def ovr_pass(
             else:
                 PG = G
             n_kept[c] += 1
+            kept = 1
             M[c] = max(M[c], PG)
             m[c] = min(m[c], PG)
             if abs(PG) > _TINY:
@@ -155,6 +168,7 @@ def ovr_pass(
                 cls[nd] = c
                 delta[nd] = (a_new - a) * yi
                 nd += 1
+        in_play[i] = kept
         if nd == 0:
             continue
         for q in range(nd):
@@ -162,20 +176,20 @@ def ovr_pass(
         if nd == 1:
             c0 = cls[0]
             d0 = delta[0]
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 W[indices[p], c0] += d0 * data[p]
         elif nd == 2:
             c0 = cls[0]
             c1 = cls[1]
             d0 = delta[0]
             d1 = delta[1]
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 v = data[p]
                 j = indices[p]
                 W[j, c0] += d0 * v
                 W[j, c1] += d1 * v
         else:
-            for p in range(indptr[i], indptr[i + 1]):
+            for p in range(start, end):
                 v = data[p]
                 j = indices[p]
                 for q in range(nd):
@@ -183,32 +197,42 @@ def ovr_pass(
 
 
 @njit(cache=True, nogil=True)
-def ovr_objectives(labels, classes, Cmat, c_stride, hinge, S, alpha, W, wb):
-    """Per-class (primal, f(α)) for scores S = X̃W of shape (n, kb); two arrays of shape (kb,)."""
-    n, kb = S.shape
-    primal = np.zeros(kb)
-    dual = np.zeros(kb)
+def ovr_objectives(
+    data, indices, indptr, bias, labels, classes, Cmat, c_stride, hinge, alpha, W, wb
+):
+    """Per-class (primal, f(α)) of a block, two arrays of shape (kb,); the scores are computed
+    row by row (O(kb) scratch), never as an (n, kb) matrix."""
+    n = indptr.shape[0] - 1
+    kb = W.shape[1]
+    s = np.empty(kb)
+    reg = np.empty(kb)
+    loss = np.zeros(kb)
+    lin = np.zeros(kb)
     for c in range(kb):
-        reg = wb[c] * wb[c]
-        for j in range(W.shape[0]):
-            reg += W[j, c] * W[j, c]
-        loss = 0.0
-        lin = 0.0
-        for i in range(n):
+        reg[c] = wb[c] * wb[c]
+    for j in range(W.shape[0]):
+        for c in range(kb):
+            reg[c] += W[j, c] * W[j, c]
+    for i in range(n):
+        row_scores(data, indices, np.uint64(indptr[i]), np.uint64(indptr[i + 1]), W, wb, bias, s)
+        for c in range(kb):
             Ci = Cmat[i, c * c_stride]
             if Ci <= 0.0:
                 continue
             yi = 1.0 if labels[i] == classes[c] else -1.0
-            xi = max(0.0, 1.0 - yi * S[i, c])
+            xi = max(0.0, 1.0 - yi * s[c])
             a = alpha[i, c]
             if hinge:
-                loss += Ci * xi
-                lin += a
+                loss[c] += Ci * xi
+                lin[c] += a
             else:
-                loss += Ci * xi * xi
-                lin += a - 0.25 * a * a / Ci
-        primal[c] = 0.5 * reg + loss
-        dual[c] = 0.5 * reg - lin
+                loss[c] += Ci * xi * xi
+                lin[c] += a - 0.25 * a * a / Ci
+    primal = np.empty(kb)
+    dual = np.empty(kb)
+    for c in range(kb):
+        primal[c] = 0.5 * reg[c] + loss[c]
+        dual[c] = 0.5 * reg[c] - lin[c]
     return primal, dual
 
 

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers._cs_kernels import cs_pass
+from solvers._cs_kernels import cs_loss, cs_pass
 from solvers._multiclass_driver import (
     ActiveSetFormulation,
     check_common,
     check_problem,
+    class_index_dtype,
     finish,
     run_active_sets,
-    scores,
     weights,
 )
 from solvers.progress import Callback, Monitor, SolveResult, objective_passes
@@ -103,7 +103,8 @@ def solve_crammer_singer(
     rows = np.flatnonzero((problem.C > 0) & (problem.A > 0))
     _place_zero_rows(problem, alpha)
     k = problem.n_classes
-    act_cls = np.empty((problem.n_samples, k), dtype=np.uint32)  # unsigned: no wraparound checks
+    # unsigned (no wraparound checks) and as narrow as k allows: n_samples × k of them
+    act_cls = np.empty((problem.n_samples, k), dtype=class_index_dtype(k))
     act_n = np.empty(problem.n_samples, dtype=np.int64)
 
     def restore():
@@ -150,15 +151,12 @@ def solve_crammer_singer(
 
 def cs_objectives(problem, W, wb, alpha) -> tuple[float, float]:
     """(primal, f(α)) of the Crammer–Singer problem for the current W, wb and α."""
-    S = scores(problem, W, wb)
-    idx = np.arange(problem.n_samples)
-    s_y = S[idx, problem.y]
-    S += 1.0
-    S[idx, problem.y] -= 1.0
-    loss = np.maximum(S.max(axis=1) - s_y, 0.0)
+    loss = cs_loss(
+        problem.data, problem.indices, problem.indptr, problem.bias, problem.y, problem.C, W, wb
+    )
     reg = 0.5 * (float(np.vdot(W, W)) + float(wb @ wb))  # vdot: no temporary of the size of W
-    primal = reg + float(problem.C @ loss)
-    dual = reg - float(alpha[idx, problem.y].sum())
+    primal = reg + loss
+    dual = reg - float(alpha[np.arange(problem.n_samples), problem.y].sum())
     return primal, dual
 
 

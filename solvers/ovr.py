@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers._multiclass_driver import check_common, check_problem, scores, weights
+from solvers._multiclass_driver import check_common, check_problem, weights
 from solvers._ovr_kernels import ovr_objectives, ovr_pass, rows_in_play
 from solvers.progress import (
     Callback,
@@ -169,6 +169,7 @@ def solve_ovr(
             block.M,
             block.m,
             block.n_kept,
+            block.in_play,
         )
 
     def objectives():
@@ -178,7 +179,8 @@ def solve_ovr(
     status = Status.MAX_ITER
     verify = False
     iteration = 0
-    pool = ThreadPoolExecutor(max_workers=n_blocks) if n_blocks > 1 else None
+    # the calling thread runs the first block of each pass itself: n_blocks − 1 workers
+    pool = ThreadPoolExecutor(max_workers=n_blocks - 1) if n_blocks > 1 else None
     try:
         while iteration < max_iter:
             iteration += 1
@@ -189,7 +191,13 @@ def solve_ovr(
                 for b, r in zip(running, block_rows, strict=True):
                     run_block(b, r)
             else:
-                list(pool.map(run_block, running, block_rows))
+                others = [
+                    pool.submit(run_block, b, r)
+                    for b, r in zip(running[1:], block_rows[1:], strict=True)
+                ]
+                run_block(running[0], block_rows[0])
+                for f in others:
+                    f.result()
             met_any = False
             for b in running:
                 met_any |= _after_pass(b, tol, shrink, full, iteration)
@@ -248,14 +256,23 @@ def _make_block(problem, Cfull, classes, warm_start, loss) -> _Block:
     kb = classes.shape[0]
     if Cfull.ndim == 1:
         Cmat, c_stride = np.ascontiguousarray(Cfull[:, None]), 0
-        usable = np.repeat((Cfull > 0)[:, None], kb, axis=1)
+        # the same rows for every class: a read-only (n, kb) view of one (n,) array
+        usable = np.broadcast_to((Cfull > 0).view(np.uint8)[:, None], (problem.n_samples, kb))
     else:
         Cmat, c_stride = np.ascontiguousarray(Cfull[classes].T), 1
-        usable = Cmat > 0
-    usable = usable.astype(np.uint8)
+        usable = (Cmat > 0).view(np.uint8)
     alpha = _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss)
-    sign = np.where(problem.y[:, None] == classes[None, :], 1.0, -1.0)
-    W, wb = weights(problem, alpha * sign, 1.0)
+    # w_c = Σ_i y_i α_i x̃_i: flip the signs in place rather than build an (n, kb) y_i α_i
+    rest = None if warm_start is None else problem.y[:, None] != classes[None, :]
+    if rest is not None:
+        np.negative(alpha, out=alpha, where=rest)
+    W, wb = weights(problem, alpha, 1.0)
+    if rest is not None:
+        np.negative(alpha, out=alpha, where=rest)
+    active = usable.copy()
+    live = np.ones(kb, dtype=np.uint8)
+    in_play = np.empty(problem.n_samples, dtype=np.uint8)
+    rows_in_play(active, live, in_play)
     return _Block(
         classes=classes.astype(np.int64),
         Cmat=Cmat,
@@ -264,8 +281,8 @@ def _make_block(problem, Cfull, classes, warm_start, loss) -> _Block:
         W=W,
         wb=wb,
         usable=usable,
-        active=usable.copy(),
-        live=np.ones(kb, dtype=np.uint8),
+        active=active,
+        live=live,
         Mbar=np.full(kb, np.inf),
         mbar=np.full(kb, -np.inf),
         M=np.zeros(kb),
@@ -274,7 +291,7 @@ def _make_block(problem, Cfull, classes, warm_start, loss) -> _Block:
         n_usable=usable.sum(axis=0, dtype=np.int64),
         gap=np.full(kb, np.inf),
         n_iter=np.zeros(kb, dtype=np.int64),
-        in_play=np.empty(problem.n_samples, dtype=np.uint8),
+        in_play=in_play,
     )
 
 
@@ -304,10 +321,7 @@ def _rows_to_visit(running, order, rng, n, verify):
     blocked, and each block keeps the rows it needs in that order: serial and threaded runs still
     give identical iterates.
     """
-    masks = []
-    for b in running:
-        rows_in_play(b.active, b.live, b.in_play)
-        masks.append(b.in_play.view(np.bool_))
+    masks = [b.in_play.view(np.bool_) for b in running]
     union = masks[0] if len(masks) == 1 else np.logical_or.reduce(masks)
     if order == "permute":
         rows = rng.permutation(np.flatnonzero(union))
@@ -336,6 +350,8 @@ def _after_pass(b: _Block, tol: float, shrink: bool, full_pass: bool, iteration:
     for c in np.flatnonzero(met & ~whole):
         b.active[:, c] = b.usable[:, c]
     restored = met & ~whole
+    if done.any() or restored.any():
+        rows_in_play(b.active, b.live, b.in_play)
     if shrink:
         b.Mbar[:] = np.where(b.M > 0, b.M, np.inf)
         b.mbar[:] = np.where(b.m < 0, b.m, -np.inf)
@@ -357,8 +373,20 @@ def _pass_summary(running):
 
 
 def _block_objectives(problem, b: _Block, hinge: bool):
-    S = scores(problem, b.W, b.wb)
-    return ovr_objectives(problem.y, b.classes, b.Cmat, b.c_stride, hinge, S, b.alpha, b.W, b.wb)
+    return ovr_objectives(
+        problem.data,
+        problem.indices,
+        problem.indptr,
+        problem.bias,
+        problem.y,
+        b.classes,
+        b.Cmat,
+        b.c_stride,
+        hinge,
+        b.alpha,
+        b.W,
+        b.wb,
+    )
 
 
 def _result(problem, blocks, hinge, status, n_iter, monitor) -> SolveResult:

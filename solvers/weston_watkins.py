@@ -35,10 +35,9 @@ from solvers._multiclass_driver import (
     check_problem,
     finish,
     run_sdm,
-    scores,
     weights,
 )
-from solvers._ww_kernels import ww_pass
+from solvers._ww_kernels import ww_loss, ww_pass
 from solvers.progress import Callback, Monitor, SolveResult, objective_passes
 
 _FEASIBILITY_TOL = 1e-8
@@ -142,15 +141,12 @@ def solve_weston_watkins(
 
 def ww_objectives(problem, W, wb, alpha) -> tuple[float, float]:
     """(primal, f(α)) of the Weston–Watkins problem for the current W, wb and α."""
-    S = scores(problem, W, wb)
-    idx = np.arange(problem.n_samples)
-    s_y = S[idx, problem.y].copy()
-    S += 1.0 - s_y[:, None]
-    np.maximum(S, 0.0, out=S)
-    S[idx, problem.y] = 0.0
+    loss = ww_loss(
+        problem.data, problem.indices, problem.indptr, problem.bias, problem.y, problem.C, W, wb
+    )
     reg = 0.5 * (float(np.vdot(W, W)) + float(wb @ wb))  # vdot: no temporary of the size of W
-    primal = reg + float(problem.C @ S.sum(axis=1))
-    dual = reg + float(alpha[idx, problem.y].sum())
+    primal = reg + loss
+    dual = reg + float(alpha[np.arange(problem.n_samples), problem.y].sum())
     return primal, dual
 
 

@@ -206,3 +206,21 @@ def test_time_limit_ends_with_its_status():
     X, _, y, _ = load("segment")
     r = solve_crammer_singer(X, y, 7, tol=1e-9, max_iter=100_000, time_limit=1e-6)
     assert r.status is Status.TIME_LIMIT and r.n_iter == 1
+
+
+def test_no_temporaries_of_the_size_of_alpha():
+    """Beyond α (n, k) and W the solve holds O(n) arrays and one byte per active class: the final
+    objectives are computed row by row, not from an (n, k) score matrix."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    n, d, k = 4000, 30, 40
+    X = sp.random(n, d, density=0.5, format="csr", random_state=rng)
+    y = rng.integers(0, k, n)
+    solve_crammer_singer(X, y, k, max_iter=1)  # compiled before measuring
+    tracemalloc.start()
+    solve_crammer_singer(X, y, k, C=1.0, bias=1.0, tol=0.5, max_iter=5)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    alpha_bytes = n * k * 8
+    assert peak < 1.6 * alpha_bytes

@@ -108,3 +108,20 @@ def test_behaviour_callback_warm_start_zero_rows_float32():
         solve_ovr(X, y, 3, loss="squared_error")
     with pytest.raises(ValueError, match="shape"):
         solve_ovr(X, y, 3, C=np.ones((2, 3)))
+
+
+def test_no_temporaries_of_the_size_of_alpha():
+    """One block: beyond α (n, k) and W the solve holds one byte per (row, class) shrinking flag and
+    O(n) arrays; no signed copy of α at the start, no (n, k) score matrix for the objectives."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    n, d, k = 4000, 30, 40
+    X = sp.random(n, d, density=0.5, format="csr", random_state=rng)
+    y = rng.integers(0, k, n)
+    solve_ovr(X, y, k, max_iter=1, n_jobs=1)  # compiled before measuring
+    tracemalloc.start()
+    solve_ovr(X, y, k, C=1.0, bias=1.0, tol=0.5, max_iter=5, n_jobs=1)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1.6 * n * k * 8

@@ -137,3 +137,20 @@ def test_behaviour_seed_callback_warm_start_zero_rows():
     assert r.primal + r.dual <= 1e-5 * r.primal
     with pytest.raises(ValueError, match="infeasible"):
         solve_weston_watkins(X, y, 3, C=1.0, warm_start=np.full((len(y), 3), 2.0))
+
+
+def test_no_temporaries_of_the_size_of_alpha():
+    """Beyond α (n, k) and W the solve holds O(n) arrays: the final objectives are computed row by
+    row, not from an (n, k) score matrix."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    n, d, k = 4000, 30, 40
+    X = sp.random(n, d, density=0.5, format="csr", random_state=rng)
+    y = rng.integers(0, k, n)
+    solve_weston_watkins(X, y, k, max_iter=1)  # compiled before measuring
+    tracemalloc.start()
+    solve_weston_watkins(X, y, k, C=1.0, bias=1.0, tol=0.5, max_iter=5)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1.6 * n * k * 8
