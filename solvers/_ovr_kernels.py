@@ -247,3 +247,33 @@ def rows_in_play(active, live, out):
                 flag = 1
                 break
         out[i] = flag
+
+
+@njit(cache=True, nogil=True)
+def interleave_regions(buf, rows, k, block_of, slot, starts, sizes):
+    """Rearrange ``buf`` in place from one (rows, size_b) region per block, the regions back to
+    back from ``starts[b]``, into one (rows, k) array in class order.
+
+    Class c lives in block ``block_of[c]`` at column ``slot[c]``. Each position q = r · k + c
+    pulls its value from where it sits now; following these moves around their cycles, with a
+    bitmap of the positions already filled, moves every value once.
+    """
+    total = rows * k
+    done = np.zeros((total + 63) // 64, dtype=np.uint64)
+    one = np.uint64(1)
+    for p0 in range(total):
+        if done[p0 >> 6] & (one << np.uint64(p0 & 63)):
+            continue
+        saved = buf[p0]
+        q = p0
+        while True:
+            done[q >> 6] |= one << np.uint64(q & 63)
+            r = q // k
+            c = q - r * k
+            b = block_of[c]
+            src = starts[b] + r * sizes[b] + slot[c]
+            if src == p0:
+                buf[q] = saved
+                break
+            buf[q] = buf[src]
+            q = src

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solvers._multiclass_driver import check_common, check_problem, weights
-from solvers._ovr_kernels import ovr_objectives, ovr_pass, rows_in_play
+from solvers._ovr_kernels import interleave_regions, ovr_objectives, ovr_pass, rows_in_play
 from solvers.progress import (
     Callback,
     Monitor,
@@ -137,10 +137,23 @@ def solve_ovr(
     k, n = problem.n_classes, problem.n_samples
     Cfull = _per_class_C(C, k, n)
     n_blocks = min(_n_threads(n_jobs), k)
-    blocks = [
-        _make_block(problem, Cfull, np.arange(b, k, n_blocks), warm_start, loss)
-        for b in range(n_blocks)
-    ]
+    # One buffer each for W and α, cut into one contiguous region per block (threads write to
+    # separate memory); `_interleave` turns them into the result's arrays in place at the end.
+    W_buf = np.zeros(problem.n_features * k)
+    alpha_buf = np.zeros(n * k)
+    blocks, first = [], 0
+    for b in range(n_blocks):
+        classes = np.arange(b, k, n_blocks)
+        kb = classes.shape[0]
+        W = W_buf[problem.n_features * first : problem.n_features * (first + kb)]
+        alpha = alpha_buf[n * first : n * (first + kb)]
+        blocks.append(
+            _make_block(
+                problem, Cfull, classes, warm_start, loss,
+                W.reshape(problem.n_features, kb), alpha.reshape(n, kb),
+            )
+        )  # fmt: skip
+        first += kb
     hinge = loss == "hinge"
     shrink = shrinking and order != "random"
     rng = np.random.default_rng(random_state)
@@ -226,7 +239,7 @@ def solve_ovr(
     finally:
         if pool is not None:
             pool.shutdown()
-    return _result(problem, blocks, hinge, status, iteration, monitor)
+    return _result(problem, blocks, (W_buf, alpha_buf), hinge, status, iteration, monitor)
 
 
 def _n_threads(n_jobs) -> int:
@@ -252,7 +265,7 @@ def _per_class_C(C, k: int, n: int):
     return arr
 
 
-def _make_block(problem, Cfull, classes, warm_start, loss) -> _Block:
+def _make_block(problem, Cfull, classes, warm_start, loss, W, alpha) -> _Block:
     kb = classes.shape[0]
     if Cfull.ndim == 1:
         Cmat, c_stride = np.ascontiguousarray(Cfull[:, None]), 0
@@ -261,13 +274,13 @@ def _make_block(problem, Cfull, classes, warm_start, loss) -> _Block:
     else:
         Cmat, c_stride = np.ascontiguousarray(Cfull[classes].T), 1
         usable = (Cmat > 0).view(np.uint8)
-    alpha = _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss)
-    # w_c = Σ_i y_i α_i x̃_i: flip the signs in place rather than build an (n, kb) y_i α_i
-    rest = None if warm_start is None else problem.y[:, None] != classes[None, :]
-    if rest is not None:
+    wb = np.zeros(kb)
+    if warm_start is not None:
+        alpha[...] = _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss)
+        # w_c = Σ_i y_i α_i x̃_i: flip the signs in place rather than build an (n, kb) y_i α_i
+        rest = problem.y[:, None] != classes[None, :]
         np.negative(alpha, out=alpha, where=rest)
-    W, wb = weights(problem, alpha, 1.0)
-    if rest is not None:
+        W[...], wb = weights(problem, alpha, 1.0)
         np.negative(alpha, out=alpha, where=rest)
     active = usable.copy()
     live = np.ones(kb, dtype=np.uint8)
@@ -297,8 +310,6 @@ def _make_block(problem, Cfull, classes, warm_start, loss) -> _Block:
 
 def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss) -> np.ndarray:
     n, k = problem.n_samples, problem.n_classes
-    if warm_start is None:
-        return np.zeros((n, classes.shape[0]))
     ws = np.asarray(warm_start, dtype=np.float64)
     if ws.shape != (k, n):
         raise ValueError(f"warm_start must have shape ({k}, {n}), got {ws.shape}")
@@ -389,12 +400,8 @@ def _block_objectives(problem, b: _Block, hinge: bool):
     )
 
 
-def _result(problem, blocks, hinge, status, n_iter, monitor) -> SolveResult:
+def _result(problem, blocks, buffers, hinge, status, n_iter, monitor) -> SolveResult:
     k, n, d = problem.n_classes, problem.n_samples, problem.n_features
-    single = len(blocks) == 1
-    # one block holds the classes in order: hand out views instead of copying the model
-    w = blocks[0].W.T if single else np.empty((k, d))
-    alpha = blocks[0].alpha.T if single else np.empty((k, n))
     intercept = np.empty(k)
     primal = np.empty(k)
     dual = np.empty(k)
@@ -405,10 +412,8 @@ def _result(problem, blocks, hinge, status, n_iter, monitor) -> SolveResult:
         intercept[b.classes] = problem.bias * b.wb
         gap[b.classes] = b.gap
         class_iter[b.classes] = b.n_iter
-        if not single:
-            w[b.classes] = b.W.T
-            alpha[b.classes] = b.alpha.T
-            b.W = b.alpha = None  # release each block as soon as it is copied
+    w = _interleave(buffers[0], blocks, d, k).T
+    alpha = _interleave(buffers[1], blocks, n, k).T
     return SolveResult(
         w=w,
         bias=intercept,
@@ -421,3 +426,23 @@ def _result(problem, blocks, hinge, status, n_iter, monitor) -> SolveResult:
         history=monitor.history,
         extra={"primal": primal, "dual": dual, "n_iter": class_iter, "gap": gap},
     )
+
+
+def _interleave(buf, blocks, rows: int, k: int) -> np.ndarray:
+    """The (rows, k) array, class order, of the blocks' (rows, kb) regions of ``buf``, in place.
+
+    A permutation by cycles (`interleave_regions`): no copy of the model, a bitmap of rows · k
+    bits to mark what has moved.
+    """
+    if len(blocks) > 1:
+        block_of = np.empty(k, dtype=np.int64)
+        slot = np.empty(k, dtype=np.int64)
+        for b, block in enumerate(blocks):
+            block_of[block.classes] = b
+            slot[block.classes] = np.arange(block.classes.shape[0])
+        sizes = np.array([block.classes.shape[0] for block in blocks], dtype=np.int64)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])) * rows
+        interleave_regions(buf, rows, k, block_of, slot, starts, sizes)
+    for block in blocks:
+        block.W = block.alpha = None
+    return buf.reshape(rows, k)

@@ -125,3 +125,28 @@ def test_no_temporaries_of_the_size_of_alpha():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 1.6 * n * k * 8
+
+
+@pytest.mark.parametrize("k, n_jobs", [(40, 2), (20, 2), (10, 2), (105, 3)])
+def test_threaded_blocks_share_one_copy_of_the_model(k, n_jobs):
+    """Each thread writes its classes into its own region of one buffer, which becomes the
+    result's arrays in place: threads add no copy of W or α, and give the one-thread model."""
+    import tracemalloc
+
+    rng = np.random.default_rng(1)
+    n, d = 1500, 4000
+    X = sp.random(n, d, density=0.01, format="csr", random_state=rng)
+    y = rng.integers(0, k, n)
+    solve_ovr(X, y, k, max_iter=1, n_jobs=n_jobs)  # compiled before measuring
+    peaks, results = [], []
+    for jobs in (1, n_jobs):
+        tracemalloc.start()
+        results.append(solve_ovr(X, y, k, tol=0.1, n_jobs=jobs))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    one, many = results
+    np.testing.assert_array_equal(many.w, one.w)
+    np.testing.assert_array_equal(many.alpha, one.alpha)
+    np.testing.assert_array_equal(many.bias, one.bias)
+    # a copy of W alone would add d · k · 8 bytes; per-block bookkeeping is O(n) per block
+    assert peaks[1] < peaks[0] + 32 * n * n_jobs, peaks
