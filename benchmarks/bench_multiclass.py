@@ -80,6 +80,7 @@ def load(name):
 
 
 REPEAT = 1
+MEMORY = True  # --no-memory skips the traced runs (the memory columns then read nan)
 # LIBLINEAR 2.50 stops its dual one-vs-rest solvers (-s 1, -s 3) at this many passes per class.
 LIBLINEAR_DUAL_PASSES = 300
 
@@ -240,10 +241,12 @@ def measured(solve, *a, **kw):
     The peak comes from a run of its own: tracing every allocation slows a solve by a few per
     cent, so the timed runs go untraced.
     """
-    tracemalloc.start()
-    solve(*a, **kw)
-    peak = tracemalloc.get_traced_memory()[1] / 2**20
-    tracemalloc.stop()
+    peak = float("nan")
+    if MEMORY:
+        tracemalloc.start()
+        solve(*a, **kw)
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
     t, out = timed(solve, *a, **kw)
     return t, out, peak
 
@@ -256,10 +259,11 @@ def main():
     parser.add_argument("--bias", type=float, default=1.0)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1])
     parser.add_argument("--skip", nargs="*", default=[], help="any of cs ovr ww")
+    parser.add_argument("--no-memory", action="store_true", help="time only, no traced runs")
     parser.add_argument("--repeat", type=int, default=1, help="best of this many runs")
     args = parser.parse_args()
-    global REPEAT
-    REPEAT = args.repeat
+    global REPEAT, MEMORY
+    REPEAT, MEMORY = args.repeat, not args.no_memory
     print(
         f"C={args.C} bias={args.bias} tol={args.tol} cores={os.cpu_count()} "
         f"repeat={args.repeat} load average={os.getloadavg()[0]:.1f}"
