@@ -169,8 +169,11 @@ def bench_dataset(name, args):
     def reference(solver_type):
         return timed(liblinearutil.train, prob, f"-s {solver_type} -c {C} -e {tol} -B {bias} -q")
 
-    # compile (cached after the first run) with the options of the timed calls
-    small = (X[:30], y[:30] % 2, 2)
+    # compile (cached after the first run) with the options and index types of the timed calls
+    head = X[:30]
+    head.indices = head.indices.astype(X.indices.dtype)  # slicing may narrow them
+    head.indptr = head.indptr.astype(X.indptr.dtype)
+    small = (head, y[:30] % 2, 2)
     solve_crammer_singer(*small, bias=bias, objective_every=0)
     solve_weston_watkins(*small, bias=bias, objective_every=0)
     for loss in ("hinge", "squared_hinge"):

@@ -20,7 +20,6 @@ from numba import njit
 
 from solvers._sparse import (
     prefetch,
-    prefetch_gather,
     prefetch_row,
     prefetch_row_ends,
     row_axpy,
@@ -97,7 +96,6 @@ def dcd_epoch(
     M_bar,
     m_bar,
     long_rows,
-    prefetch_w,
 ):
     """One pass of coordinate steps over ``index[:active_size]`` (Algorithm 3's inner loop).
 
@@ -107,8 +105,9 @@ def dcd_epoch(
 
     The row and record two positions ahead in the order are prefetched: their loads are the
     pass's bottleneck once the data outgrow a core's cache. ``long_rows`` (rows of many cache
-    lines) prefetches whole rows instead of their first and last lines; with ``prefetch_w`` (w
-    too large for the core's cache) so are the entries of w the next row will read.
+    lines) prefetches whole rows instead of their first and last lines. The entries of w a row
+    reads are not prefetched: even when w is far larger than a core's cache, the hints cost more
+    than they hide (one per non-zero, against loads the core already issues out of order).
 
     Returns (active_size, M, m): the new active size and the largest and smallest projected
     gradient seen (−inf / +inf when no coordinate stayed active).
@@ -124,8 +123,6 @@ def dcd_epoch(
             else:
                 prefetch_row_ends(data, indices, indptr, ahead)
             prefetch(rec, 4 * ahead)
-        if prefetch_w and s + 1 < active_size:
-            prefetch_gather(w, indices, indptr, index[s + 1])
         i = index[s]
         r = 4 * i
         start = indptr[i]
@@ -206,7 +203,7 @@ def projected_gradient_range(data, indices, indptr, n_features, bias, rec, hinge
 
 
 @njit(cache=True, nogil=True)
-def objectives(data, indices, indptr, n_features, bias, rec, C, w, loss, prefetch_w):
+def objectives(data, indices, indptr, n_features, bias, rec, C, w, loss):
     """Primal P(w̃) = ½‖w̃‖² + Σ C_i ξ_i and dual f(α) = ½‖w̃‖² + ½ Σ D_ii α_i² − Σ |y_i| α_i.
 
     Only the samples with C_i > 0 count. ξ_i is max(0, 1 − y_i w̃ᵀx̃_i) for the hinge loss, its
@@ -217,22 +214,17 @@ def objectives(data, indices, indptr, n_features, bias, rec, C, w, loss, prefetc
     quad = 0.0
     lin = 0.0
     n = np.uint64(indptr.shape[0] - 1)
-    one = np.uint64(1)
     # Unsigned sample numbers spare Numba's negative-index checks. A shared C gets a loop with
     # no per-sample test: the test alone makes the pass about 10% slower on long rows.
     shared = C.shape[0] == 1
     if shared and C[0] > 0.0:
         for i in range(n):
-            if prefetch_w and i + one < n:
-                prefetch_gather(w, indices, indptr, i + one)
             xi, q, ln = _sample_terms(data, indices, indptr, n_features, bias, rec, w, loss, i)
             loss_sum += C[0] * xi
             quad += q
             lin += ln
     elif not shared:
         for i in range(n):
-            if prefetch_w and i + one < n:
-                prefetch_gather(w, indices, indptr, i + one)
             if C[i] <= 0.0:
                 continue
             xi, q, ln = _sample_terms(data, indices, indptr, n_features, bias, rec, w, loss, i)

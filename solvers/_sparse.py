@@ -89,13 +89,6 @@ def prefetch_row_ends(data, indices, indptr, i):
 
 
 @njit(cache=True, nogil=True)
-def prefetch_gather(w, indices, indptr, i):
-    """Prefetch the entries of ``w`` that row ``i`` reads (worth it when w misses the cache)."""
-    for k in range(indptr[i], indptr[i + 1]):
-        prefetch(w, indices[k])
-
-
-@njit(cache=True, nogil=True)
 def row_dot(data, indices, start, end, w, n_features, bias):
     """x̃_iᵀw for the row [start, end) with the implicit bias feature."""
     acc = 0.0

@@ -47,7 +47,6 @@ LOSSES = {
     "squared_error": kernels.SQUARED_ERROR,
 }
 ORDERS = ("permute", "cyclic", "random")
-PREFETCH_W_BYTES = 2 << 20
 LONG_ROW_ENTRIES = 128
 DEFAULT_OBJECTIVE_EVERY = 10
 
@@ -171,8 +170,6 @@ class _State:
         self.csr, self.C, self.loss_code, self.bias = csr, C, LOSSES[loss], bias
         self.hinge = loss == "hinge"
         self.rec, self.lower, self.w, self.index = rec, lower, w, index
-        # past a core's cache, the scattered reads of w dominate: prefetch them too
-        self.prefetch_w = w.nbytes > PREFETCH_W_BYTES
         # Rows of many cache lines are prefetched whole; on shorter ones the loop that would do
         # it costs more than it hides, and their first and last lines are enough.
         self.long_rows = csr.data.shape[0] >= LONG_ROW_ENTRIES * max(csr.n_samples, 1)
@@ -210,7 +207,6 @@ class _State:
         return kernels.dcd_epoch(
             c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.hinge,
             self.lower, self.w, order_index, active_size, M_bar, m_bar, self.long_rows,
-            self.prefetch_w,
         )  # fmt: skip
 
     def full_range(self):
@@ -224,7 +220,7 @@ class _State:
         c = self.csr
         primal, dual = kernels.objectives(
             c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.C, self.w,
-            self.loss_code, self.prefetch_w,
+            self.loss_code,
         )  # fmt: skip
         return float(primal), float(dual)
 

@@ -222,17 +222,6 @@ def test_exported_lazily():
     assert solvers.solve_binary is solve_binary
 
 
-def test_prefetching_w_does_not_change_the_result(monkeypatch):
-    import solvers.binary as binary
-
-    X, y = load("heart_scale")
-    ref = solve_binary(X, y, loss="hinge", bias=1.0, tol=1e-4, max_iter=10_000)
-    monkeypatch.setattr(binary, "PREFETCH_W_BYTES", 0)
-    got = solve_binary(X, y, loss="hinge", bias=1.0, tol=1e-4, max_iter=10_000)
-    np.testing.assert_array_equal(got.alpha, ref.alpha)
-    assert got.primal == ref.primal and got.n_iter == ref.n_iter
-
-
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 def test_prefetching_whole_rows_does_not_change_the_result(monkeypatch, loss):
     import solvers.binary as binary
