@@ -27,7 +27,7 @@ class Status(StrEnum):
     TIME_LIMIT = "time_limit"  # the wall-clock budget ran out first
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Progress:
     """One outer iteration as seen by the callback.
 
