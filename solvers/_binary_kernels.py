@@ -1,12 +1,15 @@
 """Compiled epochs of the binary dual coordinate descent (see `solvers.binary` for the problem).
 
-The per-sample terms are packed in one float64 array ``rec`` of 4 entries per sample, so that a
-coordinate step touches one 32-byte record (a cache line holds two) instead of five arrays:
+The per-sample terms are packed in one float64 array ``rec`` of ``width`` entries per sample, so
+that a coordinate step touches one small record instead of several arrays. Classification
+(hinge, squared hinge: y_i = ±1) needs 3 entries (24 bytes), regularized least squares 4:
 
-    rec[4i]     α_i
-    rec[4i + 1] y_i (its sign s_i and magnitude |y_i|; ±1 for classification)
-    rec[4i + 2] Q̄_ii = ‖x̃_i‖² + D_ii, or −1 until the first step on sample i computes it
-    rec[4i + 3] U_i for the hinge loss (where D_ii = 0), D_ii for the others (where U_i = +inf)
+    rec[wi]     α_i
+    rec[wi + 1] classification: s_i · U_i (hinge, where D_ii = 0) or s_i · D_ii (squared hinge,
+                where U_i = +inf), the label's sign carried by a positive number;
+                least squares: y_i (its sign s_i and magnitude |y_i|)
+    rec[wi + 2] Q̄_ii = ‖x̃_i‖² + D_ii, or −1 until the first step on sample i computes it
+    rec[wi + 3] least squares only: D_ii (U_i = +inf)
 
 The lower bound is one scalar for all samples (0, or −inf for the free α of regularized least
 squares). The gradient of the dual in coordinate i is G = s_i w̃ᵀx̃_i − |y_i| + D_ii α_i.
@@ -37,29 +40,45 @@ def sample_C(C, i):
     return C[i] if C.shape[0] > 1 else C[0]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def terms(rec, r, width, hinge):
+    """(s_i, |y_i|, U_i, D_ii) of the record at offset ``r``."""
+    v = rec[r + 1]
+    sign = 1.0 if v >= 0.0 else -1.0
+    if width == 3:
+        if hinge:
+            return sign, 1.0, abs(v), 0.0
+        return sign, 1.0, np.inf, abs(v)
+    return sign, abs(v), np.inf, rec[r + 3]
+
+
 @njit(cache=True, nogil=True)
-def fill_record(rec, y, C, hinge):
-    """Fill the record ``rec`` (4 n entries) at α = 0, without temporaries.
+def fill_record(rec, y, C, hinge, width):
+    """Fill the record ``rec`` (width · n entries) at α = 0, without temporaries.
 
     Q̄_ii is left pending (−1): the first coordinate step on sample i computes it from the row it
     has just read for the gradient, which spares a pass over the data here.
     """
     for i in range(y.shape[0]):
         c = sample_C(C, i)
-        if hinge:
-            rec[4 * i + 3] = c
+        diag = 0.5 / c if c > 0.0 else 0.0
+        r = width * i
+        rec[r] = 0.0
+        rec[r + 2] = -1.0
+        if width == 3:
+            sign = 1.0 if y[i] >= 0.0 else -1.0
+            rec[r + 1] = sign * (c if hinge else diag)
         else:
-            rec[4 * i + 3] = 0.5 / c if c > 0.0 else 0.0
-        rec[4 * i] = 0.0
-        rec[4 * i + 1] = y[i]
-        rec[4 * i + 2] = -1.0
+            rec[r + 1] = y[i]
+            rec[r + 3] = diag
 
 
 @njit(cache=True, nogil=True)
-def gather_alpha(rec):
-    """Move every α_i (``rec[4i]``) to ``rec[i]``; ascending order never overwrites an unread α."""
-    for i in range(rec.shape[0] // 4):
-        rec[i] = rec[4 * i]
+def gather_alpha(rec, width):
+    """Move every α_i (``rec[width · i]``) to ``rec[i]``; ascending order never overwrites an
+    unread α."""
+    for i in range(rec.shape[0] // width):
+        rec[i] = rec[width * i]
 
 
 @njit(cache=True, nogil=True)
@@ -88,6 +107,7 @@ def dcd_epoch(
     n_features,
     bias,
     rec,
+    width,
     hinge,
     lower,
     w,
@@ -122,21 +142,14 @@ def dcd_epoch(
                 prefetch_row(data, indices, indptr, ahead)
             else:
                 prefetch_row_ends(data, indices, indptr, ahead)
-            prefetch(rec, 4 * ahead)
+            prefetch(rec, width * ahead)
         i = index[s]
-        r = 4 * i
+        r = width * i
         start = indptr[i]
         end = indptr[i + 1]
         ai = rec[r]
-        yi = rec[r + 1]
-        if hinge:
-            Ui = rec[r + 3]
-            Dii = 0.0
-        else:
-            Ui = np.inf
-            Dii = rec[r + 3]
-        sign = 1.0 if yi >= 0.0 else -1.0
-        G = sign * row_dot(data, indices, start, end, w, n_features, bias) - abs(yi) + Dii * ai
+        sign, yabs, Ui, Dii = terms(rec, r, width, hinge)
+        G = sign * row_dot(data, indices, start, end, w, n_features, bias) - yabs + Dii * ai
         PG = 0.0
         if ai <= lower:
             if G > M_bar:
@@ -176,21 +189,20 @@ def dcd_epoch(
 
 
 @njit(cache=True, nogil=True)
-def projected_gradient_range(data, indices, indptr, n_features, bias, rec, hinge, lower, w, C):
+def projected_gradient_range(
+    data, indices, indptr, n_features, bias, rec, width, hinge, lower, w, C
+):
     """Largest and smallest projected gradient over the samples with C_i > 0 at the current α."""
     M = -np.inf
     m = np.inf
     for i in range(indptr.shape[0] - 1):
         if sample_C(C, i) <= 0.0:
             continue
-        r = 4 * i
+        r = width * i
         ai = rec[r]
-        yi = rec[r + 1]
-        Ui = rec[r + 3] if hinge else np.inf
-        Dii = 0.0 if hinge else rec[r + 3]
-        sign = 1.0 if yi >= 0.0 else -1.0
+        sign, yabs, Ui, Dii = terms(rec, r, width, hinge)
         wx = row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
-        G = sign * wx - abs(yi) + Dii * ai
+        G = sign * wx - yabs + Dii * ai
         if ai <= lower:
             PG = min(G, 0.0)
         elif ai >= Ui:
@@ -203,7 +215,7 @@ def projected_gradient_range(data, indices, indptr, n_features, bias, rec, hinge
 
 
 @njit(cache=True, nogil=True)
-def objectives(data, indices, indptr, n_features, bias, rec, C, w, loss):
+def objectives(data, indices, indptr, n_features, bias, rec, width, C, w, loss):
     """Primal P(w̃) = ½‖w̃‖² + Σ C_i ξ_i and dual f(α) = ½‖w̃‖² + ½ Σ D_ii α_i² − Σ |y_i| α_i.
 
     Only the samples with C_i > 0 count. ξ_i is max(0, 1 − y_i w̃ᵀx̃_i) for the hinge loss, its
@@ -219,7 +231,9 @@ def objectives(data, indices, indptr, n_features, bias, rec, C, w, loss):
     shared = C.shape[0] == 1
     if shared and C[0] > 0.0:
         for i in range(n):
-            xi, q, ln = _sample_terms(data, indices, indptr, n_features, bias, rec, w, loss, i)
+            xi, q, ln = _sample_terms(
+                data, indices, indptr, n_features, bias, rec, width, w, loss, i
+            )
             loss_sum += C[0] * xi
             quad += q
             lin += ln
@@ -227,7 +241,9 @@ def objectives(data, indices, indptr, n_features, bias, rec, C, w, loss):
         for i in range(n):
             if C[i] <= 0.0:
                 continue
-            xi, q, ln = _sample_terms(data, indices, indptr, n_features, bias, rec, w, loss, i)
+            xi, q, ln = _sample_terms(
+                data, indices, indptr, n_features, bias, rec, width, w, loss, i
+            )
             loss_sum += C[i] * xi
             quad += q
             lin += ln
@@ -235,17 +251,16 @@ def objectives(data, indices, indptr, n_features, bias, rec, C, w, loss):
 
 
 @njit(cache=True, nogil=True)
-def _sample_terms(data, indices, indptr, n_features, bias, rec, w, loss, i):
+def _sample_terms(data, indices, indptr, n_features, bias, rec, width, w, loss, i):
     """Sample i's ξ_i, D_ii α_i² and |y_i| α_i (``i`` unsigned)."""
-    r = np.uint64(4) * i
+    r = np.uint64(width) * i
     a = rec[r]
-    yi = rec[r + np.uint64(1)]
+    sign, yabs, _, Dii = terms(rec, r, width, loss == HINGE)
     wx = row_dot(data, indices, indptr[i], indptr[i + np.uint64(1)], w, n_features, bias)
     if loss == SQUARED_ERROR:
-        e = yi - wx
+        e = sign * yabs - wx
         xi = e * e
     else:
-        e = max(0.0, 1.0 - yi * wx)
+        e = max(0.0, 1.0 - sign * wx)
         xi = e if loss == HINGE else e * e
-    q = rec[r + np.uint64(3)] * a * a if loss != HINGE else 0.0
-    return xi, q, abs(yi) * a
+    return xi, Dii * a * a, yabs * a

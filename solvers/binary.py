@@ -170,6 +170,7 @@ class _State:
         self.csr, self.C, self.loss_code, self.bias = csr, C, LOSSES[loss], bias
         self.hinge = loss == "hinge"
         self.rec, self.lower, self.w, self.index = rec, lower, w, index
+        self.width = record_width(loss)
         # Rows of many cache lines are prefetched whole; on shorter ones the loop that would do
         # it costs more than it hides, and their first and last lines are enough.
         self.long_rows = csr.data.shape[0] >= LONG_ROW_ENTRIES * max(csr.n_samples, 1)
@@ -181,13 +182,14 @@ class _State:
         index = _kept_index(C, csr.n_samples)
         hinge = loss == "hinge"
         lower = 0.0 if loss != "squared_error" else -np.inf
-        rec = np.empty(4 * csr.n_samples)
-        kernels.fill_record(rec, y, C, hinge)
+        width = record_width(loss)
+        rec = np.empty(width * csr.n_samples)
+        kernels.fill_record(rec, y, C, hinge, width)
         if warm_start is None:
             w = np.zeros(csr.n_features + 1)
         else:
             alpha = _initial_alpha(warm_start, csr.n_samples, C, C if hinge else np.inf, lower)
-            rec[0::4] = alpha
+            rec[0::width] = alpha
             signed_alpha = np.where(y >= 0, alpha, -alpha)
             w = weighted_row_sum(
                 signed_alpha, csr.data, csr.indices, csr.indptr, csr.n_features, bias
@@ -197,32 +199,37 @@ class _State:
     def take_alpha(self):
         """α, moved to the front of the record's buffer, which then shrinks to it (no copy)."""
         rec, self.rec = self.rec, None
-        n = rec.shape[0] // 4
-        kernels.gather_alpha(rec)
+        n = rec.shape[0] // self.width
+        kernels.gather_alpha(rec, self.width)
         rec.resize(n, refcheck=False)  # the state held the only reference to the buffer
         return rec
 
     def epoch(self, order_index, active_size, M_bar, m_bar):
         c = self.csr
         return kernels.dcd_epoch(
-            c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.hinge,
+            c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.width, self.hinge,
             self.lower, self.w, order_index, active_size, M_bar, m_bar, self.long_rows,
         )  # fmt: skip
 
     def full_range(self):
         c = self.csr
         return kernels.projected_gradient_range(
-            c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.hinge,
+            c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.width, self.hinge,
             self.lower, self.w, self.C,
         )  # fmt: skip
 
     def objectives(self):
         c = self.csr
         primal, dual = kernels.objectives(
-            c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.C, self.w,
-            self.loss_code,
+            c.data, c.indices, c.indptr, c.n_features, self.bias, self.rec, self.width, self.C,
+            self.w, self.loss_code,
         )  # fmt: skip
         return float(primal), float(dual)
+
+
+def record_width(loss: str) -> int:
+    """Entries per sample in the record: labels ±1 ride on the sign of a positive term."""
+    return 4 if loss == "squared_error" else 3
 
 
 def _kept_index(C, n_samples):
