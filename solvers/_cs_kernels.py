@@ -7,7 +7,7 @@ wb (k,) the bias-feature weights, A_i = ‖x̃_i‖², C_i the per-sample bound,
 import numpy as np
 from numba import njit
 
-from solvers._multiclass_kernels import row_scores, sort_descending
+from solvers._multiclass_kernels import sort_descending
 from solvers._sparse import prefetch, prefetch_row
 
 _TINY = 1e-12
@@ -185,21 +185,3 @@ def cs_pass(data, indices, indptr, bias, y, C, A, order, alpha, W, wb, act_cls, 
             for q in range(nd):
                 row[sel[q]] += delta[q] * v
     return max_v, work
-
-
-@njit(cache=True, nogil=True)
-def cs_loss(data, indices, indptr, bias, y, C, W, wb):
-    """Σ_i C_i max_m (e_i^m + w_mᵀx̃_i − w_{y_i}ᵀx̃_i), row by row with O(k) scratch."""
-    s = np.empty(W.shape[1])
-    total = 0.0
-    for i in range(indptr.shape[0] - 1):
-        if C[i] == 0.0:
-            continue
-        row_scores(data, indices, np.uint64(indptr[i]), np.uint64(indptr[i + 1]), W, wb, bias, s)
-        yi = y[i]
-        worst = 0.0  # the term of m = y_i
-        for m in range(s.shape[0]):
-            if m != yi:
-                worst = max(worst, 1.0 + s[m] - s[yi])
-        total += C[i] * worst
-    return total

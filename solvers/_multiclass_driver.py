@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers._multiclass_kernels import weights_from_alpha
+from solvers._multiclass_kernels import margin_loss, weights_from_alpha
 from solvers._sparse import row_sq_norms, unsigned_indices
 from solvers.progress import Monitor, Progress, SolveResult, Status
 
@@ -115,6 +115,18 @@ def weights(problem: MulticlassProblem, alpha, sign: float):
             problem.data, problem.indices, problem.indptr, alpha, problem.bias, sign, W, wb
         )
     return W, wb
+
+
+def margin_objectives(problem, W, wb, alpha, *, summed: bool, sign: float):
+    """(primal, f(α)) for the current W, wb and α: primal ½‖W̃‖² + `margin_loss`, dual
+    ½‖W̃‖² + sign · Σ_i α_i^{y_i} (−1 for Crammer–Singer, +1 for Weston–Watkins)."""
+    loss = margin_loss(
+        problem.data, problem.indices, problem.indptr, problem.bias, problem.y, problem.C, W, wb,
+        summed,
+    )  # fmt: skip
+    reg = 0.5 * (float(np.vdot(W, W)) + float(wb @ wb))  # vdot: no temporary of the size of W
+    at_label = float(alpha[np.arange(problem.n_samples), problem.y].sum())
+    return reg + loss, reg + sign * at_label
 
 
 @dataclass

@@ -24,6 +24,27 @@ def row_scores(data, indices, start, end, W, wb, bias, out):
 
 
 @njit(cache=True, nogil=True)
+def margin_loss(data, indices, indptr, bias, y, C, W, wb, summed):
+    """Σ_i C_i ℓ_i over the margin violations 1 + w_mᵀx̃_i − w_{y_i}ᵀx̃_i (m ≠ y_i), row by row
+    with O(k) scratch: ℓ_i is their largest positive part (Crammer–Singer) or, with ``summed``,
+    the sum of their positive parts (Weston–Watkins). Rows with C_i = 0 are skipped."""
+    s = np.empty(W.shape[1])
+    total = 0.0
+    for i in range(indptr.shape[0] - 1):
+        if C[i] == 0.0:
+            continue
+        row_scores(data, indices, np.uint64(indptr[i]), np.uint64(indptr[i + 1]), W, wb, bias, s)
+        yi = y[i]
+        row_loss = 0.0
+        for m in range(s.shape[0]):
+            if m != yi:
+                violation = max(0.0, 1.0 + s[m] - s[yi])
+                row_loss = row_loss + violation if summed else max(row_loss, violation)
+        total += C[i] * row_loss
+    return total
+
+
+@njit(cache=True, nogil=True)
 def weights_from_alpha(data, indices, indptr, alpha, bias, sign, W, wb):
     """W += sign · Σ_i x_i α_iᵀ and wb += sign · bias · Σ_i α_i, alpha of shape (n_rows, n_classes).
 

@@ -8,7 +8,7 @@ A_i = ‖x̃_i‖², C_i the per-sample bound.
 import numpy as np
 from numba import njit
 
-from solvers._multiclass_kernels import argsort_ascending, row_scores
+from solvers._multiclass_kernels import argsort_ascending
 from solvers._sparse import prefetch_row
 
 _TINY = 1e-12
@@ -165,21 +165,3 @@ def _has_free(a, yi, Ci, k):
         if m != yi and a[m] > 0.0 and a[m] < Ci:
             return True
     return False
-
-
-@njit(cache=True, nogil=True)
-def ww_loss(data, indices, indptr, bias, y, C, W, wb):
-    """Σ_i C_i Σ_{m≠y_i} max(0, 1 − (w_{y_i} − w_m)ᵀx̃_i), row by row with O(k) scratch."""
-    s = np.empty(W.shape[1])
-    total = 0.0
-    for i in range(indptr.shape[0] - 1):
-        if C[i] == 0.0:
-            continue
-        row_scores(data, indices, np.uint64(indptr[i]), np.uint64(indptr[i + 1]), W, wb, bias, s)
-        yi = y[i]
-        row_loss = 0.0
-        for m in range(s.shape[0]):
-            if m != yi:
-                row_loss += max(0.0, 1.0 + s[m] - s[yi])
-        total += C[i] * row_loss
-    return total

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers._cs_kernels import cs_loss, cs_pass
+from solvers._cs_kernels import cs_pass
 from solvers._multiclass_driver import (
     ActiveSetFormulation,
     check_common,
     check_problem,
     class_index_dtype,
     finish,
+    margin_objectives,
     run_active_sets,
     weights,
 )
@@ -133,7 +134,7 @@ def solve_crammer_singer(
         run_pass=run_pass,
         restore=restore,
         still_active=lambda r: r[act_n[r] > 1],
-        objectives=lambda: cs_objectives(problem, W, wb, alpha),
+        objectives=lambda: margin_objectives(problem, W, wb, alpha, summed=False, sign=-1.0),
     )
     monitor = Monitor(callback, time_limit)
     status, n_iter, gap = run_active_sets(
@@ -147,17 +148,6 @@ def solve_crammer_singer(
         objective_every=objective_every,
     )
     return finish(form, monitor, W, wb, alpha, status, n_iter, gap, problem.bias)
-
-
-def cs_objectives(problem, W, wb, alpha) -> tuple[float, float]:
-    """(primal, f(α)) of the Crammer–Singer problem for the current W, wb and α."""
-    loss = cs_loss(
-        problem.data, problem.indices, problem.indptr, problem.bias, problem.y, problem.C, W, wb
-    )
-    reg = 0.5 * (float(np.vdot(W, W)) + float(wb @ wb))  # vdot: no temporary of the size of W
-    primal = reg + loss
-    dual = reg - float(alpha[np.arange(problem.n_samples), problem.y].sum())
-    return primal, dual
 
 
 def _initial_alpha(problem, warm_start) -> np.ndarray:

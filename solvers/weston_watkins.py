@@ -34,10 +34,11 @@ from solvers._multiclass_driver import (
     check_common,
     check_problem,
     finish,
+    margin_objectives,
     run_sdm,
     weights,
 )
-from solvers._ww_kernels import ww_loss, ww_pass
+from solvers._ww_kernels import ww_pass
 from solvers.progress import Callback, Monitor, SolveResult, objective_passes
 
 _FEASIBILITY_TOL = 1e-8
@@ -123,7 +124,9 @@ def solve_weston_watkins(
             keep,
         )
 
-    form = SDMFormulation(run_pass, lambda: ww_objectives(problem, W, wb, alpha))
+    form = SDMFormulation(
+        run_pass, lambda: margin_objectives(problem, W, wb, alpha, summed=True, sign=1.0)
+    )
     monitor = Monitor(callback, time_limit)
     status, n_iter, gap = run_sdm(
         form,
@@ -137,17 +140,6 @@ def solve_weston_watkins(
         objective_every=objective_every,
     )
     return finish(form, monitor, W, wb, alpha, status, n_iter, gap, problem.bias)
-
-
-def ww_objectives(problem, W, wb, alpha) -> tuple[float, float]:
-    """(primal, f(α)) of the Weston–Watkins problem for the current W, wb and α."""
-    loss = ww_loss(
-        problem.data, problem.indices, problem.indptr, problem.bias, problem.y, problem.C, W, wb
-    )
-    reg = 0.5 * (float(np.vdot(W, W)) + float(wb @ wb))  # vdot: no temporary of the size of W
-    primal = reg + loss
-    dual = reg + float(alpha[np.arange(problem.n_samples), problem.y].sum())
-    return primal, dual
 
 
 def _initial_alpha(problem, warm_start) -> np.ndarray:
