@@ -10,7 +10,8 @@ U_i = ∞, D_ii = 1/(2C_ic). The decision is argmax_c w_cᵀx̃.
 The classes are split into blocks, one per thread (``n_jobs``); a compiled pass visits each row
 once and updates every class of its block still active for that row (`solvers._ovr_kernels`), so
 the k problems share one copy of X and each row is read once per block; rows that no live class of
-the block keeps active are left out of its pass. Per class the rules are the
+the block keeps active are left out of its pass; each block writes W and α into a region of its
+own (`solvers._class_blocks`). Per class the rules are the
 binary solver's: shrinking (Algorithm 3) with the previous pass's extreme projected gradients;
 stopping when M − m ≤ tol, |M| ≤ tol and |m| ≤ tol on a full pass (a shrunk class that meets it is
 restored and checked again); a converged class is no longer updated. The row order of each pass is
@@ -26,8 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solvers._class_blocks import ClassBlocks
 from solvers._multiclass_driver import check_common, check_problem, weights
-from solvers._ovr_kernels import interleave_regions, ovr_objectives, ovr_pass, rows_in_play
+from solvers._ovr_kernels import ovr_objectives, ovr_pass, rows_in_play
 from solvers.progress import (
     Callback,
     Monitor,
@@ -136,24 +138,11 @@ def solve_ovr(
     problem = check_problem(X, y, n_classes, 1.0, bias)
     k, n = problem.n_classes, problem.n_samples
     Cfull = _per_class_C(C, k, n)
-    n_blocks = min(_n_threads(n_jobs), k)
-    # One buffer each for W and α, cut into one contiguous region per block (threads write to
-    # separate memory); `_interleave` turns them into the result's arrays in place at the end.
-    W_buf = np.zeros(problem.n_features * k)
-    alpha_buf = np.zeros(n * k)
-    blocks, first = [], 0
-    for b in range(n_blocks):
-        classes = np.arange(b, k, n_blocks)
-        kb = classes.shape[0]
-        W = W_buf[problem.n_features * first : problem.n_features * (first + kb)]
-        alpha = alpha_buf[n * first : n * (first + kb)]
-        blocks.append(
-            _make_block(
-                problem, Cfull, classes, warm_start, loss,
-                W.reshape(problem.n_features, kb), alpha.reshape(n, kb),
-            )
-        )  # fmt: skip
-        first += kb
+    storage = ClassBlocks(k, min(_n_threads(n_jobs), k), problem.n_features, n)
+    blocks = [
+        _make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b))
+        for b, classes in enumerate(storage.classes)
+    ]
     hinge = loss == "hinge"
     shrink = shrinking and order != "random"
     rng = np.random.default_rng(random_state)
@@ -193,6 +182,7 @@ def solve_ovr(
     verify = False
     iteration = 0
     # the calling thread runs the first block of each pass itself: n_blocks − 1 workers
+    n_blocks = len(blocks)
     pool = ThreadPoolExecutor(max_workers=n_blocks - 1) if n_blocks > 1 else None
     try:
         while iteration < max_iter:
@@ -239,7 +229,7 @@ def solve_ovr(
     finally:
         if pool is not None:
             pool.shutdown()
-    return _result(problem, blocks, (W_buf, alpha_buf), hinge, status, iteration, monitor)
+    return _result(problem, blocks, storage, hinge, status, iteration, monitor)
 
 
 def _n_threads(n_jobs) -> int:
@@ -400,8 +390,8 @@ def _block_objectives(problem, b: _Block, hinge: bool):
     )
 
 
-def _result(problem, blocks, buffers, hinge, status, n_iter, monitor) -> SolveResult:
-    k, n, d = problem.n_classes, problem.n_samples, problem.n_features
+def _result(problem, blocks, storage, hinge, status, n_iter, monitor) -> SolveResult:
+    k = problem.n_classes
     intercept = np.empty(k)
     primal = np.empty(k)
     dual = np.empty(k)
@@ -412,8 +402,9 @@ def _result(problem, blocks, buffers, hinge, status, n_iter, monitor) -> SolveRe
         intercept[b.classes] = problem.bias * b.wb
         gap[b.classes] = b.gap
         class_iter[b.classes] = b.n_iter
-    w = _interleave(buffers[0], blocks, d, k).T
-    alpha = _interleave(buffers[1], blocks, n, k).T
+    for b in blocks:
+        b.W = b.alpha = None  # the regions are about to be rearranged
+    w, alpha = storage.take()
     return SolveResult(
         w=w,
         bias=intercept,
@@ -426,23 +417,3 @@ def _result(problem, blocks, buffers, hinge, status, n_iter, monitor) -> SolveRe
         history=monitor.history,
         extra={"primal": primal, "dual": dual, "n_iter": class_iter, "gap": gap},
     )
-
-
-def _interleave(buf, blocks, rows: int, k: int) -> np.ndarray:
-    """The (rows, k) array, class order, of the blocks' (rows, kb) regions of ``buf``, in place.
-
-    A permutation by cycles (`interleave_regions`): no copy of the model, a bitmap of rows · k
-    bits to mark what has moved.
-    """
-    if len(blocks) > 1:
-        block_of = np.empty(k, dtype=np.int64)
-        slot = np.empty(k, dtype=np.int64)
-        for b, block in enumerate(blocks):
-            block_of[block.classes] = b
-            slot[block.classes] = np.arange(block.classes.shape[0])
-        sizes = np.array([block.classes.shape[0] for block in blocks], dtype=np.int64)
-        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])) * rows
-        interleave_regions(buf, rows, k, block_of, slot, starts, sizes)
-    for block in blocks:
-        block.W = block.alpha = None
-    return buf.reshape(rows, k)
