@@ -31,15 +31,15 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.bench_service_predict import (
+from benchmarks._loadgen import (
     closed_loop,
-    free_port,
     instance_body,
     make_model,
     open_loop,
     request_bytes,
     start_server,
 )
+from benchmarks._service import free_port
 
 OPEN_LOOP_CONNS = 16
 
