@@ -85,8 +85,8 @@ def measure(X, y, loss, tol, C, repeat, with_sklearn):
     of a shared machine hits both. Each side reports the median of ``repeat`` runs, each run in
     its own order: ours with seeds 0, 1, ..., LIBLINEAR from its process-wide generator, which
     moves on with every call. The number of passes (and so the time) depends on the order,
-    widely so at tight tolerances (75 to 490 passes over 15 seeds on reuters, hinge, tol 0.001):
-    a best-of-N against LIBLINEAR's luckiest run, or a single seed, would measure luck."""
+    widely so at tight tolerances: a best-of-N against LIBLINEAR's luckiest run, or a single
+    seed, would measure luck."""
     row = {}
     s = LIBLINEAR_SOLVER[loss]
     solve_binary(X, y, loss=loss, C=C, tol=tol, max_iter=1)  # compile outside the timing
