@@ -163,40 +163,13 @@ def _status_kib(field):
     raise RuntimeError(f"{field} missing from /proc/self/status")
 
 
-def _child(fn, conn):
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM to the current resident size
-        before = _status_kib("VmRSS")
-        out = fn()
-        peak = (_status_kib("VmHWM") - before) * 1024
-        conn.send(("ok", out, peak))
-    except BaseException:
-        conn.send(("error", traceback.format_exc(), 0))
-    finally:
-        conn.close()
-
-
-def run_measured(fn):
-    """Run ``fn()`` in a forked child; return (its result, extra peak resident bytes)."""
-    ctx = mp.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(fn, child))
-    proc.start()
-    child.close()
-    kind, out, peak = parent.recv()
-    proc.join()
-    if kind != "ok":
-        raise RuntimeError(f"measured call failed in the child:\n{out}")
-    return out, peak
-
-
-def _fresh_child(fn, args, warmup_args, conn):
+def _child(fn, args, warmup_args, conn):
+    """Measure ``fn(*args)`` in this (child) process and send (kind, result, peak bytes)."""
     try:
         if warmup_args is not None:
             fn(*warmup_args)
         with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
+            f.write("5")  # reset VmHWM to the current resident size
         before = _status_kib("VmRSS")
         out = fn(*args)
         conn.send(("ok", out, (_status_kib("VmHWM") - before) * 1024))
@@ -206,6 +179,23 @@ def _fresh_child(fn, args, warmup_args, conn):
         conn.close()
 
 
+def _measure_in(ctx, fn, args, warmup_args):
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(fn, args, warmup_args, child))
+    proc.start()
+    child.close()
+    kind, out, peak = parent.recv()
+    proc.join()
+    if kind != "ok":
+        raise RuntimeError(f"measured call failed in the child:\n{out}")
+    return out, peak
+
+
+def run_measured(fn):
+    """Run ``fn()`` in a forked child; return (its result, extra peak resident bytes)."""
+    return _measure_in(mp.get_context("fork"), fn, (), None)
+
+
 def peak_in_fresh_process(fn, *args, warmup_args=None):
     """Run ``fn(*args)`` in a new interpreter; return (its result, extra peak resident bytes).
 
@@ -213,24 +203,15 @@ def peak_in_fresh_process(fn, *args, warmup_args=None):
     the arguments of a first call, outside the measurement. Allocations of 128 KiB and more are
     served by fresh mappings (a fixed glibc mmap threshold), so each one counts in full.
     """
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_fresh_child, args=(fn, args, warmup_args, child))
     saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
-    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(128 << 10)
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(128 << 10)  # read by the new interpreter at start
     try:
-        proc.start()
+        return _measure_in(mp.get_context("spawn"), fn, args, warmup_args)
     finally:
         if saved is None:
             del os.environ["MALLOC_MMAP_THRESHOLD_"]
         else:
             os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
-    child.close()
-    kind, out, peak = parent.recv()
-    proc.join()
-    if kind != "ok":
-        raise RuntimeError(f"measured call failed in the child:\n{out}")
-    return out, peak
 
 
 # --- LIBLINEAR (liblinear-official) -------------------------------------------------------------
