@@ -9,7 +9,7 @@ from datetime import timedelta
 from fastapi import Depends, FastAPI, Request
 from sqlalchemy import func, select
 
-from app import auth, limits
+from app import auth, limits, openapi, ui
 from app.config import Settings, get_settings
 from app.db import Database
 from app.errors import install_handlers, problem_response
@@ -45,6 +45,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Train and serve large-scale linear SVMs.",
         lifespan=lifespan,
+        docs_url=None,  # served by app.openapi from local assets
+        redoc_url=None,
+        generate_unique_id_function=openapi.operation_id,
     )
     from app.services.datasets import ParserPool
 
@@ -61,6 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     for module in (datasets, jobs, solvers, models):
         app.include_router(module.router, prefix="/v1", dependencies=[Depends(auth.authorize)])
+    openapi.install(app, keys_optional=app.state.auth.mode != "required")
+    ui.install(app)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 
@@ -50,11 +50,17 @@ async def upload_dataset(
         str | None, Query(max_length=255, description="for raw (non-multipart) bodies")
     ] = None,
     idempotency_key: Annotated[str | None, Header()] = None,
+    format: Annotated[
+        Literal["libsvm", "npz"] | None,
+        Query(description="libsvm text, or npz (scipy.sparse.save_npz CSR plus y); default: "
+              "recognised from the file's first bytes"),
+    ] = None,
 ):
-    """Upload a LIBSVM/SVMlight file (optionally gzip, bzip2 or xz compressed), as the multipart
-    field `file` (with an optional field `name`) or as the raw request body."""
+    """Upload a LIBSVM/SVMlight file (optionally gzip, bzip2 or xz compressed) or an npz
+    archive, as the multipart field `file` (with an optional field `name`) or as the raw
+    request body."""
     dataset, created = await service.create_dataset(
-        request, db, settings, request.app.state.parser, name, check_key(idempotency_key)
+        request, db, settings, request.app.state.parser, name, check_key(idempotency_key), format
     )
     response.headers["Location"] = f"/v1/datasets/{dataset.id}"
     if not created:

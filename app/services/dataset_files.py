@@ -106,9 +106,15 @@ class GrowingFile(io.RawIOBase):
 
 
 def parse_to_arrays(
-    source: str, out_dir: str, growing: bool = False, max_expanded: int | None = None
+    source: str,
+    out_dir: str,
+    growing: bool = False,
+    max_expanded: int | None = None,
+    fmt: str | None = None,
 ) -> dict[str, Any]:
-    """Parse a LIBSVM/SVMlight file and save its arrays into `out_dir` (runs in a child process).
+    """Parse an uploaded file and save its arrays into `out_dir` (runs in a child process).
+
+    `fmt` is the upload's format (`app.services.formats`; None: recognised from its first bytes).
 
     With `growing`, the file is still being uploaded and is followed as it grows. A compressed
     file may expand to at most `max_expanded` bytes (`app.limits.open_expanded`). Returns the
@@ -116,7 +122,7 @@ def parse_to_arrays(
     returned, not raised, so that nothing custom has to cross the process boundary).
     """
     try:
-        return _parse_and_save(source, out_dir, growing, max_expanded)
+        return _parse_and_save(source, out_dir, growing, max_expanded, fmt)
     except OSError as exc:
         if _disk_full(exc):
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -135,19 +141,18 @@ DISK_FULL = "the server's disk is full: the dataset could not be stored; nothing
 
 
 def _parse_and_save(
-    source: str, out_dir: str, growing: bool, max_expanded: int | None
+    source: str, out_dir: str, growing: bool, max_expanded: int | None, fmt: str | None = None
 ) -> dict[str, Any]:
     from app.limits import ExpansionTooLarge, open_expanded
-    from solvers.io import LibsvmFormatError, load_libsvm
+    from app.services import formats
+    from solvers.io import LibsvmFormatError
 
     limit = max_expanded if max_expanded is not None else 2**62
     try:
-        if growing:
-            with GrowingFile(source) as stream:
-                parsed = load_libsvm(open_expanded(stream, limit))
-        else:
-            with open(source, "rb") as stream:
-                parsed = load_libsvm(open_expanded(stream, limit))
+        with GrowingFile(source) if growing else open(source, "rb") as stream:
+            plain = open_expanded(stream, limit)
+            kind = formats.resolve(fmt, plain.peek(4)[:4])
+            parsed = formats.read(kind, plain, source, limit)
     except UploadAborted as exc:
         return {"error": str(exc), "line": None, "aborted": True}
     except ExpansionTooLarge as exc:

@@ -65,6 +65,7 @@ class ParserPool:
         out_dir: Path,
         growing: bool = False,
         max_expanded: int | None = None,
+        fmt: str | None = None,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         try:
@@ -75,6 +76,7 @@ class ParserPool:
                 str(out_dir),
                 growing,
                 max_expanded,
+                fmt,
             )
         except BrokenProcessPool:
             self._executor = None
@@ -101,9 +103,10 @@ async def create_dataset(
     parser: ParserPool,
     name: str | None,
     idempotency_key: str | None,
+    fmt: str | None = None,
 ) -> tuple[Dataset, bool]:
-    """Receive, parse and store an upload. Returns (dataset, created); created is False when the
-    Idempotency-Key had already created it."""
+    """Receive, parse and store an upload (`fmt`: see app.services.formats). Returns
+    (dataset, created); created is False when the Idempotency-Key had already created it."""
     if idempotency_key:
         existing = _replay(db, idempotency_key)
         if existing is not None:
@@ -114,7 +117,9 @@ async def create_dataset(
     out_dir = tmp / temp_name("parsed")
     # the parser follows the file while it arrives, so receiving and parsing overlap
     parse = asyncio.ensure_future(
-        parser.parse(sink.path, out_dir, growing=True, max_expanded=settings.max_expanded_bytes)
+        parser.parse(
+            sink.path, out_dir, growing=True, max_expanded=settings.max_expanded_bytes, fmt=fmt
+        )
     )
     try:
         try:
