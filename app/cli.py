@@ -6,6 +6,8 @@
   margin worker   workers only (the local pool, or procrastinate with WORKER_BACKEND=procrastinate)
 
 Every command reads the same settings: flags override the environment (DATA_DIR, DATABASE_URL, ...).
+The client commands (datasets, train, jobs, models, predict, evaluate) talk to a running service
+(margin_client/cli.py); they and `margin --version` work without the service's stack installed.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from app.config import Settings
+if TYPE_CHECKING:
+    from app.config import Settings
 
 DEMO_FILE = Path(__file__).resolve().parent / "demo" / "heart_scale"
 log = logging.getLogger("margin")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from app.config import Settings
+
     overrides = {}
     for name in ("data_dir", "database_url", "host", "port", "workers"):
         value = getattr(args, name, None)
@@ -43,7 +49,12 @@ def _http(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from importlib.metadata import version
+
+    from margin_client import cli as client_cli
+
     parser = argparse.ArgumentParser(prog="margin", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"margin {version('margin')}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="migrate, then run the API and local workers")
     _common(serve)
@@ -59,9 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run workers only")
     _common(worker)
     worker.add_argument("--workers", type=int, help="local worker processes (WORKERS; cores)")
-    from app import cli_keys
-
-    cli_keys.add_parser(commands, _common)
+    try:
+        from app import cli_keys
+    except ImportError:  # a client-only install (margin[client]) has no service stack
+        pass
+    else:
+        cli_keys.add_parser(commands, _common)
+    client_cli.add_commands(commands)
     return parser
 
 
@@ -86,6 +101,7 @@ def _load_demo(settings: Settings) -> None:
 
 
 def _load_demo_child(settings_data: dict) -> None:
+    from app.config import Settings
     from app.db import Database
     from app.services.datasets import import_file
 
@@ -131,8 +147,15 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "client_handler", None) is not None:
+        from margin_client import cli as client_cli
+
+        return client_cli.run(args)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except ImportError as exc:
+        raise SystemExit(f"margin {args.command} needs margin[service] installed ({exc})") from None
     if args.command == "serve":
         cmd_serve(settings, args.demo)
     elif args.command == "migrate":

@@ -60,9 +60,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     auth.install(app, settings, app.state.db)
     app.add_middleware(limits.BodySizeLimit, limits=limits.RouteLimits(settings))
 
-    from app.api import datasets, jobs, models, solvers
+    from app.api import datasets, jobs, models, solvers, summaries
 
-    for module in (datasets, jobs, solvers, models):
+    for module in (datasets, jobs, solvers, models, summaries):
         app.include_router(module.router, prefix="/v1", dependencies=[Depends(auth.authorize)])
     openapi.install(app, keys_optional=app.state.auth.mode != "required")
     ui.install(app)

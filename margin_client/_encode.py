@@ -1,0 +1,94 @@
+"""Turning in-memory data into what the service reads: npz uploads and predict bodies."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+Instances = Any  # ndarray | scipy sparse | list of {index: value} | LIBSVM lines
+
+
+def as_csr(X: Any) -> sp.csr_matrix:
+    """X as a float64 CSR matrix (numpy arrays, nested lists and any scipy sparse matrix)."""
+    if sp.issparse(X):
+        return sp.csr_matrix(X, dtype=np.float64)
+    array = np.asarray(X, dtype=np.float64)
+    if array.ndim == 1:
+        array = array[None, :]
+    if array.ndim != 2:
+        raise ValueError(f"X: expected a 2-d array, got {array.ndim} dimensions")
+    return sp.csr_matrix(array)
+
+
+def npz_bytes(X: Any, y: Any) -> bytes:
+    """The npz upload of (X, y): the members of ``scipy.sparse.save_npz`` for X's CSR form, plus
+    ``y``. Column j of X becomes feature j of a zero-based dataset."""
+    X = as_csr(X)
+    X.sum_duplicates()
+    y = np.asarray(y)
+    if y.ndim != 1 or len(y) != X.shape[0]:
+        raise ValueError(f"y: expected {X.shape[0]} labels (one per row of X), got {y.shape}")
+    if y.dtype.kind not in "iuf":
+        raise ValueError("y: expected numeric labels")
+    buffer = io.BytesIO()
+    np.savez_compressed(
+        buffer,
+        indices=X.indices,
+        indptr=X.indptr,
+        format=np.array(b"csr"),
+        shape=np.array(X.shape),
+        data=X.data,
+        y=y.astype(np.float64),
+    )
+    return buffer.getvalue()
+
+
+def is_libsvm_lines(X: Any) -> bool:
+    return isinstance(X, str) or (
+        isinstance(X, Sequence) and len(X) > 0 and all(isinstance(x, str) for x in X)
+    )
+
+
+def is_dicts(X: Any) -> bool:
+    return isinstance(X, Sequence) and len(X) > 0 and all(isinstance(x, Mapping) for x in X)
+
+
+def count(X: Instances) -> int:
+    if isinstance(X, str):
+        return len(_lines(X))
+    if sp.issparse(X) or isinstance(X, np.ndarray):
+        return X.shape[0] if X.ndim == 2 else 1
+    return len(X)
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def request_for(X: Instances, start: int, stop: int, offset: int) -> dict[str, Any]:
+    """httpx keyword arguments of a predict request for rows [start, stop) of X. Matrix
+    columns are sent as feature indices ``column + offset`` (1 for a one-based model)."""
+    if is_libsvm_lines(X):
+        lines = _lines(X) if isinstance(X, str) else list(X)
+        body = "\n".join(line.rstrip("\n") for line in lines[start:stop]) + "\n"
+        return {"content": body.encode(), "headers": {"content-type": "text/plain"}}
+    if is_dicts(X):
+        instances = []
+        for row in X[start:stop]:
+            items = sorted((int(k), float(v)) for k, v in row.items())
+            instances.append({"indices": [k for k, _ in items], "values": [v for _, v in items]})
+        return {"json": {"instances": instances}}
+    block = as_csr(X[start:stop] if sp.issparse(X) else np.asarray(X)[start:stop])
+    block.sum_duplicates()
+    instances = [
+        {
+            "indices": (block.indices[a:b] + offset).tolist(),
+            "values": block.data[a:b].tolist(),
+        }
+        for a, b in zip(block.indptr[:-1], block.indptr[1:], strict=True)
+    ]
+    return {"json": {"instances": instances}}

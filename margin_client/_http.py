@@ -1,0 +1,129 @@
+"""The HTTP core: one `httpx.Client` per `Client`, errors as `MarginError`, pagination."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class MarginError(Exception):
+    """An error answer of the service, with its problem document (RFC 7807).
+
+    Attributes: ``status`` (HTTP status), ``title``, ``detail`` (names the field or line at
+    fault), ``errors`` (one ``{"field", "message"}`` per invalid field, possibly empty) and
+    ``problem`` (the whole document).
+    """
+
+    def __init__(self, status: int, problem: dict[str, Any]):
+        self.status = status
+        self.problem = problem
+        self.title = str(problem.get("title") or "Error")
+        self.detail = problem.get("detail")
+        self.errors: list[dict[str, Any]] = list(problem.get("errors") or [])
+        super().__init__(f"{status} {self.title}" + (f": {self.detail}" if self.detail else ""))
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> MarginError:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            text = response.text.strip()[:500]
+            body = {"title": response.reason_phrase or "Error", "detail": text or None}
+        return cls(response.status_code, body)
+
+
+class Client:
+    """A connection to a Margin service.
+
+    Parameters
+    ----------
+    url : the service's base URL (default: ``MARGIN_URL``, else http://127.0.0.1:8000).
+    api_key : an API key sent as ``Authorization: Bearer`` (default: ``MARGIN_API_KEY``; none
+        is needed by a service on loopback with ``AUTH_MODE=auto``).
+    timeout : seconds for connecting and for each read.
+    transport : an httpx transport (tests).
+
+    ``client.datasets``, ``client.jobs`` and ``client.models`` hold the operations. Errors are
+    raised as `MarginError`. Use as a context manager, or call `close`.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        from margin_client.datasets import Datasets
+        from margin_client.jobs import Jobs
+        from margin_client.models import Models
+
+        self.url = (url or os.environ.get("MARGIN_URL") or DEFAULT_URL).rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("MARGIN_API_KEY")
+        headers = {"User-Agent": "margin-client"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self.http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
+        self.datasets = Datasets(self)
+        self.jobs = Jobs(self)
+        self.models = Models(self)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Send a request; a 4xx or 5xx answer raises `MarginError`."""
+        response = self.http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise MarginError.from_response(response)
+        return response
+
+    def get_json(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs).json()
+
+    def post_json(self, path: str, body: Any, **kwargs: Any) -> Any:
+        return self.request("POST", path, json=body, **kwargs).json()
+
+    def paginate(
+        self, path: str, params: dict[str, Any] | None = None, limit: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The items of a list endpoint, following its cursors (at most `limit` items)."""
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        count = 0
+        while True:
+            page_size = 100 if limit is None else max(1, min(100, limit - count))
+            page = self.get_json(path, params={**query, "limit": page_size})
+            for item in page["items"]:
+                yield item
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+            if not page.get("next"):
+                return
+            query["cursor"] = page["next"]
+
+    def health(self) -> dict[str, Any]:
+        """``/healthz`` (the process is up)."""
+        return self.get_json("/healthz")
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __deepcopy__(self, memo: dict) -> Client:
+        return self  # a connection is shared, not copied (sklearn.base.clone deep-copies params)
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"

@@ -1,0 +1,411 @@
+"""The `margin` client commands: datasets, train, jobs, models, predict, evaluate.
+
+They talk to a running service (``--url`` or MARGIN_URL, default http://127.0.0.1:8000) with
+``--api-key`` or MARGIN_API_KEY. Every command takes ``--json``: the result as JSON on stdout
+and nothing else there (progress bars go to stderr, and only to a terminal). Exit status: 0 on
+success, 1 on an error answer or a job that did not succeed, 130 when interrupted.
+
+The commands are registered on the main `margin` parser by `add_commands` (app/cli.py); they
+import nothing of the service's stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+COMMANDS = ("datasets", "train", "jobs", "models", "predict", "evaluate")
+TRAIN_FLAGS = {  # flag -> (parameter, type)
+    "--C": ("C", float),
+    "--loss": ("loss", str),
+    "--multi-class": ("multi_class", str),
+    "--tol": ("tol", float),
+    "--max-iter": ("max_iter", int),
+    "--epsilon": ("epsilon", float),
+    "--time-limit": ("time_limit", float),
+}
+
+
+def _common() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--url", help="the service (MARGIN_URL; http://127.0.0.1:8000)")
+    parent.add_argument("--api-key", help="API key (MARGIN_API_KEY)")
+    parent.add_argument("--json", action="store_true", help="print the result as JSON")
+    return parent
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Register the client commands under the main parser's subcommands."""
+    common = _common()
+
+    def command(parent, name: str, handler: Callable, help: str) -> argparse.ArgumentParser:
+        sub = parent.add_parser(name, help=help, parents=[common])
+        sub.set_defaults(client_handler=handler)
+        return sub
+
+    datasets = commands.add_parser("datasets", help="upload, list, show, remove datasets")
+    sub = datasets.add_subparsers(dest="datasets_command", required=True)
+    upload = command(sub, "upload", cmd_datasets_upload, "upload a LIBSVM file (or npz)")
+    upload.add_argument("file", type=Path)
+    upload.add_argument("--name", help="the dataset's name (default: the file's)")
+    upload.add_argument("--format", choices=("libsvm", "npz"), help="default: recognised")
+    listing = command(sub, "list", cmd_datasets_list, "list datasets, newest first")
+    listing.add_argument("--limit", type=int, default=50)
+    command(sub, "show", cmd_datasets_show, "show a dataset").add_argument("id")
+    command(sub, "rm", cmd_datasets_rm, "remove a dataset").add_argument("id")
+
+    train = command(commands, "train", cmd_train, "start a training job")
+    train.add_argument("dataset", help="a dataset id, or a file to upload first")
+    train.add_argument("--estimator", default="LinearSVC", help="LinearSVC, LinearSVR, ...")
+    for flag, (name, kind) in TRAIN_FLAGS.items():
+        train.add_argument(flag, dest=f"param_{name}", type=kind, metavar=name.upper())
+    train.add_argument(
+        "--param", action="append", default=[], metavar="NAME=VALUE",
+        help="any other parameter (VALUE read as JSON when it parses), e.g. shrinking=false",
+    )
+    train.add_argument("--validation", help="a validation dataset id")
+    train.add_argument("--follow", action="store_true", help="draw the progress until it ends")
+
+    jobs = commands.add_parser("jobs", help="list, show, cancel, follow jobs")
+    sub = jobs.add_subparsers(dest="jobs_command", required=True)
+    listing = command(sub, "list", cmd_jobs_list, "list jobs, newest first")
+    listing.add_argument("--status", action="append", help="only jobs in this status")
+    listing.add_argument("--limit", type=int, default=50)
+    command(sub, "show", cmd_jobs_show, "show a job").add_argument("id")
+    command(sub, "cancel", cmd_jobs_cancel, "cancel a job").add_argument("id")
+    command(sub, "follow", cmd_jobs_follow, "draw a job's progress").add_argument("id")
+
+    models = commands.add_parser("models", help="list, show, remove, export models")
+    sub = models.add_subparsers(dest="models_command", required=True)
+    listing = command(sub, "list", cmd_models_list, "list models, newest first")
+    listing.add_argument("--limit", type=int, default=50)
+    command(sub, "show", cmd_models_show, "show a model").add_argument("id")
+    command(sub, "rm", cmd_models_rm, "remove a model").add_argument("id")
+    export = command(sub, "export", cmd_models_export, "export a model to a file")
+    export.add_argument("id")
+    export.add_argument("--format", choices=("liblinear", "json"), default="liblinear")
+    export.add_argument("-o", "--output", type=Path, required=True, help="the file to write")
+
+    predict = command(commands, "predict", cmd_predict, "predict the lines of a LIBSVM file")
+    predict.add_argument("model")
+    predict.add_argument("file", type=Path, help="LIBSVM lines, labels optional (- for stdin)")
+    predict.add_argument("-o", "--output", type=Path, help="CSV file (default: stdout)")
+    predict.add_argument("--batch-size", type=int, default=1000)
+
+    evaluate = command(commands, "evaluate", cmd_evaluate, "score a model on a dataset")
+    evaluate.add_argument("model")
+    evaluate.add_argument("dataset", help="a dataset id, or a file to upload first")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the client command that `args` names; returns the exit status."""
+    try:
+        from margin_client._http import Client, MarginError
+    except ImportError as exc:  # a server-only install
+        print(f"margin: the client commands need margin[client] ({exc})", file=sys.stderr)
+        return 1
+    import httpx
+
+    client = Client(args.url, args.api_key)
+    try:
+        return args.client_handler(client, args) or 0
+    except MarginError as exc:
+        if args.json:
+            print(json.dumps({"status": exc.status, **exc.problem}), file=sys.stderr)
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except httpx.TransportError as exc:
+        print(f"error: cannot reach {client.url}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------------------------------
+# Output
+
+
+def _emit(args: argparse.Namespace, value: Any, human: Callable[[Any], None]) -> None:
+    if args.json:
+        sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    else:
+        human(value)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _table(rows: list[dict], columns: list[tuple[str, Callable[[dict], Any]]]) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for title, _ in columns:
+        table.add_column(title)
+    for row in rows:
+        table.add_row(*(_text(get(row)) for _, get in columns))
+    _console().print(table)
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return str(value)
+
+
+def _fields(record: dict) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in record.items():
+        table.add_row(key, _text(value))
+    _console().print(table)
+
+
+def _labels(dataset: dict) -> str:
+    labels = dataset.get("labels") or {}
+    if labels.get("kind") == "classes":
+        return " ".join(f"{_text(c['label'])}:{c['count']}" for c in labels.get("classes", []))
+    return f"real [{_text(labels.get('min'))}, {_text(labels.get('max'))}]"
+
+
+DATASET_COLUMNS = [
+    ("id", lambda d: d["id"]),
+    ("name", lambda d: d["name"]),
+    ("rows", lambda d: d["n_rows"]),
+    ("features", lambda d: d["n_features"]),
+    ("nnz", lambda d: d["nnz"]),
+    ("labels", _labels),
+]
+JOB_COLUMNS = [
+    ("id", lambda j: j["id"]),
+    ("status", lambda j: j["status"]),
+    ("estimator", lambda j: j["estimator"]),
+    ("dataset", lambda j: j.get("dataset_id")),
+    ("gap", lambda j: (j.get("progress") or {}).get("gap")),
+    ("%", lambda j: None if j.get("percent") is None else round(j["percent"])),
+    ("model", lambda j: j.get("model_id")),
+]
+MODEL_COLUMNS = [
+    ("id", lambda m: m["id"]),
+    ("estimator", lambda m: m["estimator"]),
+    ("dataset", lambda m: m.get("dataset_id")),
+    ("status", lambda m: m["status"]),
+    ("gap", lambda m: m.get("gap")),
+    ("train acc.", lambda m: m.get("train_accuracy")),
+    ("created", lambda m: str(m.get("created_at", ""))[:19]),
+]
+
+
+# ------------------------------------------------------------------------------------------
+# Commands
+
+
+def _upload(client, args, path: Path, name: str | None = None, fmt: str | None = None) -> dict:
+    from margin_client.progress import upload_bar
+
+    with upload_bar(path) as on_bytes:
+        return client.datasets.upload(path, name=name, format=fmt, on_bytes=on_bytes)
+
+
+def _dataset_ref(client, args, ref: str) -> str:
+    """A dataset id as given, or the id of the file `ref` once uploaded."""
+    path = Path(ref)
+    if not ref.startswith("ds_") and path.is_file():
+        dataset = _upload(client, args, path)
+        print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
+        return dataset["id"]
+    return ref
+
+
+def cmd_datasets_upload(client, args) -> None:
+    dataset = _upload(client, args, args.file, args.name, args.format)
+    _emit(args, dataset, _fields)
+
+
+def cmd_datasets_list(client, args) -> None:
+    items = client.datasets.list(limit=args.limit)
+    _emit(args, items, lambda rows: _table(rows, DATASET_COLUMNS))
+
+
+def cmd_datasets_show(client, args) -> None:
+    _emit(args, client.datasets.get(args.id), _fields)
+
+
+def cmd_datasets_rm(client, args) -> None:
+    client.datasets.delete(args.id)
+    _emit(args, {"id": args.id, "deleted": True}, lambda _: print(f"removed {args.id}"))
+
+
+def _train_params(args) -> dict[str, Any]:
+    params = {
+        name: getattr(args, f"param_{name}")
+        for name, _ in TRAIN_FLAGS.values()
+        if getattr(args, f"param_{name}") is not None
+    }
+    for item in args.param:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"margin train: --param expects NAME=VALUE, got {item!r}")
+        try:
+            params[name] = json.loads(raw)
+        except ValueError:
+            params[name] = raw
+    return params
+
+
+def cmd_train(client, args) -> int:
+    dataset = _dataset_ref(client, args, args.dataset)
+    job = client.jobs.create(
+        dataset, args.estimator, _train_params(args), validation_dataset=args.validation
+    )
+    if not args.follow:
+        _emit(args, job.info, _fields)
+        return 0
+    return _follow(args, job)
+
+
+def _follow(args, job) -> int:
+    job.wait(progress=True)
+    _emit(args, job.info, _job_summary)
+    return 0 if job.status == "succeeded" else 1
+
+
+def _job_summary(job: dict) -> None:
+    console = _console()
+    progress = job.get("progress") or {}
+    line = f"{job['id']} {job['status']}"
+    if progress:
+        line += f" after {progress.get('iteration')} iterations, gap {_text(progress.get('gap'))}"
+    if job.get("model_id"):
+        line += f" -> model {job['model_id']}"
+    console.print(line)
+    if job.get("error"):
+        console.print(f"error: {job['error']}")
+
+
+def cmd_jobs_list(client, args) -> None:
+    items = client.jobs.list(status=args.status, limit=args.limit)
+    _emit(args, items, lambda rows: _table(rows, JOB_COLUMNS))
+
+
+def cmd_jobs_show(client, args) -> None:
+    _emit(args, client.jobs.get(args.id).info, _fields)
+
+
+def cmd_jobs_cancel(client, args) -> None:
+    job = client.jobs.get(args.id).cancel()
+    _emit(args, job.info, _job_summary)
+
+
+def cmd_jobs_follow(client, args) -> int:
+    return _follow(args, client.jobs.get(args.id))
+
+
+def cmd_models_list(client, args) -> None:
+    items = client.models.list(limit=args.limit)
+    _emit(args, items, lambda rows: _table(rows, MODEL_COLUMNS))
+
+
+def cmd_models_show(client, args) -> None:
+    _emit(args, client.models.get(args.id), _fields)
+
+
+def cmd_models_rm(client, args) -> None:
+    client.models.delete(args.id)
+    _emit(args, {"id": args.id, "deleted": True}, lambda _: print(f"removed {args.id}"))
+
+
+def cmd_models_export(client, args) -> None:
+    path = client.models.export(args.id, format=args.format, path=args.output)
+    result = {"id": args.id, "format": args.format, "path": str(path)}
+    _emit(args, result, lambda r: print(f"wrote {r['path']}", file=sys.stderr))
+
+
+def _read_lines(path: Path) -> list[str]:
+    import bz2
+    import gzip
+    import lzma
+
+    if str(path) == "-":
+        return sys.stdin.read().splitlines()
+    head = path.open("rb").read(6)
+    opener = (
+        gzip.open if head.startswith(b"\x1f\x8b")
+        else bz2.open if head.startswith(b"BZh")
+        else lzma.open if head.startswith(b"\xfd7zXZ")
+        else open
+    )
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [line for line in handle.read().splitlines() if line.strip()]
+
+
+def cmd_predict(client, args) -> None:
+    lines = _read_lines(args.file)
+    result = client.models.predict(args.model, lines, batch_size=args.batch_size)
+    if args.json:
+        _emit(args, _prediction_json(result), print)
+        return
+    rows = _prediction_rows(result, client.models.get(args.model).get("classes") or [])
+    text = "\n".join(",".join(row) for row in rows) + "\n"
+    if args.output:
+        args.output.write_text(text)
+        print(f"wrote {len(rows) - 1} predictions to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _prediction_json(result) -> dict[str, Any]:
+    out = {}
+    for key in ("labels", "decision_values", "values"):
+        value = getattr(result, key)
+        if value is not None:
+            out[key] = value.tolist()
+    return out
+
+
+def _prediction_rows(result, classes: list) -> list[list[str]]:
+    if result.values is not None:
+        return [["row", "value"]] + [[str(i), repr(v)] for i, v in enumerate(result.values)]
+    k = result.decision_values.shape[1]
+    header = ["row", "label"] + (
+        ["decision_value"] if k == 1 else [f"decision_value_{_number(c)}" for c in classes]
+    )
+    return [header] + [
+        [str(i), _number(label), *(repr(float(v)) for v in values)]
+        for i, (label, values) in enumerate(
+            zip(result.labels, result.decision_values, strict=True)
+        )
+    ]
+
+
+def cmd_evaluate(client, args) -> None:
+    dataset = _dataset_ref(client, args, args.dataset)
+    report = client.models.evaluate(args.model, dataset)
+    _emit(args, report, _fields)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m margin_client ...`: the client commands alone."""
+    parser = argparse.ArgumentParser(prog="margin", description="Margin client")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    return run(parser.parse_args(argv))

@@ -1,0 +1,148 @@
+"""``client.models``: list, get, delete, export, evaluate, and predict in batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import numpy as np
+
+from margin_client import _encode
+from margin_client._http import MarginError
+from margin_client.datasets import dataset_id
+
+if TYPE_CHECKING:
+    from margin_client._http import Client
+
+DEFAULT_BATCH = 1000
+
+
+class ModelInfo(TypedDict, total=False):
+    """A stored model's metadata (more keys may appear)."""
+
+    id: str
+    job_id: str | None
+    dataset_id: str | None
+    estimator: str
+    params: dict[str, Any]
+    kind: str
+    classes: list[Any] | None
+    n_features: int
+    zero_based: bool
+    status: str
+    gap: float | None
+    n_iter: int
+    train_time_s: float
+    train_accuracy: float | None
+    validation_accuracy: float | None
+
+
+@dataclass
+class Prediction:
+    """Predictions for n instances: classifiers fill ``labels`` (n,) and ``decision_values``
+    (n, 1) for binary models or (n, classes); regressors fill ``values`` (n,)."""
+
+    labels: np.ndarray | None = None
+    decision_values: np.ndarray | None = None
+    values: np.ndarray | None = None
+
+    @classmethod
+    def join(cls, parts: list[dict[str, Any]]) -> Prediction:
+        def stack(key: str, two_d: bool = False) -> np.ndarray | None:
+            if not parts or key not in parts[0]:
+                return None
+            rows = [row for part in parts for row in part[key]]
+            return np.asarray(rows, dtype=np.float64).reshape((len(rows), -1) if two_d else -1)
+
+        return cls(stack("labels"), stack("decision_values", True), stack("values"))
+
+
+def model_id(model: str | dict[str, Any]) -> str:
+    return model if isinstance(model, str) else model["id"]
+
+
+class Models:
+    def __init__(self, client: Client):
+        self._client = client
+        self._bases: dict[str, int] = {}
+
+    def list(
+        self,
+        dataset: str | dict[str, Any] | None = None,
+        job: str | None = None,
+        limit: int | None = None,
+    ) -> list[ModelInfo]:
+        params = {"dataset_id": dataset_id(dataset) if dataset else None, "job_id": job}
+        return list(self._client.paginate("/v1/models", params, limit))
+
+    def get(self, model: str | dict[str, Any]) -> ModelInfo:
+        return self._client.get_json(f"/v1/models/{model_id(model)}")
+
+    def delete(self, model: str | dict[str, Any]) -> None:
+        self._client.request("DELETE", f"/v1/models/{model_id(model)}")
+
+    def export(
+        self, model: str | dict[str, Any], format: str = "liblinear", path: str | Path | None = None
+    ) -> Any:
+        """The model as a LIBLINEAR model file (text) or as JSON (a dict); written to `path`
+        instead when given (then `path` is returned)."""
+        response = self._client.request(
+            "GET", f"/v1/models/{model_id(model)}/export", params={"format": format}
+        )
+        if path is not None:
+            Path(path).write_bytes(response.content)
+            return Path(path)
+        return response.json() if format == "json" else response.text
+
+    def evaluate(self, model: str | dict[str, Any], dataset: str | dict[str, Any]) -> dict:
+        """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
+        dataset."""
+        return self._client.post_json(
+            f"/v1/models/{model_id(model)}/evaluate", {"dataset_id": dataset_id(dataset)}
+        )
+
+    def top_features(self, model: str | dict[str, Any], k: int = 20) -> dict[str, Any]:
+        """The `k` largest weights by magnitude, with their features and classes."""
+        return self._client.get_json(
+            f"/v1/models/{model_id(model)}/coefficients", params={"top": k}
+        )
+
+    def predict(
+        self, model: str | dict[str, Any], X: Any, batch_size: int = DEFAULT_BATCH
+    ) -> Prediction:
+        """Predict X: a numpy array or scipy sparse matrix (column j is feature j + 1 of a
+        model trained on a one-based file, feature j of a zero-based one), a list of
+        ``{feature index: value}`` dicts, or LIBSVM lines (a string or a list of strings, with
+        or without labels). Sent in batches of at most `batch_size` instances; a batch over
+        the service's limit (413) is split in two and retried."""
+        ident = model_id(model)
+        offset = self._offset(ident) if not self._raw(X) else 0
+        n = _encode.count(X)
+        parts: list[dict[str, Any]] = []
+        start, size = 0, max(1, batch_size)
+        while start < n:
+            stop = min(n, start + size)
+            try:
+                response = self._client.request(
+                    "POST",
+                    f"/v1/models/{ident}/predict",
+                    **_encode.request_for(X, start, stop, offset),
+                )
+            except MarginError as exc:
+                if exc.status == 413 and stop - start > 1:
+                    size = max(1, (stop - start) // 2)
+                    continue
+                raise
+            parts.append(response.json())
+            start = stop
+        return Prediction.join(parts)
+
+    @staticmethod
+    def _raw(X: Any) -> bool:
+        return _encode.is_libsvm_lines(X) or _encode.is_dicts(X)
+
+    def _offset(self, ident: str) -> int:
+        if ident not in self._bases:
+            self._bases[ident] = 0 if self.get(ident)["zero_based"] else 1
+        return self._bases[ident]
