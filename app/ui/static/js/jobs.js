@@ -1,0 +1,98 @@
+// Jobs: the list (refreshed while open) and a job's page with the live convergence plots.
+
+import { api, streamEvents } from "./api.js";
+import { clock, errorBox, facts, fmt, h, statusBadge, table, when } from "./dom.js";
+import { ConvergencePlots } from "./plot.js";
+
+const ACTIVE = ["queued", "running"];
+
+function jobsTable(items) {
+  return table(items, [
+    ["Id", (j) => h("a", { href: `#/jobs/${j.id}` }, j.id)],
+    ["Status", (j) => statusBadge(j.status)],
+    ["Estimator", (j) => j.estimator],
+    ["Dataset", (j) => (j.dataset_id ? h("a", { href: `#/datasets/${j.dataset_id}` }, j.dataset_id) : "–")],
+    ["Gap", (j) => fmt(j.progress && j.progress.gap), { num: true }],
+    ["Done", (j) => (j.percent === null ? "–" : `${Math.round(j.percent)} %`), { num: true }],
+    ["Model", (j) => (j.model_id ? h("a", { href: `#/models/${j.model_id}` }, j.model_id) : "–")],
+    ["Created", (j) => when(j.created_at)],
+  ], "Jobs, newest first");
+}
+
+export async function list(main) {
+  main.append(h("h1", {}, "Jobs"));
+  const holder = h("div");
+  main.append(holder);
+  const refresh = async () => {
+    const page = await api("/v1/jobs?limit=100");
+    holder.replaceChildren(page.items.length ? jobsTable(page.items)
+      : h("p", { class: "muted" }, "No jobs yet: open a dataset to train a model."));
+  };
+  await refresh();
+  const timer = setInterval(() => refresh().catch(() => {}), 2000);
+  return () => clearInterval(timer);
+}
+
+function jobFacts(job, last) {
+  const p = last || job.progress || {};
+  const rows = [
+    ["Status", statusBadge(job.status)],
+    ["Estimator", job.estimator],
+    ["Dataset", job.dataset_id ? h("a", { href: `#/datasets/${job.dataset_id}` }, job.dataset_id) : "–"],
+    ["Parameters", h("code", {}, JSON.stringify(job.params))],
+    ["Iteration", fmt(p.iteration)],
+    ["Gap", h("span", { id: "job-gap" }, fmt(p.gap))],
+    ["Tolerance", fmt(job.tol)],
+    ["Active set", fmt(p.active)],
+    ["Elapsed", clock(p.elapsed_s ?? job.elapsed_s)],
+    ["Done", job.percent === null || job.percent === undefined ? "–" : `${Math.round(job.percent)} %`],
+    ["ETA", clock(job.eta_s)],
+  ];
+  for (const key of ["duality_gap", "pg_range", "max_violation", "primal", "dual"]) {
+    if (p[key] !== undefined && p[key] !== null) rows.push([key, fmt(p[key])]);
+  }
+  if (job.stop_reason) rows.push(["Stopped", job.stop_reason]);
+  if (job.model_id) rows.push(["Model", h("a", { href: `#/models/${job.model_id}`, id: "job-model" }, job.model_id)]);
+  if (job.error) rows.push(["Error", h("span", { class: "error" }, job.error)]);
+  return facts(rows);
+}
+
+export async function show(main, id) {
+  let job = await api(`/v1/jobs/${id}`);
+  const summary = h("div", { id: "job-summary" });
+  const cancel = h("button", { type: "button", class: "danger", id: "job-cancel" }, "Cancel job");
+  const message = h("div", { role: "status" });
+  const plots = h("div", { class: "plots", id: "job-plots" });
+  main.append(h("h1", {}, `Job ${id}`), summary, h("p", {}, cancel), message,
+              h("h2", {}, "Convergence"), plots);
+  const plot = new ConvergencePlots(plots);
+  let last = null;
+  const render = () => {
+    summary.replaceChildren(jobFacts(job, last));
+    main.dataset.status = job.status;
+    cancel.disabled = !ACTIVE.includes(job.status) || job.cancel_requested;
+  };
+  render();
+  cancel.addEventListener("click", async () => {
+    try { job = await api(`/v1/jobs/${id}/cancel`, { method: "POST" }); render(); }
+    catch (error) { message.replaceChildren(errorBox(error)); }
+  });
+  const abort = new AbortController();
+  // the job's other fields (percent, ETA, status) are refreshed now and then beside the stream
+  const timer = setInterval(async () => {
+    try { job = await api(`/v1/jobs/${id}`); render(); } catch { /* the stream goes on */ }
+    if (!ACTIVE.includes(job.status)) clearInterval(timer);
+  }, 1000);
+  streamEvents(`/v1/jobs/${id}/events`, (event) => {
+    if (event.event === "progress") {
+      last = JSON.parse(event.data);
+      plot.add(last);
+      render();
+    } else if (event.event === "end") {
+      const final = JSON.parse(event.data);
+      if (final) job = final;
+      render();
+    }
+  }, abort.signal).catch((error) => message.replaceChildren(errorBox(error)));
+  return () => { abort.abort(); clearInterval(timer); plot.destroy(); };
+}

@@ -1,0 +1,109 @@
+// Live convergence plots (uPlot): the gap against iteration and against time on a log scale,
+// and the objectives when the solver reports them. Tolerant of the record's fields: every
+// gap-like and objective field present is drawn; `gap` always is.
+
+const GAP_FIELDS = ["gap", "duality_gap", "pg_range", "max_violation"];
+const OBJECTIVE_FIELDS = ["primal", "dual", "upper_bound", "lower_bound"];
+const COLORS = ["#1f5fbf", "#1e7b3c", "#c26a00", "#7a3fb0"];
+const positive = (v) => (typeof v === "number" && v > 0 && isFinite(v) ? v : null);
+const finite = (v) => (typeof v === "number" && isFinite(v) ? v : null);
+
+function chart(title, xLabel, yLabel, fields, logY, el) {
+  const series = [{ label: xLabel }, ...fields.map((name, i) => ({
+    label: name, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true,
+    points: { show: true, size: 4 },
+  }))];
+  return new uPlot({
+    title, width: 540, height: 260,
+    scales: { x: { time: false }, y: logY ? { distr: 3 } : {} },
+    axes: [{ label: xLabel }, { label: yLabel, size: 70 }],
+    series,
+  }, [[], ...fields.map(() => [])], el);
+}
+
+export class ConvergencePlots {
+  constructor(container) {
+    this.records = [];
+    this.gapFields = ["gap"];
+    this.objectiveFields = [];
+    this.container = container;
+    this.figures = {
+      iteration: this.figure("Gap against iteration (log scale)", "plot-iteration"),
+      time: this.figure("Gap against time (log scale)", "plot-time"),
+      objectives: this.figure("Objectives against iteration", "plot-objectives"),
+    };
+    this.figures.objectives.hidden = true;
+    this.build();
+  }
+
+  figure(caption, id) {
+    const fig = document.createElement("figure");
+    fig.id = id;
+    fig.dataset.points = "0";
+    fig.setAttribute("role", "img");
+    fig.setAttribute("aria-label", caption);
+    const cap = document.createElement("figcaption");
+    cap.textContent = caption;
+    fig.append(cap);
+    this.container.append(fig);
+    return fig;
+  }
+
+  build() {
+    for (const plot of Object.values(this.plots || {})) plot.destroy();
+    const f = this.figures;
+    this.plots = {
+      iteration: chart("", "iteration", "gap", this.gapFields, true, f.iteration),
+      time: chart("", "seconds", "gap", this.gapFields, true, f.time),
+    };
+    if (this.objectiveFields.length) {
+      f.objectives.hidden = false;
+      this.plots.objectives = chart("", "iteration", "objective", this.objectiveFields, false,
+                                    f.objectives);
+    }
+  }
+
+  add(record) {
+    this.records.push(record);
+    const newGap = GAP_FIELDS.filter((k) => k in record && record[k] !== null
+                                     && !this.gapFields.includes(k));
+    const newObj = OBJECTIVE_FIELDS.filter((k) => finite(record[k]) !== null
+                                           && !this.objectiveFields.includes(k));
+    if (newGap.length || newObj.length) {
+      this.gapFields = GAP_FIELDS.filter((k) => this.gapFields.includes(k) || newGap.includes(k));
+      this.objectiveFields = OBJECTIVE_FIELDS.filter(
+        (k) => this.objectiveFields.includes(k) || newObj.includes(k));
+      this.build();
+    }
+    if (!this.pending) {
+      this.pending = true;
+      requestAnimationFrame(() => { this.pending = false; this.redraw(); });
+    }
+  }
+
+  redraw() {
+    const rs = this.records;
+    const its = rs.map((r) => r.iteration);
+    const gaps = this.gapFields.map((k) => rs.map((r) => positive(r[k])));
+    this.plots.iteration.setData([its, ...gaps]);
+    this.plots.time.setData([rs.map((r) => r.elapsed_s), ...gaps]);
+    if (this.plots.objectives) {
+      this.plots.objectives.setData([its, ...this.objectiveFields.map((k) => rs.map((r) => finite(r[k])))]);
+    }
+    for (const fig of Object.values(this.figures)) fig.dataset.points = String(rs.length);
+  }
+
+  destroy() { for (const plot of Object.values(this.plots)) plot.destroy(); }
+}
+
+// Score against C (log scale) for a model that came from a search.
+export function scorePlot(el, Cs, scores) {
+  const plot = new uPlot({
+    width: 540, height: 240,
+    scales: { x: { time: false, distr: 3 } },
+    axes: [{ label: "C" }, { label: "score", size: 60 }],
+    series: [{ label: "C" }, { label: "mean score", stroke: COLORS[0], width: 2, points: { size: 6 } }],
+  }, [Cs, scores], el);
+  el.dataset.points = String(Cs.length);
+  return plot;
+}
