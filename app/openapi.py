@@ -91,7 +91,7 @@ DESCRIPTIONS = {
 EXTRA: dict[str, tuple[int, ...]] = {
     "upload_dataset": (400, 429, 507),
     "delete_dataset": (409,),
-    "create_job": (429,),
+    "create_job": (404, 429),
     "cancel_job": (409,),
     "predict": (415,),
     "delete_model": (409,),
@@ -133,7 +133,10 @@ def error_statuses(op_id: str, path: str, operation: dict[str, Any]) -> list[int
 def _document_errors(op_id: str, path: str, operation: dict[str, Any]) -> None:
     responses = operation.setdefault("responses", {})
     problem = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
-    for status in error_statuses(op_id, path, operation):
+    statuses = error_statuses(op_id, path, operation)
+    for code in [c for c in responses if c[0] in "45" and int(c) not in statuses]:
+        del responses[code]  # FastAPI's default 422 on routes that validate nothing
+    for status in statuses:
         entry = responses.setdefault(str(status), {})
         entry["description"] = entry.get("description") or DESCRIPTIONS[status]
         entry["content"] = copy.deepcopy(problem)
