@@ -1,0 +1,146 @@
+"""The Python client against a real `margin serve` over HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import time
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from rich.console import Console
+
+import solvers
+from margin_client import Client, JobFailed, MarginError, RemoteLinearSVC
+from margin_client.progress import follow
+from solvers.io import read_libsvm
+from tests.client.conftest import HEART, MAX_PREDICT_BATCH, SLOW_PARAMS
+
+
+def test_file_upload_streams_compressed_files_and_round_trips(client, tmp_path):
+    packed = tmp_path / "heart.gz"
+    packed.write_bytes(gzip.compress(HEART.read_bytes()))
+    seen = []
+    dataset = client.datasets.upload(packed, name="heart-gz", on_bytes=seen.append)
+    assert sum(seen) == packed.stat().st_size
+    assert (dataset["n_rows"], dataset["n_features"], dataset["name"]) == (270, 13, "heart-gz")
+    assert client.datasets.get(dataset["id"]) == dataset
+    assert dataset["id"] in [d["id"] for d in client.datasets.list()]
+    stats = client.datasets.stats(dataset)
+    assert sum(stats["row_nnz"]["counts"]) == 270 and stats["density"] == pytest.approx(
+        3378 / (270 * 13)
+    )
+    client.datasets.delete(dataset)
+    with pytest.raises(MarginError) as info:
+        client.datasets.get(dataset["id"])
+    assert info.value.status == 404 and info.value.title == "Dataset not found"
+    assert dataset["id"] in info.value.detail
+
+
+def test_errors_carry_the_problem_document(client, heart_dataset):
+    with pytest.raises(MarginError) as info:
+        client.jobs.create(heart_dataset, C=-1)
+    error = info.value
+    assert error.status == 422
+    assert error.problem["status"] == 422
+    assert [e["field"] for e in error.errors] == ["params.C"]
+    assert "params.C" in str(error)
+
+
+def test_remote_estimator_equals_the_local_solver(client):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 12))
+    y = np.where(X @ rng.normal(size=12) + 0.3 * rng.normal(size=300) > 0, 1, -1)
+    params = {"C": 0.5, "tol": 1e-6, "loss": "squared_hinge"}
+    remote = RemoteLinearSVC(client, **params).fit(X, y)
+    local = solvers.LinearSVC(**params).fit(X, y)
+    assert remote.status_ == "converged"
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(remote.decision_function(X), local.decision_function(X),
+                               rtol=1e-9, atol=1e-12)
+    assert np.array_equal(remote.predict(X), local.predict(X))
+    assert remote.score(X, y) == pytest.approx(local.score(X, y))
+    assert list(remote.classes_) == [-1, 1]
+    from sklearn.base import clone
+
+    twin = clone(remote)
+    assert twin.client is client and twin.get_params()["C"] == 0.5
+
+
+def test_predict_takes_every_input_form_and_batches_under_the_limit(client, heart_model):
+    X, _ = read_libsvm(str(HEART))
+    lines = [line for line in HEART.read_text().splitlines() if line.strip()]
+    weights = client.models.export(heart_model, format="json")
+    coef, intercept = np.asarray(weights["coef"]), np.asarray(weights["intercept"])
+    expected = (X @ coef.T + intercept)[:, 0]  # an independent decision: X . w + b
+    dicts = [{int(k): float(v) for k, v in (t.split(":") for t in line.split()[1:])}
+             for line in lines]
+    assert X.shape[0] > MAX_PREDICT_BATCH  # one request would be refused (413)
+    for form in (X, X.toarray(), dicts, lines, "\n".join(lines)):
+        result = client.models.predict(heart_model, form)
+        np.testing.assert_allclose(result.decision_values[:, 0], expected, rtol=1e-12)
+        assert np.array_equal(result.labels, np.where(expected > 0, 1.0, -1.0))
+
+
+def test_events_follow_the_job_and_the_bar_draws_the_gap(client, heart_dataset):
+    job = client.jobs.create(heart_dataset, C=1.0, tol=1e-3)
+    records = list(job.events())
+    assert job.status == "succeeded" and job.model_id
+    iterations = [r["iteration"] for r in records]
+    assert iterations == sorted(iterations) and len(records) >= 5
+    assert records[-1]["gap"] < records[0]["gap"]
+    model = client.models.get(job.model_id)
+    assert model["status"] == "converged" and model["gap"] <= 1e-3
+    # the bar, drawn into a terminal-like console, from a fresh handle on the finished job
+    out = io.StringIO()
+    follow(client.jobs.get(job.id), Console(file=out, force_terminal=True, width=140))
+    text = out.getvalue()
+    assert "━" in text and "100%" in text and "gap" in text and "succeeded" in text
+    assert f"iter {iterations[-1]}" in text
+
+
+def test_cancel_a_running_job(client, slow_dataset):
+    job = client.jobs.create(slow_dataset, params=SLOW_PARAMS)
+    seen = 0
+    for _record in job.events():
+        seen += 1
+        if seen == 3:
+            job.cancel()
+    assert seen >= 3
+    assert job.refresh().status == "cancelled"
+    with pytest.raises(JobFailed):
+        job.wait(check=True)
+
+
+def test_jobs_and_models_listing_export_and_evaluate(client, heart_dataset, heart_model):
+    listed = client.jobs.list(dataset=heart_dataset, status="succeeded")
+    assert listed and all(j["status"] == "succeeded" for j in listed)
+    assert heart_model in [m["id"] for m in client.models.list(dataset=heart_dataset)]
+    model = client.models.get(heart_model)
+    text = client.models.export(heart_model)
+    assert text.startswith("solver_type ") and f"nr_feature {model['n_features']}" in text
+    report = client.models.evaluate(heart_model, heart_dataset)
+    assert report["n"] == 270 and report["accuracy"] == pytest.approx(model["train_accuracy"])
+    top = client.models.top_features(heart_model, k=3)
+    weights = np.abs(np.asarray(client.models.export(heart_model, format="json")["coef"][0]))
+    assert [abs(w["weight"]) for w in top["items"]] == pytest.approx(sorted(weights)[::-1][:3])
+
+
+def test_api_keys_from_arguments_and_environment(keyed_service, monkeypatch):
+    with Client(keyed_service.url) as anonymous, pytest.raises(MarginError) as info:
+        anonymous.datasets.list()
+    assert info.value.status == 401
+    with Client(keyed_service.url, api_key="mgn_wrong") as wrong, pytest.raises(MarginError):
+        wrong.datasets.list()
+    monkeypatch.setenv("MARGIN_URL", keyed_service.url)
+    monkeypatch.setenv("MARGIN_API_KEY", keyed_service.key)
+    with Client() as keyed:
+        dataset = keyed.datasets.upload((sp.eye(4, format="csr"), [1, -1, 1, -1]))
+        assert keyed.datasets.get(dataset["id"])["n_features"] == 4
+
+
+def test_wait_returns_after_the_end(client, heart_dataset):
+    start = time.monotonic()
+    job = client.jobs.create(heart_dataset, C=2.0).wait()
+    assert job.done and job.status == "succeeded" and time.monotonic() - start < 60
