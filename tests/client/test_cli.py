@@ -1,0 +1,173 @@
+"""The `margin` client commands: through pipes (`--json` is plain JSON, no control codes) and
+through a pseudo-terminal (the progress bar renders; Ctrl-C asks whether to cancel)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import time
+
+import pytest
+
+from margin_client import Client
+from tests.client.conftest import HEART, ROOT, SLOW_PARAMS, Service
+from tests.deploy.cluster import wait_for
+
+ESC = "\x1b"
+
+
+def margin(service, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = {**service.env, "MARGIN_URL": service.url}
+    return subprocess.run(
+        Service.margin(*args), cwd=ROOT, env=env, input=stdin, capture_output=True, text=True,
+        timeout=120,
+    )
+
+
+def as_json(result: subprocess.CompletedProcess):
+    assert result.returncode == 0, result.stderr
+    assert ESC not in result.stdout
+    return json.loads(result.stdout)
+
+
+def test_version(service):
+    result = margin(service, "--version")
+    assert result.returncode == 0 and re.fullmatch(r"margin \d+\.\d+\.\d+\S*\n", result.stdout)
+
+
+def test_from_a_file_to_predictions_through_pipes(service, tmp_path):
+    dataset = as_json(margin(service, "datasets", "upload", str(HEART), "--name", "cli", "--json"))
+    assert dataset["n_rows"] == 270 and dataset["name"] == "cli"
+    assert dataset["id"] in [d["id"] for d in as_json(margin(service, "datasets", "list", "--json"))]
+    assert as_json(margin(service, "datasets", "show", dataset["id"], "--json")) == dataset
+
+    job = as_json(margin(service, "train", dataset["id"], "--C", "0.5", "--loss", "hinge",
+                         "--param", "shrinking=false", "--follow", "--json"))
+    assert job["status"] == "succeeded" and job["params"]["shrinking"] is False
+    assert job["params"]["C"] == 0.5 and job["params"]["loss"] == "hinge"
+    assert as_json(margin(service, "jobs", "show", job["id"], "--json"))["model_id"] == job["model_id"]
+    jobs = as_json(margin(service, "jobs", "list", "--status", "succeeded", "--json"))
+    assert job["id"] in [j["id"] for j in jobs]
+    model = as_json(margin(service, "models", "show", job["model_id"], "--json"))
+    assert model["job_id"] == job["id"]
+
+    predicted = as_json(margin(service, "predict", model["id"], str(HEART), "--json"))
+    assert len(predicted["labels"]) == 270
+    report = as_json(margin(service, "evaluate", model["id"], dataset["id"], "--json"))
+    assert report["accuracy"] == pytest.approx(model["train_accuracy"])
+    assert sum(predicted["labels"][i] == label for i, label in enumerate(
+        float(line.split()[0]) for line in HEART.read_text().splitlines())) == round(
+            report["accuracy"] * 270)
+
+    out = tmp_path / "p.csv"
+    result = margin(service, "predict", model["id"], "-", "-o", str(out),
+                    stdin=HEART.read_text())
+    assert result.returncode == 0, result.stderr
+    rows = out.read_text().splitlines()
+    assert rows[0] == "row,label,decision_value" and len(rows) == 271
+    exported = tmp_path / "m.model"
+    as_json(margin(service, "models", "export", model["id"], "-o", str(exported), "--json"))
+    assert exported.read_text().startswith("solver_type L2R_L1LOSS_SVC_DUAL")
+
+    as_json(margin(service, "models", "rm", model["id"], "--json"))
+    as_json(margin(service, "datasets", "rm", dataset["id"], "--json"))
+    missing = margin(service, "datasets", "show", dataset["id"])
+    assert missing.returncode == 1 and "404 Dataset not found" in missing.stderr
+
+
+def test_human_output_has_no_control_codes_when_piped(service, heart_dataset):
+    for args in (("datasets", "list"), ("jobs", "list"), ("models", "list"),
+                 ("datasets", "show", heart_dataset)):
+        result = margin(service, *args)
+        assert result.returncode == 0, result.stderr
+        assert ESC not in result.stdout
+        assert "ds_" in result.stdout or args[0] != "datasets"
+
+
+def test_a_train_file_argument_is_uploaded_first(service):
+    job = as_json(margin(service, "train", str(HEART), "--tol", "0.01", "--json"))
+    assert job["status"] in ("queued", "running", "succeeded")
+    with Client(service.url) as client:
+        assert client.datasets.get(job["dataset_id"])["n_rows"] == 270
+
+
+class Terminal:
+    """A command on a pseudo-terminal; `read` collects what it draws."""
+
+    def __init__(self, service, *args: str):
+        self.master, slave = pty.openpty()
+        env = {**service.env, "MARGIN_URL": service.url, "TERM": "xterm-256color",
+               "COLUMNS": "120", "LINES": "30"}
+        env.pop("NO_COLOR", None)
+        self.proc = subprocess.Popen(Service.margin(*args), cwd=ROOT, env=env, stdin=slave,
+                                     stdout=slave, stderr=slave, close_fds=True)
+        os.close(slave)
+        self.output = b""
+        self.closed = False
+
+    def read(self, timeout: float = 0.2) -> str:
+        deadline = time.monotonic() + 1.0  # a live bar never stops drawing
+        while (
+            not self.closed
+            and time.monotonic() < deadline
+            and select.select([self.master], [], [], timeout)[0]
+        ):
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.output += chunk
+        return self.output.decode(errors="replace")
+
+    def wait_for_text(self, text: str, timeout: float = 60) -> str:
+        wait_for(lambda: text in self.read() or self.proc.poll() is not None, timeout, repr(text))
+        return self.read()
+
+    def finish(self, timeout: float = 60) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self.read()
+        self.read()
+        os.close(self.master)
+        self.closed = True
+        return self.proc.wait(timeout=5)
+
+
+def test_follow_draws_a_progress_bar_on_a_terminal(service, heart_dataset):
+    term = Terminal(service, "train", heart_dataset, "--C", "1", "--tol", "1e-3", "--follow")
+    code = term.finish()
+    screen = term.read()
+    assert code == 0, screen
+    assert ESC + "[" in screen  # drawn in place, with control sequences
+    assert "━" in screen and "gap " in screen and "iter " in screen and "ETA" in screen
+    assert re.search(r"job_\w+ succeeded", screen)
+
+
+def test_ctrl_c_asks_and_cancels_the_job(service, slow_dataset):
+    with Client(service.url) as client:
+        job = client.jobs.create(slow_dataset, params=SLOW_PARAMS)
+        term = Terminal(service, "jobs", "follow", job.id)
+        term.wait_for_text("gap ")
+        wait_for(lambda: client.jobs.get(job.id).status == "running", 30, "the job to run")
+        time.sleep(0.5)
+        term.proc.send_signal(signal.SIGINT)
+        term.wait_for_text("Cancel job")
+        os.write(term.master, b"y\r")
+        code = term.finish()
+        assert code == 1, term.read()
+        assert client.jobs.get(job.id).status == "cancelled"
+
+
+def test_following_a_job_that_did_not_succeed_exits_non_zero(service, slow_dataset):
+    with Client(service.url) as client:
+        job = client.jobs.create(slow_dataset, params=SLOW_PARAMS).cancel()
+        result = margin(service, "jobs", "follow", job.id, "--json")
+        assert result.returncode == 1
+        assert json.loads(result.stdout)["status"] == "cancelled"
