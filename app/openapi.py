@@ -138,7 +138,8 @@ def _document_errors(op_id: str, path: str, operation: dict[str, Any]) -> None:
         del responses[code]  # FastAPI's default 422 on routes that validate nothing
     for status in statuses:
         entry = responses.setdefault(str(status), {})
-        entry["description"] = entry.get("description") or DESCRIPTIONS[status]
+        if entry.get("description") in (None, "", "Validation Error"):
+            entry["description"] = DESCRIPTIONS[status]
         entry["content"] = copy.deepcopy(problem)
 
 

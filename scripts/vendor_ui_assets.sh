@@ -29,5 +29,8 @@ cp "$WORK/redoc/bundles/"{redoc.standalone.js,redoc.standalone.js.LICENSE.txt} \
 # the bundles name source maps that are not shipped; drop the references
 sed -i '/^\/\/# sourceMappingURL=/d' "$DEST"/*/*.js
 sed -i 's|/\*# sourceMappingURL=[^*]*\*/||' "$DEST"/*/*.css
+# ReDoc's attribution logo is fetched from its CDN: point it at an empty inline image instead
+sed -i 's|https://cdn.redoc.ly/redoc/logo-mini.svg|data:image/svg+xml,%3Csvg xmlns=%27http://www.w3.org/2000/svg%27/%3E|' \
+    "$DEST/redoc/redoc.standalone.js"
 for pkg in uplot@1.6.32 swagger-ui-dist@5.35.0 redoc@2.5.4; do echo "$pkg"; done > "$DEST/VERSIONS"
 echo "vendored into $DEST:"; du -sh "$DEST"/*

@@ -1,0 +1,203 @@
+"""The dashboard in a real browser: Playwright driving Debian's Chromium (/usr/bin/chromium,
+never a downloaded browser). Upload through the page, train, watch the plot gain points while
+the job runs, cancel one, open the model card, export and predict; keys asked once; keyboard
+use and labelled fields; /docs and /redoc offline. Screenshots go to test-artifacts/ui/."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from margin_client import Client
+from tests.client.conftest import HEART, artifact_dir
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SHOTS = artifact_dir("ui")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.fail("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
+    with sync_playwright() as playwright:
+        # Playwright gives the browser a new, empty profile directory of its own
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, service):
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    elsewhere = []
+
+    def only_the_service(route):
+        if route.request.url.startswith(service.url):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_service)
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.service = service
+    yield page
+    context.close()
+    assert not elsewhere, f"the page reached outside the service: {elsewhere}"
+    assert not errors, errors
+
+
+def open_ui(page, fragment: str = "#/datasets"):
+    page.goto(f"{page.service.url}/ui/{fragment}")
+    page.wait_for_selector("main[data-ready=true]")
+
+
+def shot(page, name: str):
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def points(page, figure: str) -> int:
+    return int(page.get_attribute(f"figure#{figure}", "data-points"))
+
+
+def test_upload_train_and_use_a_model(page):
+    open_ui(page)
+    expect(page.locator("nav a[aria-current=page]")).to_have_text("Datasets")
+    page.set_input_files("#upload-file", str(HEART))
+    page.fill("#upload-name", "heart (browser)")
+    page.click("#upload-submit")
+    page.wait_for_url(re.compile(r"#/datasets/ds_"))
+    page.wait_for_selector("main[data-view=datasets-page][data-ready=true]")
+    assert page.locator("#upload-progress").count() == 0  # moved on to the dataset's page
+    expect(page.locator("dl.facts")).to_contain_text("270")
+    expect(page.locator("[aria-label='Label histogram']")).to_contain_text("150")
+    shot(page, "dataset")
+
+    page.select_option("#param-loss", "hinge")
+    page.fill("#param-C", "0.5")
+    page.fill("#param-tol", "0.001")
+    page.click("#train-submit")
+    page.wait_for_url(re.compile(r"#/jobs/job_"))
+    page.wait_for_selector("main[data-status=succeeded]")
+    page.wait_for_function("Number(document.querySelector('#plot-iteration').dataset.points) > 3")
+    job_id = page.url.rsplit("/", 1)[-1]
+    with Client(page.service.url) as client:
+        records = client.jobs.get(job_id).progress()
+        assert points(page, "plot-iteration") == len(records) == points(page, "plot-time")
+    expect(page.locator("#job-cancel")).to_be_disabled()
+
+    page.click("#job-model")
+    page.wait_for_selector("main[data-view=models-page][data-ready=true]")
+    expect(page.locator("#model-status")).to_have_text("converged")
+    expect(page.locator("[aria-label='Largest weights by magnitude'] .bar")).to_have_count(13)
+    with page.expect_download() as download:
+        page.click("#export-liblinear")
+    assert Path(download.value.path()).read_text().startswith("solver_type L2R_L1LOSS_SVC_DUAL")
+
+    lines = HEART.read_text().splitlines()[:4]
+    page.fill("#predict-input", "\n".join(lines))
+    page.click("#predict-submit")
+    rows = page.locator("#predict-output tbody tr")
+    expect(rows).to_have_count(4)
+    model_id = page.url.rsplit("/", 1)[-1]
+    with Client(page.service.url) as client:
+        expected = client.models.predict(model_id, lines).labels
+    shown = [float(rows.nth(i).locator("td").nth(1).inner_text()) for i in range(4)]
+    assert shown == list(expected)
+    shot(page, "model")
+    for section in ("jobs", "models"):
+        open_ui(page, f"#/{section}")
+        expect(page.locator("main table")).to_contain_text(job_id if section == "jobs" else model_id)
+        shot(page, section)
+
+
+def test_the_plot_grows_while_a_job_runs_and_cancel_stops_it(page, slow_dataset):
+    open_ui(page, f"#/datasets/{slow_dataset}")
+    page.select_option("#param-loss", "hinge")
+    for name, value in {"C": "1000", "tol": "1e-12", "max_iter": "10000000",
+                        "time_limit": "60"}.items():
+        page.fill(f"#param-{name}", value)
+    page.click("#train-submit")
+    page.wait_for_url(re.compile(r"#/jobs/job_"))
+    page.wait_for_selector("main[data-status=running]")
+    page.wait_for_function("Number(document.querySelector('#plot-iteration').dataset.points) > 3")
+    first = points(page, "plot-iteration")
+    page.wait_for_function(
+        f"Number(document.querySelector('#plot-iteration').dataset.points) > {first + 5}"
+    )
+    assert points(page, "plot-time") > first
+    shot(page, "job-running")
+    page.click("#job-cancel")
+    page.wait_for_selector("main[data-status=cancelled]")
+    expect(page.locator("#job-summary")).to_contain_text("cancelled")
+    shot(page, "job-cancelled")
+
+
+def test_keyboard_use_and_labelled_fields(page, heart_dataset, heart_model):
+    unlabelled = """() => [...document.querySelectorAll('input, select, textarea')]
+        .filter(e => e.type !== 'hidden' && !e.closest('dialog')
+                && !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))
+        .map(e => e.id || e.name)"""
+    for fragment in ("#/datasets", f"#/datasets/{heart_dataset}", f"#/models/{heart_model}"):
+        open_ui(page, fragment)
+        assert page.evaluate(unlabelled) == [], fragment
+    # the predict box, by keyboard only
+    page.focus("#predict-input")
+    page.keyboard.type(HEART.read_text().splitlines()[0])
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "predict-submit"
+    page.keyboard.press("Enter")
+    expect(page.locator("#predict-output tbody tr")).to_have_count(1)
+    # the sections are reached from the navigation by keyboard
+    page.goto("about:blank")
+    open_ui(page)
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("main[data-view=jobs-list][data-ready=true]")
+
+
+def test_the_key_is_asked_once(browser, keyed_service):
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(f"{keyed_service.url}/ui/#/datasets")
+    dialog = page.locator("#key-dialog")
+    expect(dialog).to_be_visible()
+    page.fill("#api-key", "mgn_wrong")
+    page.keyboard.press("Enter")
+    expect(page.locator("#key-reason")).to_contain_text("refused")
+    page.fill("#api-key", keyed_service.key)
+    page.keyboard.press("Enter")
+    page.wait_for_selector("main[data-view=datasets-list][data-ready=true]")
+    expect(dialog).to_be_hidden()
+    for section in ("jobs", "models", "datasets"):
+        page.click(f"nav a[data-section={section}]")
+        page.wait_for_selector(f"main[data-view={section}-list][data-ready=true]")
+        expect(dialog).to_be_hidden()
+    assert page.evaluate("sessionStorage.getItem('margin.apiKey')") == keyed_service.key
+    shot(page, "keyed-datasets")
+    context.close()
+
+
+def test_api_docs_render_offline(page):
+    page.goto(f"{page.service.url}/docs")
+    page.wait_for_selector(".opblock")
+    assert page.locator(".opblock").count() >= 20
+    expect(page.locator("button.authorize")).to_be_visible()
+    expect(page.locator("#operations-datasets-upload_dataset")).to_be_visible()
+    shot(page, "docs")
+    page.goto(f"{page.service.url}/redoc")
+    page.wait_for_selector("h1:has-text('Margin')")
+    expect(page.locator("a[href$='operation/upload_dataset']").first).to_be_attached()
+    shot(page, "redoc")
