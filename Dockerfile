@@ -28,6 +28,7 @@ RUN python scripts/requirements_from_pyproject.py pyproject.toml service > requi
 COPY solvers ./solvers
 COPY app ./app
 COPY migrations ./migrations
+COPY margin_client ./margin_client
 RUN pip install --no-deps .
 
 

@@ -51,8 +51,6 @@ def _http(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import version
 
-    from margin_client import cli as client_cli
-
     parser = argparse.ArgumentParser(prog="margin", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"margin {version('margin')}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -76,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         cli_keys.add_parser(commands, _common)
+    try:
+        from margin_client import cli as client_cli
+    except ImportError:  # an install without the client package
+        return parser
     client_cli.add_commands(commands)
     return parser
 

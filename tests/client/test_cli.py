@@ -43,14 +43,16 @@ def test_version(service):
 def test_from_a_file_to_predictions_through_pipes(service, tmp_path):
     dataset = as_json(margin(service, "datasets", "upload", str(HEART), "--name", "cli", "--json"))
     assert dataset["n_rows"] == 270 and dataset["name"] == "cli"
-    assert dataset["id"] in [d["id"] for d in as_json(margin(service, "datasets", "list", "--json"))]
+    listed = as_json(margin(service, "datasets", "list", "--json"))
+    assert dataset["id"] in [d["id"] for d in listed]
     assert as_json(margin(service, "datasets", "show", dataset["id"], "--json")) == dataset
 
     job = as_json(margin(service, "train", dataset["id"], "--C", "0.5", "--loss", "hinge",
                          "--param", "shrinking=false", "--follow", "--json"))
     assert job["status"] == "succeeded" and job["params"]["shrinking"] is False
     assert job["params"]["C"] == 0.5 and job["params"]["loss"] == "hinge"
-    assert as_json(margin(service, "jobs", "show", job["id"], "--json"))["model_id"] == job["model_id"]
+    shown = as_json(margin(service, "jobs", "show", job["id"], "--json"))
+    assert shown["model_id"] == job["model_id"]
     jobs = as_json(margin(service, "jobs", "list", "--status", "succeeded", "--json"))
     assert job["id"] in [j["id"] for j in jobs]
     model = as_json(margin(service, "models", "show", job["model_id"], "--json"))

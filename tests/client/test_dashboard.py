@@ -115,7 +115,8 @@ def test_upload_train_and_use_a_model(page):
     shot(page, "model")
     for section in ("jobs", "models"):
         open_ui(page, f"#/{section}")
-        expect(page.locator("main table")).to_contain_text(job_id if section == "jobs" else model_id)
+        listed = job_id if section == "jobs" else model_id
+        expect(page.locator("main table")).to_contain_text(listed)
         shot(page, section)
 
 
