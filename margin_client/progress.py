@@ -70,6 +70,7 @@ def _job_bar(console: Console) -> Progress:
         TextColumn("{task.fields[elapsed]} elapsed"),
         TextColumn("ETA {task.fields[eta]}"),
         console=console,
+        disable=not console.is_terminal,  # a log or a pipe gets the summary, not the frames
     )
 
 
@@ -141,6 +142,7 @@ def upload_bar(path: Path, console: Console | None = None) -> Iterator[Callable[
         TimeRemainingColumn(),
         console=console,
         transient=True,
+        disable=not console.is_terminal,
     ) as bar:
         task = bar.add_task(f"uploading {path.name}", total=path.stat().st_size)
         yield lambda n: bar.advance(task, n)

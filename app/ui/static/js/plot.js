@@ -8,6 +8,9 @@ const COLORS = ["#1f5fbf", "#1e7b3c", "#c26a00", "#7a3fb0"];
 const positive = (v) => (typeof v === "number" && v > 0 && isFinite(v) ? v : null);
 const finite = (v) => (typeof v === "number" && isFinite(v) ? v : null);
 
+const tick = (v) => (v === null ? "" : v >= 1e-3 && v < 1e5 ? String(+v.toPrecision(3))
+                                                           : v.toExponential(0));
+
 function chart(title, xLabel, yLabel, fields, logY, el) {
   const series = [{ label: xLabel }, ...fields.map((name, i) => ({
     label: name, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true,
@@ -16,7 +19,8 @@ function chart(title, xLabel, yLabel, fields, logY, el) {
   return new uPlot({
     title, width: 540, height: 260,
     scales: { x: { time: false }, y: logY ? { distr: 3 } : {} },
-    axes: [{ label: xLabel }, { label: yLabel, size: 70 }],
+    axes: [{ label: xLabel }, logY ? { label: yLabel, size: 70, values: (u, vs) => vs.map(tick) }
+                                   : { label: yLabel, size: 70 }],
     series,
   }, [[], ...fields.map(() => [])], el);
 }
