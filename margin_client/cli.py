@@ -344,7 +344,8 @@ def _read_lines(path: Path) -> list[str]:
 
     if str(path) == "-":
         return sys.stdin.read().splitlines()
-    head = path.open("rb").read(6)
+    with path.open("rb") as raw:
+        head = raw.read(6)
     opener = (
         gzip.open if head.startswith(b"\x1f\x8b")
         else bz2.open if head.startswith(b"BZh")
