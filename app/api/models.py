@@ -33,7 +33,7 @@ from app.schemas.models import (
 from app.services import export as export_service
 from app.services import prediction_runs as runs
 from app.services.model_cache import ModelCache, fetch_model, model_from_row
-from app.services.prediction import InvalidInstances, dumps, parse_body, predict_payload
+from app.services.prediction import InvalidInstances, dumps, predict_body
 from app.tables import Dataset, Model, PredictionRun
 
 log = logging.getLogger("margin.models")
@@ -127,8 +127,7 @@ async def _predict_documented(model_id: str, request: Request) -> Response:
 
 
 def _predict_bytes(body: bytes, content_type: str, model, max_batch: int) -> bytes:
-    X = parse_body(body, content_type, model, max_batch)
-    return dumps(predict_payload(model, X))
+    return dumps(predict_body(body, content_type, model, max_batch))
 
 
 # --------------------------------------------------------------------------------------------
