@@ -93,10 +93,10 @@ def _load_demo_child(settings_data: dict) -> None:
     settings = Settings(**settings_data)
     db = Database(settings.db_url)
     try:
-        dataset, created = import_file(db, settings, DEMO_FILE, "heart_scale")
+        dataset, how = import_file(db, settings, DEMO_FILE, "heart_scale")
     finally:
         db.dispose()
-    log.info("demo dataset %s %s", dataset.id, "loaded" if created else "already present")
+    log.info("demo dataset %s %s", dataset.id, how if how == "created" else "already present")
 
 
 def _run_api(settings: Settings) -> None:

@@ -91,7 +91,7 @@ async def predict(request: Request) -> Response:
         model = await run_in_threadpool(fetch_model, app.state.db, cache, model_id)
         if model is None:
             raise not_found("Model", model_id)
-    body = await request.body()
+    body = await read_body(request)
     content_type = request.headers.get("content-type", "")
     max_batch = app.state.settings.max_predict_batch
     try:
@@ -124,6 +124,23 @@ async def _predict_documented(model_id: str, request: Request) -> Response:
     """Predict instances sent in the body: JSON sparse instances (indices in the training
     file's numbering), JSON dense rows, or ``text/plain`` LIBSVM lines."""
     return await predict(request)  # pragma: no cover - shadowed by the route above
+
+
+async def read_body(request: Request) -> bytes | bytearray:
+    """The request body in one buffer, filled as it arrives (Starlette's `body()` holds the
+    chunks and their join at once: twice the body). BodySizeLimit has bounded its size."""
+    declared = request.headers.get("content-length", "")
+    if not declared.isdigit():
+        buffer = bytearray()
+        async for chunk in request.stream():
+            buffer += chunk
+        return buffer
+    buffer, filled = bytearray(int(declared)), 0
+    async for chunk in request.stream():
+        buffer[filled : filled + len(chunk)] = chunk
+        filled += len(chunk)
+    del buffer[filled:]
+    return buffer
 
 
 def _predict_bytes(body: bytes, content_type: str, model, max_batch: int) -> bytes:
