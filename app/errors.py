@@ -101,6 +101,14 @@ async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:
     if not _is_unavailable(exc):
         return await _unexpected(request, exc)
     log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc.orig)
+    return database_problem(exc)
+
+
+def database_problem(exc: DBAPIError) -> JSONResponse:
+    """503 with Retry-After for an unavailable database; 500 for any other database error."""
+    if not _is_unavailable(exc):
+        log.error("database error: %s", exc)
+        return problem_response(500, "Internal Server Error", "an unexpected error occurred")
     return problem_response(
         503,
         "Service Unavailable",

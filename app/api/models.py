@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import asynccontextmanager
+from itertools import chain
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import delete, select
 
 from app.auth import authenticate
@@ -354,12 +355,13 @@ def export_model(model: ModelDep, format: Literal["liblinear", "json"] = "liblin
     loaded = model_from_row(model)
     if format == "json":
         return Response(dumps(export_service.json_document(loaded)), media_type="application/json")
+    chunks = export_service.liblinear_chunks(loaded)
     try:
-        text = export_service.liblinear_text(loaded)
+        first = next(chunks)  # the header: whether the model can be written at all
     except export_service.NotExportable as exc:
         raise ProblemError(422, "Not exportable", str(exc)) from None
-    return Response(
-        text,
+    return StreamingResponse(
+        chain([first], chunks),
         media_type="text/plain",
         headers={"Content-Disposition": f'attachment; filename="{model.id}.model"'},
     )
