@@ -102,9 +102,17 @@ def _load_demo_child(settings_data: dict) -> None:
 def _run_api(settings: Settings) -> None:
     import uvicorn
 
+    from app.http_guard import guarded_protocol, raise_open_files_limit
     from app.main import create_app
 
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    raise_open_files_limit(settings.max_connections + 256)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        http=guarded_protocol(settings),  # header size and read-time limits, connection cap
+    )
 
 
 def cmd_serve(settings: Settings, demo: bool) -> None:

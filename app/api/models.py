@@ -330,20 +330,19 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
     dataset."""
     dataset = _dataset_or_404(session, body.dataset_id)
     loaded = model_from_row(model)
-    if not loaded.is_regressor and dataset.label_kind == "real":
-        raise ProblemError(
-            422,
-            "Dataset not compatible",
-            f"dataset {dataset.id!r} has real-valued targets; a classifier is evaluated on a "
-            "dataset whose labels are classes",
-        )
-    source = runs.DatasetSource.of(settings.data_dir, dataset)
     try:
+        runs.check_labels(loaded, dataset)
+        source = runs.DatasetSource.of(settings.data_dir, dataset)
         source.check(loaded)
         report = runs.evaluate(loaded, source)
     except runs.DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
-    return {"model_id": model.id, "dataset_id": dataset.id, **report}
+    return {
+        "model_id": model.id,
+        "dataset_id": dataset.id,
+        **report,
+        "ignored_features": source.features_beyond(loaded),
+    }
 
 
 @router.get(
