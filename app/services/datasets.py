@@ -38,6 +38,7 @@ from app.tables import ACTIVE_STATUSES, Dataset, Job, new_id
 
 log = logging.getLogger("margin.datasets")
 ORPHAN_GRACE_S = 300.0
+PARSE_STOP_S = 5.0  # how long a failed upload waits for its parser to stop and clean up
 _PARSE_TITLES = {413: "Upload too large", 422: "Invalid dataset", 507: "Insufficient storage"}
 
 
@@ -154,11 +155,13 @@ async def create_dataset(
         )
         return await asyncio.to_thread(_commit, db, settings, dataset, out_dir, idempotency_key)
     finally:
-        sink.remove()
+        sink.close_quietly()
+        if not parse.done():  # the parser stops at the abort marker within a poll or two
+            await asyncio.wait({parse}, timeout=PARSE_STOP_S)
         if parse.done():
-            shutil.rmtree(out_dir, ignore_errors=True)
-        else:  # the parser stops at the abort marker; clean up after it
-            parse.add_done_callback(lambda task: _discard(task, out_dir))
+            _discard(parse, out_dir, sink)
+        else:  # clean up after it, keeping the marker it waits for
+            parse.add_done_callback(lambda task: _discard(task, out_dir, sink))
 
 
 def _parse_problem(meta: dict) -> ProblemError:
@@ -186,10 +189,11 @@ def _same_content(db: Database, key: str) -> Dataset | None:
         return session.scalar(select(Dataset).where(Dataset.content_key == key).limit(1))
 
 
-def _discard(task: asyncio.Future, out_dir: Path) -> None:
-    """Drop an abandoned parse: its outcome no longer matters (the request already failed)."""
+def _discard(task: asyncio.Future, out_dir: Path, sink: UploadSink) -> None:
+    """Drop an abandoned parse: its outcome no longer matters (the request already ended)."""
     if not task.cancelled():
         task.exception()  # marks it retrieved, so it is not logged as lost
+    sink.remove()
     shutil.rmtree(out_dir, ignore_errors=True)
 
 

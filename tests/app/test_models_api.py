@@ -620,7 +620,8 @@ def test_evaluate_refuses_an_unrelated_dataset_and_reports_ignored_features(serv
     unrelated = service.add_dataset(X, np.repeat(np.arange(2.0, 28.0), 2))
     r = service.client.post(url, json={"dataset_id": unrelated})
     assert r.status_code == 422, r.text
-    assert "none of dataset" in r.json()["detail"] and "is a class of the model" in r.json()["detail"]
+    detail = r.json()["detail"]
+    assert "none of dataset" in detail and "is a class of the model" in detail
     # fewer features than the model: valid; more: the extra ones ignored, and counted
     fewer = service.add_dataset(sp.random(4, 3, density=1.0, format="csr"), [1, -1, 1, -1])
     r = service.client.post(url, json={"dataset_id": fewer})
