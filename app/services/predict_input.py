@@ -271,9 +271,10 @@ def _lenient_json(body, error: Exception):
 
 _WS = re.compile(rb"[ \t\r\n]*")
 _HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"instances"[ \t\r\n]*:[ \t\r\n]*\[')
-# Strings (with escapes) and brackets: what decides where a JSON value ends; numbers, commas and
+# Strings (with escapes) and brackets decide where a JSON value ends; numbers, commas and
 # whitespace between them are skipped in C by the search.
-_STRUCTURE = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_BRACKET_OR_QUOTE = re.compile(rb'["\[\]{}]')
+_QUOTE, _OPENING, _WINDOW = ord('"'), frozenset(b"[{"), 1 << 20
 def _instance_spans(body: bytes) -> Iterator[tuple[int, int]]:
     """(start, end) of each element of a large body's ``instances`` list, found without parsing
     the elements. Bodies of another shape than ``{"instances": [...]}`` are refused."""
@@ -312,16 +313,32 @@ def _container_end(body: bytes, pos: int) -> int:
     kind of value starts there (the caller names it)."""
     if body[pos : pos + 1] not in (b"[", b"{"):
         return pos
-    depth = 0
-    for match in _STRUCTURE.finditer(body, pos):
-        token = match.group()
-        if token in (b"[", b"{"):
-            depth += 1
-        elif token in (b"]", b"}"):
-            depth -= 1
-            if depth == 0:
-                return match.end()
-    raise _not_json(len(body), "the end of an instance")
+    depth, in_string, n = 0, False, len(body)
+    # searched a window at a time: the regular expression engine holds the GIL while it
+    # searches, and short searches let the event loop run between them
+    for start in range(pos, n, _WINDOW):
+        for match in _BRACKET_OR_QUOTE.finditer(body, start, start + _WINDOW):
+            at = match.start()
+            c = body[at]
+            if in_string:
+                in_string = c != _QUOTE or _escaped(body, at)
+            elif c == _QUOTE:
+                in_string = True
+            elif c in _OPENING:
+                depth += 1
+            else:
+                depth -= 1
+                if depth == 0:
+                    return at + 1
+    raise _not_json(n, "the end of an instance")
+
+
+def _escaped(body: bytes, at: int) -> bool:
+    """Whether the quote at `at` is escaped (preceded by an odd number of backslashes)."""
+    run = at
+    while run > 0 and body[run - 1] == 0x5C:
+        run -= 1
+    return (at - run) % 2 == 1
 
 
 _SCALARS = {b'"': "a string", b"t": "a boolean", b"f": "a boolean", b"n": "null"}
@@ -368,7 +385,7 @@ def text_rows(body: bytes, model: LinearModel, max_batch: int) -> Iterator[Row]:
     _check_utf8(body)
     counter = _Counter(model, max_batch)
     limit = row_limit(model)
-    for match in _INSTANCE_LINE.finditer(body):
+    for match in _instance_lines(body):
         counter.add()
         start, end = match.span(1)
         comment = body.find(b"#", start, end)
@@ -381,6 +398,18 @@ def text_rows(body: bytes, model: LinearModel, max_batch: int) -> Iterator[Row]:
         # at most colons + 2 tokens: a label and the pairs; anything more stays in the last one
         yield _text_row(where, body[start:end].split(None, colons + 1), model)
     counter.done()
+
+
+def _instance_lines(body: bytes, window: int = 1 << 20):
+    """The matches of _INSTANCE_LINE, searched a window of about `window` bytes (ending at a
+    newline) at a time: the regular expression engine holds the GIL while it searches, and
+    short searches let the event loop run between them."""
+    pos, n = 0, len(body)
+    while pos < n:
+        end = body.find(_NL, min(pos + window, n))
+        end = n if end < 0 else end + 1
+        yield from _INSTANCE_LINE.finditer(body, pos, end)
+        pos = end
 
 
 def _check_utf8(body: bytes, step: int = 1 << 20) -> None:
