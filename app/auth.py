@@ -30,12 +30,14 @@ from collections import OrderedDict
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 
 from app import tenancy
 from app.config import Settings
 from app.db import Database
-from app.errors import ProblemError
-from app.tables import LOCAL_TENANT, ApiKey
+from app.errors import ProblemError, database_problem, problem_response
+from app.rate_limits import RateLimiter
+from app.tables import LOCAL_TENANT, ApiKey, Tenant
 from app.tenancy import SCOPES, Principal
 
 log = logging.getLogger("margin.auth")
@@ -124,13 +126,16 @@ class Authenticator:
         self.cache = KeyCache(settings.auth_cache_s)
         self.local = self._principal(LOCAL_TENANT, SCOPES, None)
 
-    def _principal(self, tenant: str, scopes, key_id: str | None) -> Principal:
+    def _principal(
+        self, tenant: str, scopes, key_id: str | None, rate_limit: str | None = None
+    ) -> Principal:
         return Principal(
             tenant=tenant,
             scopes=frozenset(scopes),
             key_id=key_id,
             quota_storage_bytes=self.settings.quota_storage_bytes,
             quota_active_jobs=self.settings.quota_active_jobs,
+            rate_limit=rate_limit or self.settings.rate_limit,
         )
 
     def lookup(self, key_hash: str) -> Principal | None:
@@ -141,9 +146,11 @@ class Authenticator:
                 row = session.scalar(
                     select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
                 )
+                tenant = session.get(Tenant, row.tenant) if row else None
         finally:
             tenancy.reset_current(token)
-        principal = self._principal(row.tenant, row.scopes, row.id) if row else None
+        rate = tenant.rate_limit if tenant is not None else None
+        principal = self._principal(row.tenant, row.scopes, row.id, rate) if row else None
         self.cache.put(key_hash, principal)
         return principal
 
@@ -191,20 +198,63 @@ async def authorize(request: Request) -> Principal:
     Async on purpose: the context variable it sets must live in the request's own task, where
     the route (and the threads it starts) inherit it.
     """
+    principal = getattr(request.state, "principal", None)  # set by AuthGate before the body
+    if principal is not None:
+        tenancy.set_current(principal)
+        return principal
     auth: Authenticator = request.app.state.auth
     return await auth.authenticate(request, required_scope(request.method, request.url.path))
 
 
 async def authenticate(request: Request, scope: str) -> Principal:
     """For plain Starlette routes that skip FastAPI's dependencies (predict)."""
+    principal = getattr(request.state, "principal", None)
+    if principal is not None:
+        return principal
     return await request.app.state.auth.authenticate(request, scope)
 
 
+class AuthGate:
+    """ASGI middleware: every /v1 request is authenticated, checked for its scope and counted
+    against its rate before its body is read or its route resolved (so that a malformed body
+    without a key is a 401, not a 422). Errors here are answered here: this runs outside the
+    app's exception handlers."""
+
+    def __init__(self, app, auth: Authenticator, limiter: RateLimiter):
+        self.app = app
+        self.auth = auth
+        self.limiter = limiter
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        try:
+            principal = await self.auth.authenticate(
+                request, required_scope(scope["method"], scope["path"])
+            )
+            self.limiter.check(principal)
+        except ProblemError as exc:
+            response = problem_response(
+                exc.status, exc.title, exc.detail, headers=exc.headers, **exc.extra
+            )
+            await response(scope, receive, send)
+            return
+        except DBAPIError as exc:
+            response = database_problem(exc)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def install(app: FastAPI, settings: Settings, db: Database) -> Authenticator:
-    """Set up authentication for `app` and say at start-up how it runs."""
+    """Set up authentication (and request rates) for `app`; say at start-up how it runs. Add it
+    after every other middleware, so that it runs first."""
     tenancy.install()
     auth = Authenticator(settings, db)
     app.state.auth = auth
+    app.add_middleware(AuthGate, auth=auth, limiter=RateLimiter(settings.rate_limit_storage))
     if auth.mode == "optional":
         log.warning(
             "AUTH_MODE=auto on loopback address %s: running WITHOUT API keys (requests without "

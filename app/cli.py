@@ -111,18 +111,26 @@ def _load_demo_child(settings_data: dict) -> None:
     settings = Settings(**settings_data)
     db = Database(settings.db_url)
     try:
-        dataset, created = import_file(db, settings, DEMO_FILE, "heart_scale")
+        dataset, how = import_file(db, settings, DEMO_FILE, "heart_scale")
     finally:
         db.dispose()
-    log.info("demo dataset %s %s", dataset.id, "loaded" if created else "already present")
+    log.info("demo dataset %s %s", dataset.id, how if how == "created" else "already present")
 
 
 def _run_api(settings: Settings) -> None:
     import uvicorn
 
+    from app.http_guard import guarded_protocol, raise_open_files_limit
     from app.main import create_app
 
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    raise_open_files_limit(settings.max_connections + 256)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        http=guarded_protocol(settings),  # header size and read-time limits, connection cap
+    )
 
 
 def cmd_serve(settings: Settings, demo: bool) -> None:

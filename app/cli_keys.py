@@ -41,6 +41,7 @@ def add_parser(commands, common) -> None:
     quota.add_argument("--tenant", required=True)
     quota.add_argument("--storage-mb", type=float, help="stored dataset bytes, in MB")
     quota.add_argument("--jobs", type=int, help="queued or running jobs at once")
+    quota.add_argument("--rate", help="requests per key, e.g. '50/second;1000/minute'")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -81,10 +82,10 @@ def _dispatch(args, db, keys) -> int:
         print(f"revoked key {row.id} ({row.prefix}...) of tenant {row.tenant!r}", file=sys.stderr)
     elif args.keys_command == "quota":
         storage = int(args.storage_mb * 2**20) if args.storage_mb is not None else None
-        row = keys.set_quota(db, args.tenant, storage, args.jobs)
+        row = keys.set_quota(db, args.tenant, storage, args.jobs, args.rate)
         print(
             f"tenant {row.id!r}: storage {row.max_storage_bytes} bytes, "
-            f"active jobs {row.max_active_jobs}",
+            f"active jobs {row.max_active_jobs}, rate {row.rate_limit}",
             file=sys.stderr,
         )
     return 0

@@ -54,7 +54,25 @@ class Settings(BaseSettings):
     max_request_kb: float = Field(1024, gt=0, description="largest JSON request body, in KB")
     max_predict_body_mb: float = Field(64, gt=0, description="largest predict body, in MB")
     max_expanded_mb: float | None = Field(
-        None, gt=0, description="largest decompressed upload, in MB (default 8 x MAX_UPLOAD_MB)"
+        None, gt=0, description="largest decompressed upload, in MB (default MAX_UPLOAD_MB)"
+    )
+    max_line_mb: float = Field(16, gt=0, description="longest line of an uploaded file, in MB")
+    max_features: int = Field(
+        2**24, ge=1, le=2**31 - 1, description="most features (columns) of a dataset"
+    )
+    max_header_kb: float = Field(64, gt=0, description="largest request line and headers, in KB")
+    header_timeout_s: float = Field(
+        10, gt=0, description="seconds a client has to send a request's line and headers"
+    )
+    max_connections: int = Field(
+        1000, ge=1, description="open connections; beyond, the slowest to send headers is closed"
+    )
+    rate_limit: str | None = Field(
+        None,
+        description="default per-key request rate, e.g. '100/second;2000/minute' (unset: none)",
+    )
+    rate_limit_storage: str = Field(
+        "memory://", description="where request counts live (a `limits` storage URI)"
     )
 
     @field_validator("data_dir")
@@ -79,7 +97,16 @@ class Settings(BaseSettings):
 
     @property
     def max_expanded_bytes(self) -> int:
-        return int((self.max_expanded_mb or 8 * self.max_upload_mb) * 1024 * 1024)
+        return int((self.max_expanded_mb or self.max_upload_mb) * 1024 * 1024)
+
+    def upload_limits(self, budget: int | None = None) -> dict:
+        """What the parser of an upload may read and store (see dataset_files.parse_to_arrays)."""
+        return {
+            "max_expanded": self.max_expanded_bytes,
+            "max_line": int(self.max_line_mb * 1024 * 1024),
+            "max_features": self.max_features,
+            "budget": budget,
+        }
 
     @property
     def quota_storage_bytes(self) -> int | None:

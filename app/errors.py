@@ -7,6 +7,7 @@ names no file, line or internal path (the traceback goes to the server log only)
 
 from __future__ import annotations
 
+import difflib
 import logging
 from http import HTTPStatus
 from typing import Any
@@ -59,16 +60,35 @@ def field_path(loc: tuple | list) -> str:
     return ".".join(parts) or "(request)"
 
 
-def describe_validation_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def describe_validation_errors(
+    errors: list[dict[str, Any]], known: dict[tuple, list[str]] | None = None
+) -> list[dict[str, Any]]:
+    """Each error's field and message. `known` maps a location prefix (without 'body') to the
+    fields allowed there, so that an unknown field gets a "did you mean" suggestion."""
     out = []
     for err in errors:
         entry = {"field": field_path(err.get("loc", ())), "message": err.get("msg", "invalid")}
         if err.get("type") == "extra_forbidden":
-            entry["message"] = "unknown field"
+            entry["message"] = "unknown field" + _suggestion(err.get("loc", ()), known or {})
         elif err.get("type") != "missing" and _short_scalar(err.get("input")):
             entry["message"] += f" (got {err['input']!r})"
         out.append(entry)
     return out
+
+
+def _suggestion(loc: tuple | list, known: dict[tuple, list[str]]) -> str:
+    """'; did you mean 'C'?' for a misspelt field, comparing names without case first."""
+    parts = [p for p in loc if p != "body"]
+    if not parts:
+        return ""
+    name, where = str(parts[-1]), tuple(parts[:-1])
+    allowed = known.get(where, [])
+    by_case = [a for a in allowed if a.lower() == name.lower()]
+    close = by_case or difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+    if not close:
+        lowered = {a.lower(): a for a in allowed}
+        close = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), 1)]
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _short_scalar(value: Any) -> bool:
@@ -82,9 +102,17 @@ async def _problem_error(request: Request, exc: ProblemError) -> JSONResponse:
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = describe_validation_errors(list(exc.errors()))
+    errors = describe_validation_errors(list(exc.errors()), _body_fields(request))
     detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
     return problem_response(422, "Invalid request", detail, errors=errors)
+
+
+def _body_fields(request: Request) -> dict[tuple, list[str]]:
+    """The top-level fields of the route's JSON body model, for suggestions."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(getattr(field, "field_info", None), "annotation", None)
+    fields = getattr(model, "model_fields", None)
+    return {(): list(fields)} if fields else {}
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -101,6 +129,14 @@ async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:
     if not _is_unavailable(exc):
         return await _unexpected(request, exc)
     log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc.orig)
+    return database_problem(exc)
+
+
+def database_problem(exc: DBAPIError) -> JSONResponse:
+    """503 with Retry-After for an unavailable database; 500 for any other database error."""
+    if not _is_unavailable(exc):
+        log.error("database error: %s", exc)
+        return problem_response(500, "Internal Server Error", "an unexpected error occurred")
     return problem_response(
         503,
         "Service Unavailable",

@@ -57,8 +57,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.queue = get_queue(settings)
     app.state.parser = ParserPool()
     install_handlers(app)
-    auth.install(app, settings, app.state.db)
     app.add_middleware(limits.BodySizeLimit, limits=limits.RouteLimits(settings))
+    auth.install(app, settings, app.state.db)  # outermost: before the body limit and the body
 
     from app.api import datasets, jobs, models, solvers, summaries
 

@@ -90,8 +90,16 @@ class Dataset(Base):
     classes: Mapped[list[Any] | None] = mapped_column(JSON)  # [{"label": 1.0, "count": 10}, ...]
     target: Mapped[dict[str, Any]] = mapped_column(JSON)  # {"min", "max", "mean"} of the labels
     sha256: Mapped[str] = mapped_column(String(64))
-    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # the upload as received
+    # what is stored (the parsed arrays), counted by the storage quota (migration 0006)
+    stored_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # the upload's content hash and parse options: a repeated upload returns this dataset
+    content_key: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (
+        Index("ux_datasets_tenant_content_key", "tenant", "content_key", unique=True),
+    )
 
 
 class Job(Base):
@@ -186,6 +194,7 @@ class Model(Base):
     n_features: Mapped[int] = mapped_column(Integer)
     zero_based: Mapped[bool] = mapped_column(Boolean)
     weights: Mapped[bytes] = mapped_column(LargeBinary)  # services.model_store.pack_weights
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger)  # len(weights), for the quota
     status: Mapped[str] = mapped_column(String(16))  # the solver's status_
     gap: Mapped[float | None] = mapped_column(Float)
     n_iter: Mapped[int] = mapped_column(Integer)
@@ -207,6 +216,7 @@ class PredictionRun(Base):
     dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"))
     status: Mapped[str] = mapped_column(String(16), default="queued")
     n_rows: Mapped[int | None] = mapped_column(Integer)
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger)  # the CSV's, for the quota
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
@@ -260,4 +270,6 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     max_storage_bytes: Mapped[int | None] = mapped_column(BigInteger)
     max_active_jobs: Mapped[int | None] = mapped_column(Integer)
+    # requests per key, in the `limits` notation ("100/second;2000/minute"); None: the default
+    rate_limit: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -32,6 +32,7 @@ class Principal:
     key_id: str | None = None  # None when no key was sent (AUTH_MODE off)
     quota_storage_bytes: int | None = field(default=None, compare=False)
     quota_active_jobs: int | None = field(default=None, compare=False)
+    rate_limit: str | None = field(default=None, compare=False)  # app.rate_limits notation
 
     def allows(self, scope: str) -> bool:
         return "admin" in self.scopes or scope in self.scopes

@@ -54,9 +54,11 @@ def make_model(data_dir: Path, n_features: int, n_classes: int, seed: int = 0) -
     return model_id
 
 
-def start_server(factory: str, port: int, env: dict, access_log: bool) -> subprocess.Popen:
+def start_server(
+    factory: str, port: int, env: dict, access_log: bool, http: str = "httptools"
+) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "uvicorn", "--factory", factory, "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--loop", "uvloop", "--http", "httptools"]
+    cmd += ["--port", str(port), "--loop", "uvloop", "--http", http]
     cmd += ["--log-level", "info"] if access_log else ["--no-access-log", "--log-level", "warning"]
     stdout = subprocess.DEVNULL if access_log else None
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=stdout, stderr=stdout)

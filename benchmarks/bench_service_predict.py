@@ -133,6 +133,15 @@ def run(args) -> dict:
                 f"/v1/models/{model_id}/predict",
             ),
         ]
+        if args.guard:  # the same route behind the header guard `margin api` runs with
+            targets.append(
+                (
+                    "service predict, header guard (as margin api runs)",
+                    "benchmarks.bench_service_predict:service_app",
+                    f"/v1/models/{model_id}/predict",
+                    "app.http_guard:GuardedHttpToolsProtocol",
+                )
+            )
         if not args.skip_threaded:
             targets.append(
                 (
@@ -142,9 +151,9 @@ def run(args) -> dict:
                 )
             )
         try:
-            for name, factory, path in targets:
+            for name, factory, path, *http in targets:
                 port = free_port()
-                servers.append(start_server(factory, port, env, args.access_log))
+                servers.append(start_server(factory, port, env, args.access_log, *http))
                 rounds[name] = [port, path]
             for r in range(args.rounds):
                 for name, (port, path, *_) in rounds.items():
@@ -319,6 +328,9 @@ def main(argv=None):
         help="servers log every request (as `margin api` does by default)",
     )
     parser.add_argument("--skip-threaded", action="store_true", help="skip the thread-pool variant")
+    parser.add_argument(
+        "--guard", action="store_true", help="also the route behind app.http_guard's protocol"
+    )
     parser.add_argument(
         "--in-process",
         action="store_true",

@@ -23,6 +23,22 @@ class LibsvmFormatError(ValueError):
         return type(self), (str(self), self.line)
 
 
+class LibsvmLimitError(LibsvmFormatError):
+    """Input that is well formed so far but crosses a limit the reader was given (a line longer
+    than ``max_line_bytes``, an index beyond ``max_features``)."""
+
+
+def line_too_long(line_no, head, limit):
+    """The error for a line longer than ``limit`` bytes; ``head`` is its start (named when it is
+    not text at all, as a run of NUL bytes is)."""
+    problem = _not_text(bytes(head[:65536]))
+    if problem:
+        return LibsvmFormatError(f"line {line_no}: not a text file: {problem}", line_no)
+    return LibsvmLimitError(
+        f"line {line_no}: longer than {limit} bytes, the longest line accepted", line_no
+    )
+
+
 def format_error(buf, state, mode, n_features):
     """The error for the failure `parse_lines` recorded in ``state``.
 

@@ -24,13 +24,20 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers import _libsvm_parser as P
-from solvers._libsvm_errors import LibsvmFormatError, format_error
+from solvers._libsvm_errors import (
+    LibsvmFormatError,
+    LibsvmLimitError,
+    format_error,
+    line_too_long,
+)
 from solvers._libsvm_source import DECOMPRESSION_ERRORS, open_source, read_full
 from solvers._libsvm_writer import write_libsvm
 
 __all__ = [
+    "LibsvmChunks",
     "LibsvmData",
     "LibsvmFormatError",
+    "LibsvmLimitError",
     "iter_libsvm",
     "load_libsvm",
     "read_libsvm",
@@ -159,6 +166,70 @@ def _iter_chunks(source, chunk_rows, n_features, mode, dtype, query_id):
         raise LibsvmFormatError("no data rows: the input is empty or holds only comments")
 
 
+class LibsvmChunks:
+    """A LIBSVM/SVMlight file read as a stream of raw chunks, in bounded memory.
+
+    Iterating yields ``(indptr, indices, data, labels, qids)`` for up to ``chunk_rows`` rows and
+    about ``chunk_nnz`` entries at a time: ``indptr`` int64 starting at 0, ``indices`` int32 as
+    written in the file (the index base of a whole file is known only at its end), ``data`` of
+    ``dtype``, ``labels`` float64, ``qids`` int64 (0 where a line has none). The arrays are
+    reused: copy what is kept. Once iterated, ``zero_based``, ``n_features``, ``has_qid``,
+    ``n_rows`` and ``nnz`` describe the file as `load_libsvm` would.
+
+    Limits, checked while reading: a line longer than ``max_line_bytes`` and an index that needs
+    more than ``max_features`` columns raise `LibsvmLimitError` naming the line.
+    """
+
+    def __init__(
+        self, source, *, chunk_rows=65536, chunk_nnz=1 << 20, max_line_bytes=None,
+        max_features=None, dtype=np.float64,
+    ):  # fmt: skip
+        _, self.max_features, self.dtype = _check_options(max_features, "auto", dtype)
+        self.source = source
+        self.chunk_rows, self.chunk_nnz = int(chunk_rows), int(chunk_nnz)
+        self.max_line = max_line_bytes
+        self.zero_based = self.n_features = self.has_qid = None
+        self.n_rows = self.nnz = 0
+
+    def __iter__(self):
+        n_features = -1 if self.max_features is None else self.max_features
+        with open_source(self.source) as src:
+            reader = _ChunkReader(src, P.AUTO, n_features, estimate=False, max_line=self.max_line)
+            out = _Outputs(self.chunk_rows, self.chunk_nnz, self.dtype)
+            while True:
+                status = reader.run(out, max_rows=self.chunk_rows, grow=False)
+                self._check_limit(reader.state)
+                rows = int(reader.state[P.ROWS])
+                if rows:
+                    nnz = int(out.indptr[rows])
+                    self.n_rows, self.nnz = self.n_rows + rows, self.nnz + nnz
+                    yield (out.indptr[: rows + 1], out.indices[:nnz], out.data[:nnz],
+                           out.labels[:rows], out.qids[:rows])  # fmt: skip
+                    reader.state[P.ROWS] = 0
+                    reader.state[P.NNZ] = 0
+                if status == P.DONE:
+                    break
+        if self.n_rows == 0:
+            raise LibsvmFormatError("no data rows: the input is empty or holds only comments")
+        self.zero_based = _decide_base(reader.state, P.AUTO)
+        largest = int(reader.state[P.MAX_INDEX])
+        self.n_features = largest + 1 if self.zero_based else max(largest, 0)
+        self.has_qid = bool(reader.state[P.HAS_QID])
+        if self.zero_based and reader.state[P.FIRST_EQ]:
+            self._too_many(int(reader.state[P.FIRST_EQ]), self.max_features)
+
+    def _check_limit(self, state):
+        if state[P.FIRST_GT]:
+            self._too_many(int(state[P.FIRST_GT]), int(state[P.FIRST_GT_INDEX]))
+
+    def _too_many(self, line, index):
+        raise LibsvmLimitError(
+            f"line {line}: feature index {index} is beyond the limit of {self.max_features} "
+            "features",
+            line,
+        )
+
+
 class _Outputs:
     """Growable result arrays handed to the compiled parser."""
 
@@ -240,11 +311,14 @@ def _csr(data, indices, indptr, rows, n_features):
 class _ChunkReader:
     """Feeds the text to the compiled parser one buffer at a time and turns failures into errors."""
 
-    def __init__(self, src, mode, n_features, estimate=True):
+    def __init__(self, src, mode, n_features, estimate=True, max_line=None):
         self.src = src
+        self.max_line = max_line
         self.mode = mode
         self.n_features = -1 if n_features is None else n_features
         size = _CHUNK_BYTES if src.size is None else min(_CHUNK_BYTES, max(src.size, 1 << 16))
+        if max_line is not None:  # a line that fills the buffer is then over the limit
+            size = min(size, max_line + 1)
         self.buf = np.empty(size + 1, dtype=np.uint8)
         self.filled = 0
         self.read = 0  # bytes of text read so far
@@ -256,8 +330,9 @@ class _ChunkReader:
         self.state[P.MAX_INDEX] = -1
         self.state[P.MIN_INDEX] = np.iinfo(np.int64).max
 
-    def run(self, out, max_rows):
-        """Parse until the input ends (DONE) or ``max_rows`` rows are stored (ROWS_FULL)."""
+    def run(self, out, max_rows, grow=True):
+        """Parse until the input ends (DONE) or ``max_rows`` rows are stored (ROWS_FULL); without
+        ``grow``, also stop when the outputs are full (NEED_SPACE) and hold a row or more."""
         if self.filled == 0 and not self.eof:
             self._fill()
             if bytes(self.buf[:3]) == b"\xef\xbb\xbf" and self.filled >= 3:
@@ -274,6 +349,8 @@ class _ChunkReader:
             if status == P.ROWS_FULL:
                 return status
             if status == P.NEED_SPACE:
+                if not grow and self.state[P.ROWS] > 0:
+                    return status
                 out.grow(int(self.state[P.ROWS]) + 1, int(self.state[P.NEED]))
             elif self.eof:
                 return P.DONE
@@ -302,7 +379,12 @@ class _ChunkReader:
         if tail:
             self.buf[:tail] = self.buf[start : self.filled]
         if tail == self.buf.shape[0] - 1:  # one line longer than the buffer
-            self.buf.resize(2 * self.buf.shape[0] - 1, refcheck=False)
+            if self.max_line is not None and tail >= self.max_line:
+                raise line_too_long(int(self.state[P.LINE]), self.buf[:tail], self.max_line)
+            size = 2 * self.buf.shape[0] - 1
+            if self.max_line is not None:
+                size = min(size, self.max_line + 2)
+            self.buf.resize(size, refcheck=False)
         self.state[P.POS] = 0
         view = memoryview(self.buf)[tail : self.buf.shape[0] - 1]
         try:

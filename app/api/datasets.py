@@ -39,7 +39,12 @@ UPLOAD_DOC = {
     status_code=status.HTTP_201_CREATED,
     response_model=DatasetOut,
     openapi_extra=UPLOAD_DOC,
-    responses={413: {"description": "upload too large"}, 422: {"description": "malformed file"}},
+    responses={
+        200: {"description": "the same file was already stored: that dataset", "model": DatasetOut},
+        413: {"description": "upload too large"},
+        422: {"description": "malformed file"},
+        429: {"description": "storage quota exceeded"},
+    },
 )
 async def upload_dataset(
     request: Request,
@@ -59,12 +64,14 @@ async def upload_dataset(
     """Upload a LIBSVM/SVMlight file (optionally gzip, bzip2 or xz compressed) or an npz
     archive, as the multipart field `file` (with an optional field `name`) or as the raw
     request body."""
-    dataset, created = await service.create_dataset(
+    dataset, how = await service.create_dataset(
         request, db, settings, request.app.state.parser, name, check_key(idempotency_key), format
     )
     response.headers["Location"] = f"/v1/datasets/{dataset.id}"
-    if not created:
+    if how == "replayed":
         response.headers["Idempotent-Replayed"] = "true"
+    elif how == "duplicate":  # the tenant already stores these bytes: that dataset, 200
+        response.status_code = status.HTTP_200_OK
     return service.dataset_view(dataset)
 
 

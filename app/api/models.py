@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import asynccontextmanager
+from itertools import chain
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import delete, select
 
 from app.auth import authenticate
@@ -33,7 +34,7 @@ from app.schemas.models import (
 from app.services import export as export_service
 from app.services import prediction_runs as runs
 from app.services.model_cache import ModelCache, fetch_model, model_from_row
-from app.services.prediction import InvalidInstances, dumps, parse_body, predict_payload
+from app.services.prediction import InvalidInstances, dumps, predict_body
 from app.tables import Dataset, Model, PredictionRun
 
 log = logging.getLogger("margin.models")
@@ -91,7 +92,7 @@ async def predict(request: Request) -> Response:
         model = await run_in_threadpool(fetch_model, app.state.db, cache, model_id)
         if model is None:
             raise not_found("Model", model_id)
-    body = await request.body()
+    body = await read_body(request)
     content_type = request.headers.get("content-type", "")
     max_batch = app.state.settings.max_predict_batch
     try:
@@ -126,9 +127,25 @@ async def _predict_documented(model_id: str, request: Request) -> Response:
     return await predict(request)  # pragma: no cover - shadowed by the route above
 
 
+async def read_body(request: Request) -> bytes | bytearray:
+    """The request body in one buffer, filled as it arrives (Starlette's `body()` holds the
+    chunks and their join at once: twice the body). BodySizeLimit has bounded its size."""
+    declared = request.headers.get("content-length", "")
+    if not declared.isdigit():
+        buffer = bytearray()
+        async for chunk in request.stream():
+            buffer += chunk
+        return buffer
+    buffer, filled = bytearray(int(declared)), 0
+    async for chunk in request.stream():
+        buffer[filled : filled + len(chunk)] = chunk
+        filled += len(chunk)
+    del buffer[filled:]
+    return buffer
+
+
 def _predict_bytes(body: bytes, content_type: str, model, max_batch: int) -> bytes:
-    X = parse_body(body, content_type, model, max_batch)
-    return dumps(predict_payload(model, X))
+    return dumps(predict_body(body, content_type, model, max_batch))
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,20 +330,19 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
     dataset."""
     dataset = _dataset_or_404(session, body.dataset_id)
     loaded = model_from_row(model)
-    if not loaded.is_regressor and dataset.label_kind == "real":
-        raise ProblemError(
-            422,
-            "Dataset not compatible",
-            f"dataset {dataset.id!r} has real-valued targets; a classifier is evaluated on a "
-            "dataset whose labels are classes",
-        )
-    source = runs.DatasetSource.of(settings.data_dir, dataset)
     try:
+        runs.check_labels(loaded, dataset)
+        source = runs.DatasetSource.of(settings.data_dir, dataset)
         source.check(loaded)
         report = runs.evaluate(loaded, source)
     except runs.DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
-    return {"model_id": model.id, "dataset_id": dataset.id, **report}
+    return {
+        "model_id": model.id,
+        "dataset_id": dataset.id,
+        **report,
+        "ignored_features": source.features_beyond(loaded),
+    }
 
 
 @router.get(
@@ -338,12 +354,13 @@ def export_model(model: ModelDep, format: Literal["liblinear", "json"] = "liblin
     loaded = model_from_row(model)
     if format == "json":
         return Response(dumps(export_service.json_document(loaded)), media_type="application/json")
+    chunks = export_service.liblinear_chunks(loaded)
     try:
-        text = export_service.liblinear_text(loaded)
+        first = next(chunks)  # the header: whether the model can be written at all
     except export_service.NotExportable as exc:
         raise ProblemError(422, "Not exportable", str(exc)) from None
-    return Response(
-        text,
+    return StreamingResponse(
+        chain([first], chunks),
         media_type="text/plain",
         headers={"Content-Disposition": f'attachment; filename="{model.id}.model"'},
     )

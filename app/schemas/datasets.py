@@ -36,5 +36,8 @@ class DatasetOut(BaseModel):
     has_qid: bool
     labels: ClassLabels | RealTarget = Field(discriminator="kind")
     sha256: str
-    size_bytes: int
+    size_bytes: int = Field(description="the upload as received")
+    stored_bytes: int | None = Field(
+        None, description="what is stored (the parsed arrays); counted by the storage quota"
+    )
     created_at: datetime

@@ -64,6 +64,9 @@ class ClassificationEvaluation(BaseModel):
     confusion_matrix: list[list[int]] = Field(
         description="[i][j]: instances of true label labels[i] predicted as labels[j]"
     )
+    ignored_features: int = Field(
+        0, description="features of the dataset beyond the model's (ignored, as in predict)"
+    )
 
 
 class RegressionEvaluation(BaseModel):
@@ -72,6 +75,9 @@ class RegressionEvaluation(BaseModel):
     n: int
     mse: float | None
     r2: float | None = Field(description="null when the true targets are constant")
+    ignored_features: int = Field(
+        0, description="features of the dataset beyond the model's (ignored, as in predict)"
+    )
 
 
 PREDICT_OPENAPI: dict[str, Any] = {

@@ -11,7 +11,6 @@ import errno
 import io
 import multiprocessing
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -20,8 +19,16 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from app.services.dataset_store import (
+    MAX_CLASSES,  # noqa: F401 - part of this module's interface
+    DatasetWriter,
+    LabelSummary,
+    QuotaExceeded,
+    StorageBudget,
+)
+
 ARRAYS = ("data", "indices", "indptr", "y")
-MAX_CLASSES = 1000
+CHUNK_ROWS, CHUNK_NNZ = 65536, 1 << 20  # rows and entries the parser holds at a time
 
 
 def summarize_labels(y: np.ndarray) -> dict[str, Any]:
@@ -30,21 +37,9 @@ def summarize_labels(y: np.ndarray) -> dict[str, Any]:
     Labels look like classes when they are all integers and either at most two distinct values
     occur or at most `MAX_CLASSES` do and each class has two rows or more on average.
     """
-    target = {"min": _number(y.min()), "max": _number(y.max()), "mean": float(y.mean())}
-    values, counts = np.unique(y, return_counts=True)
-    integral = bool(np.all(values == np.round(values)))
-    k = len(values)
-    if integral and (k <= 2 or (k <= MAX_CLASSES and k <= len(y) // 2)):
-        classes = [
-            {"label": _number(v), "count": int(c)} for v, c in zip(values, counts, strict=True)
-        ]
-        return {"label_kind": "classes", "classes": classes, "target": target}
-    return {"label_kind": "real", "classes": None, "target": target}
-
-
-def _number(value: float) -> int | float:
-    value = float(value)
-    return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    summary = LabelSummary()
+    summary.add(np.asarray(y, dtype=np.float64))
+    return summary.result()
 
 
 class UploadAborted(Exception):
@@ -109,25 +104,38 @@ def parse_to_arrays(
     source: str,
     out_dir: str,
     growing: bool = False,
-    max_expanded: int | None = None,
+    limits: dict | None = None,
     fmt: str | None = None,
 ) -> dict[str, Any]:
-    """Parse an uploaded file and save its arrays into `out_dir` (runs in a child process).
+    """Parse an uploaded file into a dataset's arrays in `out_dir` (runs in a child process),
+    writing them as it reads: the parser's memory is one chunk, not the dataset. `fmt` is the
+    upload's format (`app.services.formats`; None: recognised from its first bytes).
 
-    `fmt` is the upload's format (`app.services.formats`; None: recognised from its first bytes).
-
-    With `growing`, the file is still being uploaded and is followed as it grows. A compressed
-    file may expand to at most `max_expanded` bytes (`app.limits.open_expanded`). Returns the
-    dataset's metadata, or ``{"error": message, "line": n, "status": http status}`` (errors are
-    returned, not raised, so that nothing custom has to cross the process boundary).
+    With `growing`, the file is still being uploaded and is followed as it grows. `limits`
+    (each optional): ``max_expanded`` bytes of decompressed text, ``max_line`` bytes in a line,
+    ``max_features``, ``budget`` bytes that may be stored (the tenant's quota room). Returns the
+    dataset's metadata with ``stored_bytes``, or ``{"error": message, "line": n, "status": http
+    status}`` (errors are returned, not raised, so nothing custom crosses the process boundary).
+    On error nothing is left in `out_dir`.
     """
+    limits = limits or {}
+    writer = None
     try:
-        return _parse_and_save(source, out_dir, growing, max_expanded, fmt)
+        writer = DatasetWriter(Path(out_dir), StorageBudget(limits.get("budget")))
+        meta = _parse_into(source, writer, growing, limits, fmt)
     except OSError as exc:
+        if writer is not None:
+            writer.abort()
         if _disk_full(exc):
-            shutil.rmtree(out_dir, ignore_errors=True)
             return {"error": DISK_FULL, "line": None, "status": 507}
         raise
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if "error" in meta:
+        writer.abort()
+    return meta
 
 
 def _disk_full(exc: OSError) -> bool:
@@ -140,49 +148,45 @@ def _disk_full(exc: OSError) -> bool:
 DISK_FULL = "the server's disk is full: the dataset could not be stored; nothing was kept"
 
 
-def _parse_and_save(
-    source: str, out_dir: str, growing: bool, max_expanded: int | None, fmt: str | None = None
+def _parse_into(
+    source: str, writer: DatasetWriter, growing: bool, limits: dict, fmt: str | None
 ) -> dict[str, Any]:
     from app.limits import ExpansionTooLarge, open_expanded
     from app.services import formats
-    from solvers.io import LibsvmFormatError
+    from solvers.io import LibsvmFormatError, LibsvmLimitError
 
-    limit = max_expanded if max_expanded is not None else 2**62
+    expanded = limits.get("max_expanded") or 2**62
     try:
         with GrowingFile(source) if growing else open(source, "rb") as stream:
-            plain = open_expanded(stream, limit)
+            plain = open_expanded(stream, expanded)
             kind = formats.resolve(fmt, plain.peek(4)[:4])
-            parsed = formats.read(kind, plain, source, limit)
+            chunks = formats.chunks(
+                kind, plain, source, {**limits, "max_expanded": expanded}, CHUNK_ROWS, CHUNK_NNZ
+            )
+            for chunk in chunks:
+                writer.append(*chunk)
     except UploadAborted as exc:
         return {"error": str(exc), "line": None, "aborted": True}
-    except ExpansionTooLarge as exc:
-        return {"error": str(exc), "line": None, "status": 413}
-    except LibsvmFormatError as exc:
-        return {"error": str(exc), "line": getattr(exc, "line", None)}
-    except (ValueError, EOFError) as exc:
-        return {"error": str(exc) or type(exc).__name__, "line": getattr(exc, "line", None)}
+    except QuotaExceeded as exc:
+        return {"error": str(exc), "line": None, "status": 429, "quota_room": exc.limit}
+    except (ExpansionTooLarge, LibsvmLimitError) as exc:
+        return {"error": str(exc), "line": getattr(exc, "line", None), "status": 413}
+    except (ValueError, EOFError) as exc:  # LibsvmFormatError and corrupt compressed data
+        line = exc.line if isinstance(exc, LibsvmFormatError) else getattr(exc, "line", None)
+        return {"error": str(exc) or type(exc).__name__, "line": line}
     except MemoryError:
-        return {"error": "the parsed dataset does not fit in the parser's memory", "line": None}
-    X = parsed.X.tocsr()
-    if X.shape[0] == 0:
-        return {"error": "the file has no data rows", "line": None}
-    y = np.asarray(parsed.y, dtype=np.float64)
-    if not np.all(np.isfinite(y)):
-        bad = int(np.flatnonzero(~np.isfinite(y))[0])
-        return {"error": f"row {bad + 1}: the label is not a finite number", "line": None}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=False)
-    for name, array in (("data", X.data), ("indices", X.indices), ("indptr", X.indptr), ("y", y)):
-        np.save(out / f"{name}.npy", array)
-    if parsed.qid is not None:
-        np.save(out / "qid.npy", np.asarray(parsed.qid))
+        return {"error": "the dataset does not fit in the parser's memory", "line": None}
+    try:
+        shift = 0 if chunks.zero_based else 1  # a one-based file's raw indices, minus one
+        stored = writer.finish(chunks.zero_based, chunks.has_qid, shift=shift)
+    except QuotaExceeded as exc:
+        return {"error": str(exc), "line": None, "status": 429, "quota_room": exc.limit}
     return {
-        "n_rows": int(X.shape[0]),
-        "n_features": int(parsed.n_features),
-        "nnz": int(X.nnz),
-        "zero_based": bool(parsed.zero_based),
-        "has_qid": parsed.qid is not None,
-        **summarize_labels(y),
+        "n_rows": chunks.n_rows,
+        "n_features": chunks.n_features,
+        "zero_based": bool(chunks.zero_based),
+        "has_qid": bool(chunks.has_qid),
+        **stored,
     }
 
 
@@ -204,9 +208,10 @@ def watch_parent() -> None:
 
 def warm_up() -> None:
     """Load the reader's compiled kernels (run once in a fresh parser process)."""
-    from solvers.io import load_libsvm
+    from solvers.io import LibsvmChunks
 
-    load_libsvm(io.BytesIO(b"1 1:1\n-1 2:1\n"))
+    for _ in LibsvmChunks(io.BytesIO(b"1 1:1\n-1 2:1\n")):
+        pass
 
 
 def load_arrays(

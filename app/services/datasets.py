@@ -10,6 +10,8 @@ removes such leftovers at start.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import multiprocessing
 import os
@@ -36,6 +38,7 @@ from app.tables import ACTIVE_STATUSES, Dataset, Job, new_id
 
 log = logging.getLogger("margin.datasets")
 ORPHAN_GRACE_S = 300.0
+PARSE_STOP_S = 5.0  # how long a failed upload waits for its parser to stop and clean up
 _PARSE_TITLES = {413: "Upload too large", 422: "Invalid dataset", 507: "Insufficient storage"}
 
 
@@ -64,7 +67,7 @@ class ParserPool:
         source: Path,
         out_dir: Path,
         growing: bool = False,
-        max_expanded: int | None = None,
+        limits: dict | None = None,
         fmt: str | None = None,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -75,7 +78,7 @@ class ParserPool:
                 str(source),
                 str(out_dir),
                 growing,
-                max_expanded,
+                limits,
                 fmt,
             )
         except BrokenProcessPool:
@@ -96,6 +99,12 @@ class ParserPool:
             self._executor = None
 
 
+def content_key(sha256: str, options: dict | None = None) -> str:
+    """What makes two uploads the same dataset: the bytes received and how they are parsed."""
+    text = json.dumps({"sha256": sha256, "format": "libsvm", **(options or {})}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 async def create_dataset(
     request: Request,
     db: Database,
@@ -104,26 +113,34 @@ async def create_dataset(
     name: str | None,
     idempotency_key: str | None,
     fmt: str | None = None,
-) -> tuple[Dataset, bool]:
-    """Receive, parse and store an upload (`fmt`: see app.services.formats). Returns
-    (dataset, created); created is False when the Idempotency-Key had already created it."""
+) -> tuple[Dataset, str]:
+    """Receive, parse and store an upload (`fmt`: see app.services.formats). Returns (dataset,
+    how): "created"; "replayed" when the Idempotency-Key had already created it; "duplicate"
+    when the tenant already stores the same bytes parsed the same way (that dataset is
+    returned, nothing is stored twice)."""
     if idempotency_key:
         existing = _replay(db, idempotency_key)
         if existing is not None:
-            return existing, False
+            return existing, "replayed"
     tmp = settings.data_dir / "tmp"
     check_declared_length(request, settings.max_upload_bytes)
+    room = await asyncio.to_thread(_storage_room, db)
     sink = UploadSink(tmp / (temp_name("upload") + ".part"), settings.max_upload_bytes)
     out_dir = tmp / temp_name("parsed")
     # the parser follows the file while it arrives, so receiving and parsing overlap
     parse = asyncio.ensure_future(
         parser.parse(
-            sink.path, out_dir, growing=True, max_expanded=settings.max_expanded_bytes, fmt=fmt
+            sink.path, out_dir, growing=True, limits=settings.upload_limits(room), fmt=fmt
         )
     )
     try:
         try:
             filename, field_name = await receive_into(request, sink)
+            key = content_key(sink.hash.hexdigest(), {"format": fmt} if fmt else None)
+            duplicate = await asyncio.to_thread(_same_content, db, key)
+            if duplicate is not None:
+                sink.abort()  # the parser stops; nothing is stored
+                return duplicate, "duplicate"
             sink.finish()
         except BaseException:
             sink.abort()
@@ -132,32 +149,57 @@ async def create_dataset(
         if sink.size == 0:
             raise ProblemError(422, "Invalid dataset", "file: the uploaded file is empty")
         if "error" in meta:
-            line = {"line": meta["line"]} if meta.get("line") else {}
-            status = meta.get("status", 422)
-            raise ProblemError(
-                status, _PARSE_TITLES.get(status, "Invalid dataset"), meta["error"], **line
-            )
+            raise _parse_problem(meta)
         dataset = Dataset(
             id=new_id("ds"),
             name=(name or field_name or filename or "dataset")[:255],
             filename=filename,
             sha256=sink.hash.hexdigest(),
             size_bytes=sink.size,
+            content_key=key,
             **meta,
         )
         return await asyncio.to_thread(_commit, db, settings, dataset, out_dir, idempotency_key)
     finally:
-        sink.remove()
+        sink.close_quietly()
+        if not parse.done():  # the parser stops at the abort marker within a poll or two
+            await asyncio.wait({parse}, timeout=PARSE_STOP_S)
         if parse.done():
-            shutil.rmtree(out_dir, ignore_errors=True)
-        else:  # the parser stops at the abort marker; clean up after it
-            parse.add_done_callback(lambda task: _discard(task, out_dir))
+            _discard(parse, out_dir, sink)
+        else:  # clean up after it, keeping the marker it waits for
+            parse.add_done_callback(lambda task: _discard(task, out_dir, sink))
 
 
-def _discard(task: asyncio.Future, out_dir: Path) -> None:
-    """Drop an abandoned parse: its outcome no longer matters (the request already failed)."""
+def _parse_problem(meta: dict) -> ProblemError:
+    status = meta.get("status", 422)
+    if status == 429:
+        return ProblemError(
+            429,
+            "Storage quota exceeded",
+            meta["error"],
+            room_bytes=meta.get("quota_room"),
+            headers={"Retry-After": str(quotas.STORAGE_RETRY_AFTER_S)},
+        )
+    line = {"line": meta["line"]} if meta.get("line") else {}
+    return ProblemError(status, _PARSE_TITLES.get(status, "Invalid dataset"), meta["error"], **line)
+
+
+def _storage_room(db: Database) -> int | None:
+    with db.session() as session:
+        return quotas.storage_room(session)
+
+
+def _same_content(db: Database, key: str) -> Dataset | None:
+    """The current tenant's dataset with this content key (the tenant filter applies)."""
+    with db.session() as session:
+        return session.scalar(select(Dataset).where(Dataset.content_key == key).limit(1))
+
+
+def _discard(task: asyncio.Future, out_dir: Path, sink: UploadSink) -> None:
+    """Drop an abandoned parse: its outcome no longer matters (the request already ended)."""
     if not task.cancelled():
         task.exception()  # marks it retrieved, so it is not logged as lost
+    sink.remove()
     shutil.rmtree(out_dir, ignore_errors=True)
 
 
@@ -169,26 +211,29 @@ def _replay(db: Database, key: str) -> Dataset | None:
 
 def _commit(
     db: Database, settings: Settings, dataset: Dataset, out_dir: Path, key: str | None
-) -> tuple[Dataset, bool]:
+) -> tuple[Dataset, str]:
     final = dataset_dir(settings, dataset.id)
     try:
         with db.write() as session:
-            quotas.check_storage(session, dataset.size_bytes)
+            quotas.check_storage(session, dataset.stored_bytes)
             session.add(dataset)
             if key:
                 idempotency.remember(session, "datasets", key, None, dataset.id)
             session.flush()
             os.replace(out_dir, final)
-    except IntegrityError:
+    except IntegrityError:  # the same Idempotency-Key or content, committed meanwhile
         shutil.rmtree(final, ignore_errors=True)
         existing = _replay(db, key) if key else None
+        if existing is not None:
+            return existing, "replayed"
+        existing = _same_content(db, dataset.content_key) if dataset.content_key else None
         if existing is None:
             raise
-        return existing, False
+        return existing, "duplicate"
     except BaseException:
         shutil.rmtree(final, ignore_errors=True)
         raise
-    return dataset, True
+    return dataset, "created"
 
 
 def list_datasets(
@@ -311,25 +356,23 @@ def dataset_view(dataset: Dataset) -> dict[str, Any]:
         "labels": labels,
         "sha256": dataset.sha256,
         "size_bytes": dataset.size_bytes,
+        "stored_bytes": dataset.stored_bytes,
         "created_at": dataset.created_at,
     }
 
 
-def import_file(db: Database, settings: Settings, path: Path, name: str) -> tuple[Dataset, bool]:
-    """Store a local file as a dataset, parsing in this process (for small files such as the
-    demo). A file already stored with the same content and name is not stored twice."""
-    import hashlib
-
+def import_file(db: Database, settings: Settings, path: Path, name: str) -> tuple[Dataset, str]:
+    """Store a local file as a dataset, parsing it in this process (for small files such as the
+    demo). A file already stored with the same content is not stored twice."""
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    with db.session() as session:
-        existing = session.scalar(
-            select(Dataset).where(Dataset.sha256 == digest, Dataset.name == name).limit(1)
-        )
+    key = content_key(digest)
+    existing = _same_content(db, key)
     if existing is not None:
-        return existing, False
+        return existing, "duplicate"
     out_dir = settings.data_dir / "tmp" / temp_name("parsed")
     try:
-        meta = dataset_files.parse_to_arrays(str(path), str(out_dir))
+        limits = settings.upload_limits()
+        meta = dataset_files.parse_to_arrays(str(path), str(out_dir), limits=limits)
         if "error" in meta:
             raise ValueError(f"{path.name}: {meta['error']}")
         dataset = Dataset(
@@ -338,6 +381,7 @@ def import_file(db: Database, settings: Settings, path: Path, name: str) -> tupl
             filename=path.name,
             sha256=digest,
             size_bytes=path.stat().st_size,
+            content_key=key,
             **meta,
         )
         return _commit(db, settings, dataset, out_dir, None)

@@ -32,8 +32,6 @@ Its conventions, and how ours map onto them:
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 
 from app.services.prediction import LinearModel
@@ -68,6 +66,12 @@ def _integer_labels(classes: list) -> list[int]:
 
 def liblinear_text(model: LinearModel) -> str:
     """The model as a LIBLINEAR model file (text)."""
+    return "".join(liblinear_chunks(model))
+
+
+def liblinear_chunks(model: LinearModel, rows_per_chunk: int = 8192):
+    """The LIBLINEAR model file in pieces of at most `rows_per_chunk` weight rows (runs of zero
+    rows of a sparse model are written as repeats of one line), for a streamed response."""
     coef, intercept = model.coef, model.intercept
     if coef.shape[0] == 2 and not model.is_regressor:
         # LIBLINEAR decides any two-class model by the sign of its first column, so a model with
@@ -75,26 +79,42 @@ def liblinear_text(model: LinearModel) -> str:
         coef = (coef[1] - coef[0])[None, :]
         intercept = intercept[1:] - intercept[:1]
     has_bias = bool(np.any(intercept != 0))
-    out = io.StringIO()
-    out.write(f"solver_type {liblinear_solver_type(model)}\n")
+    yield _liblinear_header(model, coef.shape[0], has_bias)
+    columns = model.columns if model.columns is not None else np.arange(coef.shape[1])
+    zero_line = "0 " * coef.shape[0] + "\n"
+    written = 0  # model columns written so far
+    for start in range(0, columns.size, rows_per_chunk):
+        block = columns[start : start + rows_per_chunk].tolist()
+        rows = coef[:, start : start + rows_per_chunk].T.tolist()
+        out = []
+        for column, row in zip(block, rows, strict=True):
+            if column > written:
+                yield from _zero_rows(zero_line, column - written, rows_per_chunk)
+            out.append("".join(f"{v:.17g} " for v in row) + "\n")
+            written = column + 1
+        yield "".join(out)
+    yield from _zero_rows(zero_line, model.n_features - written, rows_per_chunk)
+    if has_bias:
+        yield "".join(f"{v:.17g} " for v in intercept.tolist()) + "\n"
+
+
+def _zero_rows(line: str, count: int, per_chunk: int):
+    for start in range(0, count, per_chunk):
+        yield line * min(per_chunk, count - start)
+
+
+def _liblinear_header(model: LinearModel, nr_w: int, has_bias: bool) -> str:
+    lines = [f"solver_type {liblinear_solver_type(model)}"]
     if model.is_regressor:
-        out.write("nr_class 2\n")
+        lines.append("nr_class 2")
     else:
         labels = _integer_labels(model.classes)
-        if coef.shape[0] == 1:
+        if nr_w == 1:
             labels = [labels[1], labels[0]]
-        out.write(f"nr_class {len(labels)}\n")
-        out.write("label " + " ".join(str(v) for v in labels) + "\n")
-    out.write(f"nr_feature {model.n_features}\n")
-    out.write(f"bias {1 if has_bias else -1}\n")
-    out.write("w\n")
-    rows = coef.T
-    if has_bias:
-        rows = np.vstack([rows, intercept[None, :]])
-    for row in rows.tolist():
-        out.write("".join(f"{v:.17g} " for v in row))
-        out.write("\n")
-    return out.getvalue()
+        lines.append(f"nr_class {len(labels)}")
+        lines.append("label " + " ".join(str(v) for v in labels))
+    lines += [f"nr_feature {model.n_features}", f"bias {1 if has_bias else -1}", "w"]
+    return "\n".join(lines) + "\n"
 
 
 def json_document(model: LinearModel) -> dict:
@@ -122,6 +142,18 @@ def json_document(model: LinearModel) -> dict:
             else "coef column j is feature index j + 1"
         ),
         "decision_rule": decision,
-        "coef": model.coef,
+        **_coefficients(model),
         "intercept": model.intercept,
+    }
+
+
+def _coefficients(model: LinearModel) -> dict:
+    """``coef`` (n_outputs, n_features) for a dense model; for a sparse one ``coef_sparse``:
+    the columns holding a weight and their values (n_outputs, len(columns)), so that the
+    document's size follows the weights, not the feature count."""
+    if model.columns is None:
+        return {"layout": "dense", "coef": model.coef}
+    return {
+        "layout": "sparse",
+        "coef_sparse": {"columns": model.columns, "values": model.coef},
     }

@@ -38,7 +38,8 @@ def validate_request(body: JobCreate) -> tuple[EstimatorSpec, dict[str, Any]]:
         params = spec.validate(body.params)
     except ValidationError as exc:
         errors = describe_validation_errors(
-            [{**e, "loc": ("params", *e["loc"])} for e in exc.errors()]
+            [{**e, "loc": ("params", *e["loc"])} for e in exc.errors()],
+            known={("params",): list(spec.params.model_fields)},
         )
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
         raise ProblemError(422, "Invalid job", detail, errors=errors) from None
@@ -74,6 +75,25 @@ def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dat
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
 
 
+def check_validation_labels(spec: EstimatorSpec, dataset: Dataset, valid: Dataset) -> None:
+    """422 when a classifier's validation set is unrelated to its training set: its label kind
+    differs, or none of its labels is a class of the training set."""
+    if spec.kind != "classifier":
+        return
+    if valid.label_kind != dataset.label_kind:
+        raise _invalid(
+            "validation_dataset_id",
+            f"the validation set's labels are {valid.label_kind}, the training set's are "
+            f"{dataset.label_kind}",
+        )
+    train = {float(c["label"]) for c in dataset.classes or []}
+    if not any(float(c["label"]) in train for c in valid.classes or []):
+        raise _invalid(
+            "validation_dataset_id",
+            "none of the validation set's labels is a class of the training set",
+        )
+
+
 def _dataset_or_404(session: Session, dataset_id: str, field: str) -> Dataset:
     dataset = session.get(Dataset, dataset_id)
     if dataset is None:
@@ -104,6 +124,7 @@ def create_job(db: Database, queue: JobQueue, body: JobCreate, key: str | None) 
                         "validation_dataset_id",
                         "the validation file uses feature index 0, the training file is one-based",
                     )
+                check_validation_labels(spec, dataset, valid)
             job = Job(
                 id=new_id("job"),
                 dataset_id=dataset.id,

@@ -90,13 +90,26 @@ def revoke_key(db: Database, ident: str) -> ApiKey:
 
 
 def set_quota(
-    db: Database, tenant: str, storage_bytes: int | None, active_jobs: int | None
+    db: Database,
+    tenant: str,
+    storage_bytes: int | None,
+    active_jobs: int | None,
+    rate_limit: str | None = None,
 ) -> Tenant:
-    """Set a tenant's own limits (None keeps the service-wide default)."""
+    """Set a tenant's own limits (None keeps the service-wide default). `rate_limit` is a
+    request rate per key in the `limits` notation, e.g. "50/second;1000/minute"."""
+    from app.rate_limits import InvalidRate, parse_rate
+
     tenant = check_tenant(tenant)
+    if rate_limit is not None:
+        try:
+            parse_rate(rate_limit)
+        except InvalidRate as exc:
+            raise KeyRequestError(str(exc)) from None
     with db.write() as session:
         row = session.get(Tenant, tenant) or Tenant(id=tenant)
         row.max_storage_bytes = storage_bytes
         row.max_active_jobs = active_jobs
+        row.rate_limit = rate_limit
         session.add(row)
     return row

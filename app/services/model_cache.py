@@ -87,18 +87,19 @@ class ModelCache:
 
 def model_from_row(row) -> LinearModel:
     """Unpack a ``tables.Model`` row for prediction."""
-    from app.services.model_store import unpack_weights
+    from app.services.model_store import load_weights
 
-    coef, intercept = unpack_weights(row.weights)
+    weights = load_weights(row.weights)
     return LinearModel(
         id=row.id,
         kind=row.kind,
         classes=list(row.classes or []),
         n_features=int(row.n_features),
         zero_based=bool(row.zero_based),
-        coef=np.ascontiguousarray(coef, dtype=np.float64),
-        intercept=np.ascontiguousarray(intercept, dtype=np.float64),
+        coef=np.ascontiguousarray(weights.coef, dtype=np.float64),
+        intercept=np.ascontiguousarray(weights.intercept, dtype=np.float64),
         info={"estimator": row.estimator, "params": dict(row.params or {}), "tenant": row.tenant},
+        columns=weights.columns,
     )
 
 

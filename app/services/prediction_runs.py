@@ -61,6 +61,12 @@ class DatasetSource:
                     "the dataset uses feature index 0, but the model's training file is one-based"
                 )
 
+    def features_beyond(self, model: LinearModel) -> int:
+        """How many of the dataset's features the model does not have (ignored, as LIBLINEAR's
+        predict ignores them): its columns past the model's, in the model's numbering."""
+        shift = (0 if self.zero_based else 1) - (0 if model.zero_based else 1)
+        return max(0, self.n_features + shift - model.n_features)
+
     def chunks(self, model: LinearModel, rows: int = CHUNK_ROWS):
         """Yield (first row, X chunk in the model's columns, y chunk) over the dataset.
 
@@ -88,6 +94,31 @@ class DatasetSource:
             except ValueError as exc:
                 raise DatasetMismatch(str(exc)) from None
             yield start, X, np.asarray(arrays["y"][start:stop], dtype=np.float64)
+
+
+def check_labels(model: LinearModel, dataset) -> None:
+    """DatasetMismatch unless a ``tables.Dataset``'s labels can score a classifier: the dataset
+    must have class labels, one of them at least a class of the model (an unrelated dataset
+    would otherwise score an accuracy of 0 without a word). Regressors take any target."""
+    if model.is_regressor:
+        return
+    if dataset.label_kind != "classes":
+        raise DatasetMismatch(
+            f"dataset {dataset.id!r} has real-valued targets; a classifier is evaluated on a "
+            "dataset whose labels are classes"
+        )
+    labels = [c["label"] for c in dataset.classes or []]
+    known = {float(c) for c in model.classes}
+    if not any(float(label) in known for label in labels):
+        raise DatasetMismatch(
+            f"none of dataset {dataset.id!r}'s labels ({_listed(labels)}) is a class of the "
+            f"model ({_listed(model.classes)}): it is not a test set of this model"
+        )
+
+
+def _listed(values: list, limit: int = 10) -> str:
+    text = ", ".join(str(v) for v in values[:limit])
+    return text + (f", ... ({len(values)} in all)" if len(values) > limit else "")
 
 
 def evaluate(model: LinearModel, source: DatasetSource) -> dict:

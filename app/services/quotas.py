@@ -1,5 +1,10 @@
 """Per-tenant quotas: stored bytes and active (queued or running) jobs; 429 beyond them.
 
+Stored bytes are what the tenant keeps on the service: its datasets' parsed arrays (their upload
+size for datasets stored before that was recorded), its models' weights and its prediction CSVs.
+An upload is also stopped while it is parsed, as soon as its arrays outgrow the room left
+(`storage_room`, handed to the parser as its budget).
+
 Limits are the tenant's own (`tenants` row) or the service-wide defaults (QUOTA_STORAGE_MB,
 QUOTA_ACTIVE_JOBS; unset means unlimited). Checks run inside the transaction that creates the
 resource and lock the tenant's row first, so concurrent requests of one tenant cannot both slip
@@ -13,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from app import tenancy
 from app.errors import ProblemError
-from app.tables import ACTIVE_STATUSES, Dataset, Job, Tenant
+from app.tables import ACTIVE_STATUSES, Dataset, Job, Model, PredictionRun, Tenant
 from app.tenancy import Principal
 
 STORAGE_RETRY_AFTER_S = 60
@@ -33,10 +38,41 @@ def _limits(session: Session, principal: Principal) -> tuple[int | None, int | N
 
 
 def storage_used(session: Session, tenant: str) -> int:
-    used = session.scalar(
-        select(func.coalesce(func.sum(Dataset.size_bytes), 0)).where(Dataset.tenant == tenant)
+    """Bytes stored by `tenant`: datasets, model weights and prediction CSVs."""
+    stored = func.coalesce(Dataset.stored_bytes, Dataset.size_bytes)
+    parts = (
+        select(func.coalesce(func.sum(stored), 0)).where(Dataset.tenant == tenant),
+        select(func.coalesce(func.sum(Model.size_bytes), 0)).where(Model.tenant == tenant),
+        select(func.coalesce(func.sum(PredictionRun.size_bytes), 0)).where(
+            PredictionRun.tenant == tenant
+        ),
     )
-    return int(used or 0)
+    return sum(int(session.scalar(part) or 0) for part in parts)
+
+
+def storage_room(session: Session) -> int | None:
+    """Bytes the current tenant may still store (None: no quota), read without locking."""
+    principal = tenancy.current()
+    if principal is None:
+        return None
+    row = session.get(Tenant, principal.tenant)
+    limit = row.max_storage_bytes if row is not None else None
+    limit = limit if limit is not None else principal.quota_storage_bytes
+    if limit is None:
+        return None
+    return max(0, limit - storage_used(session, principal.tenant))
+
+
+def storage_exceeded(limit: int, used: int, incoming: int, tenant: str) -> ProblemError:
+    return ProblemError(
+        429,
+        "Storage quota exceeded",
+        f"tenant {tenant!r} stores {used} bytes; storing {incoming} bytes more would exceed its "
+        f"quota of {limit} bytes (delete datasets, models or prediction runs to make room)",
+        quota_bytes=limit,
+        used_bytes=used,
+        headers={"Retry-After": str(STORAGE_RETRY_AFTER_S)},
+    )
 
 
 def check_storage(session: Session, incoming_bytes: int) -> None:
@@ -49,15 +85,7 @@ def check_storage(session: Session, incoming_bytes: int) -> None:
         return
     used = storage_used(session, principal.tenant)
     if used + incoming_bytes > limit:
-        raise ProblemError(
-            429,
-            "Storage quota exceeded",
-            f"tenant {principal.tenant!r} stores {used} bytes; this upload of {incoming_bytes} "
-            f"bytes would exceed its quota of {limit} bytes (delete datasets to make room)",
-            quota_bytes=limit,
-            used_bytes=used,
-            headers={"Retry-After": str(STORAGE_RETRY_AFTER_S)},
-        )
+        raise storage_exceeded(limit, used, incoming_bytes, principal.tenant)
 
 
 def check_active_jobs(session: Session) -> None:

@@ -77,11 +77,14 @@ class UploadSink:
             self.path.unlink(missing_ok=True)
             _write_marker(self.path, ".abort", "")
 
-    def remove(self) -> None:
+    def close_quietly(self) -> None:
         try:
             self.close()
         except (ProblemError, OSError):
             pass
+
+    def remove(self) -> None:
+        self.close_quietly()
         for suffix in ("", ".done", ".abort"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 

@@ -131,7 +131,8 @@ def test_idempotency_key_returns_the_first_dataset(client, settings, db):
     assert first.status_code == 201 and again.status_code == 201
     assert again.json()["id"] == first.json()["id"]
     assert again.headers["idempotent-replayed"] == "true"
-    other = upload(client, HEART.read_bytes(), headers={"Idempotency-Key": "def"})
+    # other bytes (the same file repeated without a key would be the stored dataset again)
+    other = upload(client, HEART.read_bytes() + b"\n", headers={"Idempotency-Key": "def"})
     assert other.json()["id"] != first.json()["id"]
     with db.session() as session:
         assert session.scalar(select(func.count()).select_from(IdempotencyKey)) == 2

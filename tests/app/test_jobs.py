@@ -404,3 +404,24 @@ def test_structural_online_mode_is_accepted(client, db):
     assert response.status_code == 202, response.text
     assert response.json()["params"]["cache_size"] == 256.0
     assert count(db, Job) == 1
+
+
+def test_a_misspelt_parameter_gets_a_suggestion(client, heart):
+    response = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"c": 1}})
+    assert response.status_code == 422
+    assert "params.c: unknown field; did you mean 'C'?" in response.json()["detail"]
+    response = client.post(
+        "/v1/jobs", json={"dataset_id": heart["id"], "params": {"shrinkng": False}}
+    )
+    assert "did you mean 'shrinking'?" in response.json()["detail"]
+    response = client.post("/v1/jobs", json={"dataset": heart["id"]})
+    assert "dataset: unknown field; did you mean 'dataset_id'?" in response.json()["detail"]
+
+
+def test_an_unrelated_validation_set_is_refused(client, heart):
+    other = upload(client, b"2 1:1\n3 2:1\n2 3:1\n3 1:1\n", "other.svm")
+    assert other.status_code == 201, other.text
+    body = {"dataset_id": heart["id"], "validation_dataset_id": other.json()["id"]}
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 422
+    assert "none of the validation set's labels" in response.json()["detail"]

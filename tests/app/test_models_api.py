@@ -13,6 +13,7 @@ import pytest
 import scipy.sparse as sp
 from sqlalchemy import event, func, select
 
+from app.services.dataset_files import summarize_labels
 from app.services.model_store import pack_weights
 from app.tables import Dataset, Model, PredictionRun, new_id
 
@@ -88,7 +89,9 @@ class Service:
                     zero_based=zero_based,
                     has_qid=False,
                     label_kind=label_kind,
-                    classes=None,
+                    classes=summarize_labels(np.asarray(y, float))["classes"]
+                    if label_kind == "classes"
+                    else None,
                     target={},
                     sha256="0" * 64,
                     size_bytes=1,
@@ -606,3 +609,23 @@ def test_evaluate_bad_inputs(service, binary):
     r = service.client.post(url, json={"dataset_id": zero})
     assert r.status_code == 422 and "feature index 0" in r.json()["detail"]
     assert service.count(PredictionRun) == 0
+
+
+def test_evaluate_refuses_an_unrelated_dataset_and_reports_ignored_features(service):
+    coef = np.arange(1.0, 5.0)[None, :]
+    model_id = service.add_model(coef, [0.0], classes=[-1, 1])
+    url = f"/v1/models/{model_id}/evaluate"
+    # a 26-class set whose labels the binary model never saw: before, accuracy 0.0 and no word
+    X = sp.random(52, 6, density=0.5, format="csr", random_state=5)
+    unrelated = service.add_dataset(X, np.repeat(np.arange(2.0, 28.0), 2))
+    r = service.client.post(url, json={"dataset_id": unrelated})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert "none of dataset" in detail and "is a class of the model" in detail
+    # fewer features than the model: valid; more: the extra ones ignored, and counted
+    fewer = service.add_dataset(sp.random(4, 3, density=1.0, format="csr"), [1, -1, 1, -1])
+    r = service.client.post(url, json={"dataset_id": fewer})
+    assert r.status_code == 200 and r.json()["ignored_features"] == 0
+    more = service.add_dataset(sp.random(4, 9, density=1.0, format="csr"), [1, -1, 1, 1])
+    r = service.client.post(url, json={"dataset_id": more})
+    assert r.status_code == 200 and r.json()["ignored_features"] == 5

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from app.services import predict_input
 from app.services.prediction import (
     InvalidInstances,
     LinearModel,
@@ -71,10 +72,16 @@ def test_features_beyond_the_model_are_ignored():
 
 def test_dense_rows_and_mixed_forms():
     model = make_model()
-    X = parse_json(
-        js({"instances": [[0, 1.5, 0, 0, 2, 99.0], {"indices": [], "values": []}]}), model, 10
-    )
+    X = parse_json(js({"instances": [[0, 1.5, 0, 0, 2], {"indices": [], "values": []}]}), model, 10)
     np.testing.assert_array_equal(X.toarray(), [[0, 1.5, 0, 0, 2], [0, 0, 0, 0, 0]])
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["small", "streamed"])
+def test_a_dense_row_longer_than_the_model_is_rejected(monkeypatch, streamed):
+    if streamed:
+        monkeypatch.setattr(predict_input, "SMALL_JSON", 0)
+    with pytest.raises(InvalidInstances, match="instances\\[1\\]: a dense instance needs 5 values"):
+        parse_json(js({"instances": [[0] * 5, [0, 1.5, 0, 0, 2, 99.0]]}), make_model(), 10)
 
 
 def test_text_lines_with_and_without_labels_equal_json():
@@ -107,6 +114,11 @@ def test_text_lines_with_and_without_labels_equal_json():
             {"instances": [{"indices": [1.5], "values": [1.0]}]},
             "instances[0]: indices[0] must be an integer, got a number 1.5",
         ),
+        (
+            {"instances": [{"indices": [1.0], "values": [1.0]}]},
+            "instances[0]: indices[0] must be an integer, got the number 1.0 (a decimal point or "
+            "an exponent makes a JSON number a float); send 1",
+        ),
         ({"instances": [{"indices": [True], "values": [1.0]}]}, "indices[0] must be an integer"),
         (
             {"instances": [{"indices": [1], "values": ["1"]}]},
@@ -133,11 +145,19 @@ def test_text_lines_with_and_without_labels_equal_json():
         ({"instances": [[1.0] * 5], "extra": 1}, "unexpected field 'extra'"),
     ],
 )
-def test_bad_json_instances_are_rejected_with_a_message(doc, message):
+def test_bad_json_instances_are_rejected_with_a_message(doc, message, monkeypatch):
     with pytest.raises(InvalidInstances, match=None) as info:
         parse_json(js(doc), make_model(), 10)
     assert info.value.status == 422
     assert message in str(info.value)
+    # a large body is read instance by instance: the same problems, named the same way where the
+    # body has the usual shape
+    monkeypatch.setattr(predict_input, "SMALL_JSON", 0)
+    with pytest.raises(InvalidInstances) as info:
+        parse_json(js(doc), make_model(), 10)
+    assert info.value.status == 422
+    if isinstance(doc, dict) and set(doc) == {"instances"} and isinstance(doc["instances"], list):
+        assert message in str(info.value)
 
 
 def test_zero_is_valid_for_zero_based_models_only():

@@ -121,10 +121,25 @@ def test_idempotency_keys_are_per_tenant(two_tenants):
     t = two_tenants
     client = t["client"]
     key = {"Idempotency-Key": "same-key"}
-    first = upload(client, HEART.read_bytes(), headers={**t["acme"], **key})
-    second = upload(client, HEART.read_bytes(), headers={**t["other"], **key})
+    content = HEART.read_bytes() + b"# a copy\n"
+    first = upload(client, content, headers={**t["acme"], **key})
+    second = upload(client, content, headers={**t["other"], **key})
     assert first.status_code == second.status_code == 201
     assert first.json()["id"] != second.json()["id"]
-    again = upload(client, HEART.read_bytes(), headers={**t["other"], **key})
+    again = upload(client, content, headers={**t["other"], **key})
     assert again.json()["id"] == second.json()["id"]
     assert again.headers.get("Idempotent-Replayed") == "true"
+
+
+def test_repeated_uploads_are_stored_once_per_tenant_never_across(two_tenants):
+    t = two_tenants
+    client = t["client"]
+    content = HEART.read_bytes() + b"# another copy\n"
+    first = upload(client, content, headers=t["acme"])
+    again = upload(client, content, headers=t["acme"])
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers["Location"] == f"/v1/datasets/{first.json()['id']}"
+    # the other tenant's identical upload is its own dataset: nothing says acme has it
+    theirs = upload(client, content, headers=t["other"])
+    assert theirs.status_code == 201 and theirs.json()["id"] != first.json()["id"]

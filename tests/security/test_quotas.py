@@ -11,28 +11,33 @@ def _stored(data_dir) -> list[str]:
     return sorted(p.name for p in (data_dir / "datasets").iterdir())
 
 
+def heart(i: int) -> bytes:
+    """heart_scale with i trailing blank lines: other bytes, the same arrays."""
+    return HEART.read_bytes() + b"\n" * i
+
+
 def test_storage_quota(make_service):
-    size = len(HEART.read_bytes())
     client, app = make_service(auth_mode="required")
-    keys.set_quota(app.state.db, "acme", storage_bytes=int(size * 2.5), active_jobs=None)
     acme, other = new_key(app, "acme", "admin"), new_key(app, "globex", "admin")
-    first = upload(client, HEART.read_bytes(), headers=acme)
-    second = upload(client, HEART.read_bytes(), headers=acme)
+    first = upload(client, heart(0), headers=acme)
+    stored_bytes = first.json()["stored_bytes"]  # the parsed arrays, not the upload
+    assert stored_bytes > len(heart(0))
+    keys.set_quota(app.state.db, "acme", storage_bytes=int(stored_bytes * 2.5), active_jobs=None)
+    second = upload(client, heart(1), headers=acme)
     assert first.status_code == second.status_code == 201
     stored = _stored(app.state.settings.data_dir)
-    refused = upload(client, HEART.read_bytes(), headers=acme)
+    refused = upload(client, heart(2), headers=acme)
     assert refused.status_code == 429, refused.text
     assert int(refused.headers["Retry-After"]) > 0
     assert "quota" in refused.json()["detail"]
-    assert refused.json()["used_bytes"] == 2 * size
     assert _stored(app.state.settings.data_dir) == stored  # nothing kept
-    assert not list((app.state.settings.data_dir / "tmp").glob("parsed-*"))
+    assert not list((app.state.settings.data_dir / "tmp").iterdir())
     assert len(client.get("/v1/datasets", headers=acme).json()["items"]) == 2
     # another tenant (no quota of its own, no default) is not affected
-    assert upload(client, HEART.read_bytes(), headers=other).status_code == 201
+    assert upload(client, heart(2), headers=other).status_code == 201
     # deleting makes room again
     assert client.delete(f"/v1/datasets/{first.json()['id']}", headers=acme).status_code == 204
-    assert upload(client, HEART.read_bytes(), headers=acme).status_code == 201
+    assert upload(client, heart(2), headers=acme).status_code == 201
 
 
 def test_default_storage_quota_from_settings(make_service):

@@ -1,0 +1,158 @@
+"""Bounds on what a client may do before its request exists: the request line and headers.
+
+uvicorn's httptools protocol (the fast one) has no header-size limit and no header-read timeout,
+so one slow or endless header can hold a connection, and its memory, for ever. `guarded_protocol`
+returns a subclass that, per connection:
+
+- counts the bytes of the request line and headers and answers 431 once they exceed
+  MAX_HEADER_KB (the bytes are counted before the parser buffers them, so a 100 MB header costs
+  64 KB, not 100 MB);
+- gives the client HEADER_TIMEOUT_S from the connection's start (or the end of the previous
+  response) to finish them, then answers 408 and closes, however slowly bytes trickle in;
+- keeps at most MAX_CONNECTIONS open: a new connection beyond that closes the one that has been
+  waiting longest for its headers (a slow client's, never one whose request is being served).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import resource
+from collections import OrderedDict
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.config import Settings
+
+log = logging.getLogger("margin.http")
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """HttpToolsProtocol with a header-size limit, a header-read deadline and a connection cap
+    (the class attributes; `guarded_protocol` sets them from the settings)."""
+
+    max_header_bytes = 64 * 1024
+    header_timeout_s = 10.0
+    max_connections = 1000
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._header_bytes = 0
+        self._in_headers = True  # waiting for, or reading, a request's line and headers
+        self._deadline: asyncio.TimerHandle | None = None
+        self._refused = False
+
+    @property
+    def _waiting(self) -> OrderedDict:
+        """The server's connections waiting for headers, oldest first."""
+        waiting = getattr(self.server_state, "margin_waiting", None)
+        if waiting is None:
+            waiting = self.server_state.margin_waiting = OrderedDict()
+        return waiting
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._arm()
+        if len(self.connections) > self.max_connections:
+            for victim in list(self._waiting):
+                if victim is not self:
+                    victim._refuse(408, "too many connections: the slowest client was closed")
+                    break
+
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if not self._in_headers:
+            super().data_received(data)
+            return
+        room = self.max_header_bytes - self._header_bytes
+        if len(data) <= room:
+            self._header_bytes += len(data)
+            super().data_received(data)
+            return
+        # feed what the limit allows; the rest only if the headers ended within it
+        super().data_received(data[:room])
+        self._header_bytes += room
+        if self._in_headers:
+            self._refuse(431, f"the request line and headers exceed {self.max_header_bytes} bytes")
+        elif not self._refused:
+            super().data_received(data[room:])
+
+    def on_headers_complete(self) -> None:
+        self._in_headers = False
+        self._disarm()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_headers = True  # what comes next is the next request's headers
+        self._header_bytes = 0
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._in_headers and not self.transport.is_closing():
+            self._arm()
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._refused:
+            super().send_400_response(msg)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.header_timeout_s, self._timed_out)
+        self._waiting[self] = None
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._waiting.pop(self, None)
+
+    def _timed_out(self) -> None:
+        self._deadline = None
+        if self._in_headers:
+            self._refuse(408, f"the request headers took longer than {self.header_timeout_s:g} s")
+
+    def _refuse(self, status: int, detail: str) -> None:
+        """Answer `status` (unless nothing was sent yet) and close the connection."""
+        self._refused = True
+        self._disarm()
+        if self.transport.is_closing():
+            return
+        if self._header_bytes or status != 408:
+            body = json.dumps({"type": "about:blank", "status": status, "detail": detail}).encode()
+            head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])
+            head += b"content-type: application/problem+json\r\nconnection: close\r\n"
+            head += b"content-length: %d\r\n\r\n" % len(body)
+            self.transport.write(head + body)
+        self.transport.close()
+
+
+def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class for uvicorn's `http=`, with the limits of `settings`."""
+    return type(
+        "GuardedHttpToolsProtocol",
+        (GuardedHttpToolsProtocol,),
+        {
+            "max_header_bytes": int(settings.max_header_kb * 1024),
+            "header_timeout_s": float(settings.header_timeout_s),
+            "max_connections": int(settings.max_connections),
+        },
+    )
+
+
+def raise_open_files_limit(wanted: int) -> int:
+    """Raise this process's open-file limit towards `wanted` (within the hard limit), so that
+    MAX_CONNECTIONS, not the descriptor limit, decides which connection is closed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return target
+    return soft
