@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from app.services.training import RunContext, run_job
+from app.jobs.runner import RunContext, run_job
 from tests.security.conftest import HEART, new_key, upload
 
 
