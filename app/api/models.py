@@ -232,6 +232,7 @@ def create_prediction_run(
     """Predict every row of a stored dataset in the background; GET the returned location for
     the run's status, and for the CSV once it has succeeded."""
     dataset = _dataset_or_404(session, body.dataset_id)
+    session.close()  # give its connection back: one request never holds two
     loaded = model_from_row(model)
     source = runs.DatasetSource.of(settings.data_dir, dataset)
     try:
@@ -324,6 +325,7 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
     """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
     dataset."""
     dataset = _dataset_or_404(session, body.dataset_id)
+    session.close()  # no connection held while it computes
     loaded = model_from_row(model)
     if not loaded.is_regressor and dataset.label_kind == "real":
         raise ProblemError(

@@ -55,7 +55,8 @@ def persist(
     use_reserve: bool = False,
 ) -> T:
     """Run `work` in a transaction until it commits, waiting out database outages (until a
-    deadline). With `use_reserve`, a full disk releases the disk reserve once, for this write."""
+    deadline). With `use_reserve` (recording why an attempt ended), a full disk releases the disk
+    reserve, or else is waited out like an outage: the reason must not be lost."""
     start, delay, warned = time.monotonic(), 0.2, False
     while True:
         try:
@@ -65,13 +66,14 @@ def persist(
             with ctx.db.session() as session:
                 return work(session)
         except Exception as exc:
-            if is_disk_full(exc) and use_reserve and ctx.reserve.release():
+            full = is_disk_full(exc) and use_reserve
+            if full and ctx.reserve.release():
                 continue
             deadline = SHUTDOWN_DEADLINE_S if ctx.shutdown.is_set() else PERSIST_DEADLINE_S
-            if not is_unavailable(exc) or time.monotonic() - start > deadline:
+            if not (full or is_unavailable(exc)) or time.monotonic() - start > deadline:
                 raise
             if not warned:
-                log.warning("%s: the database is unavailable (%s); retrying", what, exc)
+                log.warning("%s: cannot write (%s); retrying", what, exc)
                 warned = True
             time.sleep(delay)
             delay = min(2 * delay, 2.0)

@@ -63,3 +63,20 @@ class JobOut(BaseModel):
 class ProgressPage(BaseModel):
     items: list[ProgressRecord]
     next: str | None = None
+
+
+class JobEventOut(BaseModel):
+    """One change of a job's status."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    at: datetime
+    attempt: int = Field(description="the job's attempt after the change (claims so far)")
+    from_status: JobStatusName | None = Field(description="null when the job was created")
+    to_status: JobStatusName
+    actor: str | None = Field(description="who made the change: the API, a worker, a reaper")
+    reason: str | None
+
+
+class JobHistory(BaseModel):
+    items: list[JobEventOut]

@@ -62,6 +62,7 @@ def test_other_tenant_gets_404_everywhere(two_tenants):
         ("GET", f"/v1/jobs/{job}", None),
         ("GET", f"/v1/jobs/{job}/progress", None),
         ("GET", f"/v1/jobs/{job}/events", None),
+        ("GET", f"/v1/jobs/{job}/history", None),
         ("POST", f"/v1/jobs/{queued}/cancel", None),
         ("GET", f"/v1/models/{model}", None),
         ("GET", f"/v1/models/{model}/export", None),
