@@ -40,6 +40,7 @@ class PredictionRunner:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._connected_since: float | None = None
+        self._active: set[str] = set()  # the runs this process is executing (it beats them)
 
     def start(self) -> None:
         """Recover runs of processes that are gone from this host, then start the threads."""
@@ -79,15 +80,19 @@ class PredictionRunner:
                 if claim is None:
                     self._idle()
                     continue
-                runs.execute_run(self.db, self.settings.data_dir, claim)
-            except Exception as exc:  # the database is away: the run is recovered later
+                self._active.add(claim.run_id)
+                try:
+                    runs.execute_run(self.db, self.settings.data_dir, claim)
+                finally:
+                    self._active.discard(claim.run_id)
+            except Exception as exc:  # the database is away: a run left running is recovered
                 log.warning("prediction runner: %s; retrying in 1 s", exc)
                 self._stop.wait(1.0)
 
     def _maintain(self) -> None:
         while not self._stop.wait(self.beat_s):
             try:
-                runs.beat(self.db, self.worker_id)
+                runs.beat(self.db, list(self._active))
                 if self._connected_since is None:
                     self._connected_since = time.monotonic()
                 stale = None

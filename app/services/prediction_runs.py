@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from app.tables import Dataset, Model, PredictionRun, new_id, utcnow
 log = logging.getLogger("margin.predictions")
 
 CHUNK_ROWS = 8192
+END_DEADLINE_S = 300.0
 ACTIVE = ("queued", "running")
 
 
@@ -208,10 +210,26 @@ def _move(session, run_id: str, attempt: int, from_: str, to: str, /, **values) 
 
 
 def _end(db, claim: RunClaim, status: str, **values) -> bool:
-    with db.write() as session:
-        return _move(
-            session, claim.run_id, claim.attempt, "running", status, finished_at=utcnow(), **values
-        )
+    """running -> `status`; waits out a database outage (up to END_DEADLINE_S) so that a finished
+    run is not lost to it."""
+    start, delay = time.monotonic(), 0.2
+    while True:
+        try:
+            with db.write() as session:
+                return _move(
+                    session,
+                    claim.run_id,
+                    claim.attempt,
+                    "running",
+                    status,
+                    finished_at=utcnow(),
+                    **values,
+                )
+        except Exception as exc:
+            if not is_unavailable(exc) or time.monotonic() - start > END_DEADLINE_S:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 2.0)
 
 
 def execute_run(db, data_dir: Path, claim: RunClaim) -> str:
@@ -252,12 +270,14 @@ def _inputs(db, data_dir: Path, run_id: str) -> tuple[LinearModel, DatasetSource
     return model_from_row(model), DatasetSource.of(data_dir, dataset)
 
 
-def beat(db, worker: str) -> None:
-    """Refresh the heartbeat of every run this worker is running."""
+def beat(db, run_ids: list[str]) -> None:
+    """Refresh the heartbeat of the runs this process is executing."""
+    if not run_ids:
+        return
     with db.write() as session:
         session.execute(
             update(PredictionRun)
-            .where(PredictionRun.worker == worker, PredictionRun.status == "running")
+            .where(PredictionRun.id.in_(run_ids), PredictionRun.status == "running")
             .values(heartbeat_at=utcnow())
             .execution_options(synchronize_session=False)
         )

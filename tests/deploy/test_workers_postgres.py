@@ -281,7 +281,7 @@ def test_sigkill_mid_job_is_retried_on_another_worker(cluster):
             select(JobProgress.attempt).where(JobProgress.job_id == job_id).distinct()
         ).all()
     assert sorted(attempts) == [1, 2], "both attempts should have reported progress"
-    # one entry per attempt: the dead one's was closed by the reaper, the second's deleted on success
+    # one entry per attempt: the dead one's closed by the reaper, the second's deleted on success
     assert cluster.entries(job_id) == ["failed"]
     cluster.stop_all([p for p in started if p is not victim])
 

@@ -155,6 +155,10 @@ def test_sixty_concurrent_prediction_runs(tmp_path):
         csv = http.get(f"/v1/models/{model_id}/predictions/{accepted[-1]}", headers=acme)
         assert csv.status_code == 200 and csv.text.count("\n") == N_ROWS + 1
         healthz, reads = probes
+        print(
+            f"{codes.count(202)} accepted, {sum(c >= 500 for c in codes)} 5xx; slowest /healthz "
+            f"{healthz.slowest:.3f} s, slowest read of another tenant {reads.slowest:.3f} s"
+        )
         assert healthz.statuses == {200} and healthz.slowest < 1.0, healthz.slowest
         assert reads.statuses == {200} and reads.slowest < 3.0, reads.slowest
         assert http.delete(f"/v1/models/{model_id}", headers=acme).status_code == 204
