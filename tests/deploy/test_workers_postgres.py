@@ -13,7 +13,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import delete, func, select, text
 
 from app import migrate
 from app.config import Settings
@@ -335,3 +335,31 @@ def test_sigterm_releases_the_running_job_for_another_worker(cluster):
         ).all()
     assert attempts == [1], "the released run's progress should have been discarded"
     cluster.stop_all([other])
+
+
+@pytest.mark.slow
+def test_a_worker_whose_rows_were_pruned_registers_again(cluster):
+    """After an outage other workers may prune this one's rows (its heartbeat looked stale): it
+    registers again, with a fresh heartbeat, and its next jobs run at their first attempt."""
+    (worker,) = cluster.workers(1, JOB_STALL_S="3")
+    with cluster.db.write() as session:
+        session.execute(text("DELETE FROM procrastinate_workers"))
+        session.execute(delete(Worker))
+
+    def registered_again():
+        with cluster.db.session() as session:
+            ours = [w for w in session.scalars(select(Worker.id)) if WorkerId.parse(w).pid]
+            fresh = session.scalar(
+                text(
+                    "SELECT count(*) FROM procrastinate_workers"
+                    " WHERE last_heartbeat > now() - interval '2 seconds'"
+                )
+            )
+        return [WorkerId.parse(w).pid for w in ours] == [worker.pid] and fresh == 1
+
+    wait_for(registered_again, 30, "the worker to register again")
+    job_id = cluster.submit("small", max_iter=50)
+    cluster.wait_terminal([job_id], timeout=60)
+    job = cluster.job(job_id)
+    assert (job.status, job.attempt) == ("succeeded", 1), job.error
+    cluster.stop_all([worker])
