@@ -127,4 +127,15 @@ async def job_events(
 @router.get("/jobs/{job_id}/history", response_model=JobHistory)
 def job_history(job: JobDep, session: SessionDep):
     """The job's status changes, oldest first: each attempt, who moved it and why."""
-    return {"items": [JobEventOut.model_validate(e) for e in lifecycle.history(session, job.id)]}
+    items = [
+        JobEventOut(
+            at=e.at,
+            attempt=e.attempt,
+            from_status=e.from_status,
+            to_status=e.to_status,
+            by=lifecycle.role(e.actor),
+            reason=e.reason,
+        )
+        for e in lifecycle.history(session, job.id)
+    ]
+    return {"items": items}

@@ -114,9 +114,7 @@ def transition(
     from_, to = JobStatus(from_), JobStatus(to)
     if to not in TRANSITIONS[from_]:
         raise IllegalTransition(f"a job cannot go from {from_} to {to}")
-    unknown = set(fields) - set(Fields.__annotations__)
-    if unknown:
-        raise TypeError(f"not a job field a transition sets: {', '.join(sorted(unknown))}")
+    _check(fields)
     if to == QUEUED and queue is None:
         raise TypeError("a transition to queued needs the queue for the job's new entry")
     result = session.execute(
@@ -142,9 +140,18 @@ def transition(
     return True
 
 
+def _check(fields: Mapping[str, Any]) -> None:
+    unknown = set(fields) - set(Fields.__annotations__)
+    if unknown:
+        raise TypeError(f"not a job field a transition sets: {', '.join(sorted(unknown))}")
+
+
 def update_running(session: Session, attempt: Attempt, /, **fields: Unpack[Fields]) -> bool:
     """Write a running attempt's progress or heartbeat; False when the attempt is no longer the
     job's running one (re-queued, ended, deleted)."""
+    _check(fields)
+    if "attempt" in fields:
+        raise TypeError("a running attempt keeps its number")
     result = session.execute(
         update(Job)
         .where(Job.id == attempt.job_id, Job.attempt == attempt.number)
@@ -362,6 +369,14 @@ def reenqueue(session: Session, queue: JobQueue, job: Job, actor: str) -> JobSta
         )
     )
     return QUEUED
+
+
+def role(actor: str | None) -> str | None:
+    """Who made a change, as API clients see it: "api", "worker" or "recovery" (worker and host
+    names stay internal)."""
+    if actor is None or actor == "api":
+        return actor
+    return "recovery" if actor.startswith(("pool", "reaper")) else "worker"
 
 
 def history(session: Session, job_id: str) -> list[JobEvent]:

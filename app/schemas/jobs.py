@@ -68,13 +68,14 @@ class ProgressPage(BaseModel):
 class JobEventOut(BaseModel):
     """One change of a job's status."""
 
-    model_config = ConfigDict(from_attributes=True)
-
     at: datetime
     attempt: int = Field(description="the job's attempt after the change (claims so far)")
     from_status: JobStatusName | None = Field(description="null when the job was created")
     to_status: JobStatusName
-    actor: str | None = Field(description="who made the change: the API, a worker, a reaper")
+    by: Literal["api", "worker", "recovery"] | None = Field(
+        description="who made the change: a request, the worker running the job, or the recovery "
+        "of a job whose worker was lost"
+    )
     reason: str | None
 
 
