@@ -14,7 +14,8 @@ the new one. The job row stays the source of truth; the entry only carries it to
 
 Each worker runs a maintenance loop (`_maintain`): its `workers` row and its procrastinate
 heartbeat (registering again, under a new id, if it was pruned while the database was away), and
-the reaper of `app.jobs.recovery` with this backend's entry queries.
+the reaper of `app.jobs.recovery` with this backend's entry queries. Queue operations wait out a
+database outage (POOL_WAIT_S); a worker whose procrastinate loop fails anyway starts it again.
 SIGTERM: the worker takes no new job and lets running ones finish for WORKER_SHUTDOWN_TIMEOUT_S;
 then it stops them at their next iteration and hands them back to the queue.
 """
@@ -30,6 +31,7 @@ from collections.abc import Callable
 
 import procrastinate
 from procrastinate import JobContext
+from procrastinate.exceptions import ConnectorException
 from procrastinate.job_context import AbortReason
 from procrastinate.worker import Worker as ProcrastinateWorker
 from sqlalchemy import text
@@ -46,6 +48,7 @@ log = logging.getLogger("margin.worker")
 TASK_NAME = "margin.run_job"
 QUEUE_NAME = "training"
 DEFAULT_SHUTDOWN_TIMEOUT_S = 20.0
+POOL_WAIT_S = 600.0
 
 # The entry's `lock` is the job id: procrastinate never runs two entries with one lock at once,
 # and cancel and the reaper find a job's entries by it. `queueing_lock` refuses a second waiting
@@ -93,10 +96,15 @@ def conninfo(database_url: str) -> str:
 
 
 def make_app(settings: Settings) -> procrastinate.App:
-    """The procrastinate app on the service's database, with the training task registered."""
-    app = procrastinate.App(
-        connector=procrastinate.PsycopgConnector(conninfo=conninfo(settings.db_url))
+    """The procrastinate app on the service's database, with the training task registered.
+
+    Its connection pool waits up to POOL_WAIT_S for a connection (psycopg_pool's default is 30 s,
+    and after an outage the pool's reconnection backs off to about twice the outage's length): a
+    worker waits out a database outage instead of failing the queue operation it was doing."""
+    connector = procrastinate.PsycopgConnector(
+        conninfo=conninfo(settings.db_url), timeout=POOL_WAIT_S
     )
+    app = procrastinate.App(connector=connector)
     app.task(name=TASK_NAME, queue=QUEUE_NAME, pass_context=True)(_train)
     return app
 
@@ -276,35 +284,55 @@ async def _serve(settings: Settings, on_ready: Callable[[], None] | None) -> Non
         n_jobs=settings.threads_per_job(concurrency),
         queue=ProcrastinateQueue(),
     )
-    beat_s = max(0.2, settings.job_stall_s / 6)
     try:
         await asyncio.to_thread(_preload)
         async with app.open_async():
             await asyncio.to_thread(workers.register, db, worker_id, "procrastinate")
-            pworker = ProcrastinateWorker(
-                app,
-                queues=[QUEUE_NAME],
-                name=worker_id,
-                concurrency=concurrency,
-                update_heartbeat_interval=beat_s,
-                stalled_worker_timeout=settings.job_stall_s,
-                shutdown_graceful_timeout=_shutdown_timeout(settings),
-                abort_job_polling_interval=min(1.0, beat_s),
-                # new entries are announced by LISTEN/NOTIFY, but procrastinate's listener does
-                # not survive a database restart: poll often enough not to depend on it
-                fetch_job_polling_interval=1.0,
-                delete_jobs="successful",
-            )
-            maintenance = _Maintenance(db, settings, worker_id, pworker)
-            task = asyncio.create_task(_maintain(maintenance, beat_s))
-            if on_ready is not None:
-                on_ready()
             try:
-                await pworker.run()
+                while not await _run_once(app, db, settings, worker_id, on_ready):
+                    on_ready = None
             finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                await asyncio.to_thread(workers.unregister, db, worker_id)
+                await asyncio.to_thread(_unregister, db, worker_id)
     finally:
         _runtime.clear()
         db.dispose()
+
+
+async def _run_once(app, db, settings: Settings, worker_id: str, on_ready) -> bool:
+    """Run procrastinate's worker until it stops (True) or loses the database for longer than
+    its pool waits (False: the caller starts it again, registered anew)."""
+    beat_s = max(0.2, settings.job_stall_s / 6)
+    pworker = ProcrastinateWorker(
+        app,
+        queues=[QUEUE_NAME],
+        name=worker_id,
+        concurrency=settings.worker_concurrency,
+        update_heartbeat_interval=beat_s,
+        stalled_worker_timeout=settings.job_stall_s,
+        shutdown_graceful_timeout=_shutdown_timeout(settings),
+        abort_job_polling_interval=min(1.0, beat_s),
+        # new entries are announced by LISTEN/NOTIFY, but procrastinate's listener does not
+        # survive a database restart: poll often enough not to depend on it
+        fetch_job_polling_interval=1.0,
+        delete_jobs="successful",
+    )
+    task = asyncio.create_task(_maintain(_Maintenance(db, settings, worker_id, pworker), beat_s))
+    if on_ready is not None:
+        on_ready()
+    try:
+        await pworker.run()
+        return True
+    except ConnectorException as exc:
+        log.error("worker %s lost the database (%s); starting again", worker_id, exc.__cause__)
+        await asyncio.sleep(1.0)
+        return False
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def _unregister(db: Database, worker_id: str) -> None:
+    try:
+        workers.unregister(db, worker_id)
+    except Exception as exc:  # the database is away: the row ages out of /readyz
+        log.warning("worker %s: could not unregister: %s", worker_id, exc)
