@@ -22,6 +22,11 @@ it, or by the reaper in the transaction that decides the job's fate.
 The named operations below (submit, claim, succeed, fail, stop, release, requeue_or_fail, cancel)
 are what the API, the workers and the reapers call; `update_running` writes a running attempt's
 progress and heartbeat under the same compare-and-set, without changing its status.
+
+Extending it: a new kind of job or worker calls these operations with its own `actor` and
+`reason` (a resumed attempt says so in its reason; progress per fold or per C goes through
+`update_running`); a new status or move (deletion, say) is a row added to `TRANSITIONS` and an
+operation here, never a write elsewhere — `tests/test_architecture.py` scans `app/` for one.
 """
 
 from __future__ import annotations
