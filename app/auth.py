@@ -31,6 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from app import tenancy
 from app.config import Settings
@@ -241,7 +242,7 @@ class AuthGate:
             )
             await response(scope, receive, send)
             return
-        except DBAPIError as exc:
+        except (DBAPIError, PoolTimeout) as exc:
             response = database_problem(exc)
             await response(scope, receive, send)
             return

@@ -134,7 +134,7 @@ def _run_api(settings: Settings) -> None:
 
 
 def cmd_serve(settings: Settings, demo: bool) -> None:
-    from app.worker import LocalPool
+    from app.jobs.local_pool import LocalPool
 
     cmd_migrate(settings)
     if demo:
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "api":
         _run_api(settings)
     elif args.command == "worker":
-        from app.queue import run_worker
+        from app.jobs.queue import run_worker
 
         run_worker(settings, args.workers)
     elif args.command == "keys":

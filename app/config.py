@@ -75,6 +75,16 @@ class Settings(BaseSettings):
         "memory://", description="where request counts live (a `limits` storage URI)"
     )
 
+    db_pool_timeout_s: float = Field(
+        10.0, gt=0, description="seconds a request waits for a database connection before 503"
+    )
+    prediction_concurrency: int = Field(
+        2, ge=1, description="background prediction runs executed at once by one API process"
+    )
+    disk_reserve_mb: float = Field(
+        4.0, ge=0, description="MB kept aside in DATA_DIR so that a job can record a full disk"
+    )
+
     @field_validator("data_dir")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
@@ -111,6 +121,10 @@ class Settings(BaseSettings):
     @property
     def quota_storage_bytes(self) -> int | None:
         return int(self.quota_storage_mb * 1024 * 1024) if self.quota_storage_mb else None
+
+    @property
+    def disk_reserve_bytes(self) -> int:
+        return int(self.disk_reserve_mb * 1024 * 1024)
 
     def local_workers(self) -> int:
         """Size of the local pool: WORKERS, or the number of cores."""

@@ -8,14 +8,17 @@ writes later fails at once with SQLITE_BUSY when another writer committed in bet
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import create_engine, event, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+PG_DISK_FULL = "53100"  # SQLSTATE disk_full
 
 
 def make_engine(url: str, **kwargs) -> Engine:
@@ -73,3 +76,32 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for "no space left": SQLite's SQLITE_FULL, PostgreSQL's disk_full, ENOSPC/EDQUOT."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) == PG_DISK_FULL:
+        return True
+    return "sqlite" in type(orig).__module__ and "disk is full" in str(orig).lower()
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True when the database could not be reached or was too busy (connection refused or
+    dropped, a restart, the pool's wait for a connection timed out, SQLite locked): trying again
+    later may succeed. An error of the statement itself is not one."""
+    if isinstance(exc, sa_exc.TimeoutError):  # the pool had no connection to give in time
+        return True
+    if not isinstance(exc, sa_exc.DBAPIError) or is_disk_full(exc):
+        return False
+    if exc.connection_invalidated or isinstance(exc, sa_exc.InterfaceError):
+        return True
+    if not isinstance(exc, sa_exc.OperationalError):
+        return False
+    text_ = str(exc.orig).lower()
+    # SQLite's integrity problems are OperationalErrors too; only busy/locked means "retry"
+    return "sqlite" not in type(exc.orig).__module__ or "locked" in text_ or "busy" in text_

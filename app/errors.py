@@ -16,7 +16,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.db import is_disk_full, is_unavailable
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("margin.api")
@@ -121,20 +124,25 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
 
 
 DB_RETRY_AFTER_S = 5
+DISK_FULL_DETAIL = "the server's disk is full: nothing was changed; retry once space is freed"
 
 
-async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:
-    """The database is unreachable (restarting, connections dropped) or too busy: 503, so that
-    clients retry; the service recovers by itself once the database is back."""
-    if not _is_unavailable(exc):
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    """The database is unreachable (restarting, connections dropped), too busy, or no pooled
+    connection came free in time: 503, so that clients retry; the service recovers by itself once
+    the database is back. Its disk is full: 507, with nothing changed."""
+    if not (is_disk_full(exc) or is_unavailable(exc)):
         return await _unexpected(request, exc)
-    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc.orig)
+    log.warning("database error on %s %s: %s", request.method, request.url.path, exc)
     return database_problem(exc)
 
 
-def database_problem(exc: DBAPIError) -> JSONResponse:
-    """503 with Retry-After for an unavailable database; 500 for any other database error."""
-    if not _is_unavailable(exc):
+def database_problem(exc: Exception) -> JSONResponse:
+    """507 for a full disk, 503 with Retry-After for an unavailable database, 500 for any other
+    database error (also for code outside the exception handlers, such as the auth gate)."""
+    if is_disk_full(exc):
+        return problem_response(507, "Insufficient storage", DISK_FULL_DETAIL)
+    if not is_unavailable(exc):
         log.error("database error: %s", exc)
         return problem_response(500, "Internal Server Error", "an unexpected error occurred")
     return problem_response(
@@ -143,18 +151,6 @@ def database_problem(exc: DBAPIError) -> JSONResponse:
         "the database is unavailable; retry shortly",
         headers={"Retry-After": str(DB_RETRY_AFTER_S)},
     )
-
-
-def _is_unavailable(exc: DBAPIError) -> bool:
-    from sqlalchemy.exc import InterfaceError, OperationalError
-
-    if exc.connection_invalidated or isinstance(exc, InterfaceError):
-        return True
-    if not isinstance(exc, OperationalError):
-        return False
-    text = str(exc.orig).lower()
-    # SQLite's integrity problems are OperationalErrors too; only busy/locked means "retry"
-    return "sqlite" not in type(exc.orig).__module__ or "locked" in text or "busy" in text
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -167,4 +163,5 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(PoolTimeout, _database_error)
     app.add_exception_handler(Exception, _unexpected)

@@ -13,7 +13,7 @@ from app import auth, limits, openapi, ui
 from app.config import Settings, get_settings
 from app.db import Database
 from app.errors import install_handlers, problem_response
-from app.queue import get_queue
+from app.jobs.queue import get_queue
 from app.tables import Worker, utcnow
 
 log = logging.getLogger("margin.api")
@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     settings.ensure_dirs()
     app.state.settings = settings
-    app.state.db = Database(settings.db_url)
+    app.state.db = Database(settings.db_url, pool_timeout=settings.db_pool_timeout_s)
     app.state.queue = get_queue(settings)
     app.state.parser = ParserPool()
     install_handlers(app)
@@ -68,7 +68,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ui.install(app)
 
     @app.get("/healthz", tags=["health"])
-    def healthz() -> dict:
+    async def healthz() -> dict:
+        """The process answers: on the event loop, needing neither a thread nor the database."""
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["health"])

@@ -119,7 +119,7 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value, index=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # claims so far (1 on first run)
-    worker: Mapped[str | None] = mapped_column(String(255))  # "host:pid" of the current claim
+    worker: Mapped[str | None] = mapped_column(String(255))  # worker id of the current claim
     heartbeat_at: Mapped[datetime | None]
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # the latest record
     first_gap: Mapped[float | None] = mapped_column(Float)  # gap of the first full pass
@@ -177,6 +177,23 @@ class JobProgress(Base):
         return {name: getattr(self, name) for name in self.RECORD_FIELDS}
 
 
+class JobEvent(Base):
+    """One change of a job's status (written by `app.jobs.lifecycle.transition` only): the job's
+    history, attempt by attempt."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)  # the job's attempt after the change
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    from_status: Mapped[str | None] = mapped_column(String(16))  # None: the job was created
+    to_status: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str | None] = mapped_column(String(255))  # the worker, "api", a reaper, ...
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
 class Model(Base):
     __tablename__ = "models"
 
@@ -214,7 +231,11 @@ class PredictionRun(Base):
     tenant: Mapped[str] = mapped_column(String(64), server_default="local", index=True)
     model_id: Mapped[str] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
     dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"))
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # claims so far
+    worker: Mapped[str | None] = mapped_column(String(255))  # the process running it
+    started_at: Mapped[datetime | None]
+    heartbeat_at: Mapped[datetime | None]
     n_rows: Mapped[int | None] = mapped_column(Integer)
     size_bytes: Mapped[int | None] = mapped_column(BigInteger)  # the CSV's, for the quota
     error: Mapped[str | None] = mapped_column(Text)

@@ -19,7 +19,6 @@ import argparse
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -101,13 +100,14 @@ class Run:
             raise
 
     def _wait_registered(self) -> None:
+        from app.jobs.workers import WorkerId
         from app.tables import Worker
 
-        ids = {f"{socket.gethostname()}:{p.pid}" for p in self.workers}
+        pids = {p.pid for p in self.workers}
         deadline = time.monotonic() + 120
         while True:
             with self.db.session() as session:
-                if ids <= set(session.scalars(select(Worker.id))):
+                if pids <= {WorkerId.parse(w).pid for w in session.scalars(select(Worker.id))}:
                     return
             if time.monotonic() > deadline:
                 raise RuntimeError("workers did not register within 120 s")
@@ -115,7 +115,7 @@ class Run:
 
     def workload(self, dataset: str, n_jobs: int, params: dict) -> dict:
         """Submit n_jobs at once and wait for all; wall time, throughput, mean job time."""
-        from app.queue_procrastinate import ProcrastinateQueue
+        from app.jobs.procrastinate_queue import ProcrastinateQueue
         from app.schemas.jobs import JobCreate
         from app.services.jobs import create_job
         from app.tables import Job

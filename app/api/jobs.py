@@ -1,4 +1,4 @@
-"""Job routes: create, list, show, progress (JSON and Server-Sent Events), cancel."""
+"""Job routes: create, list, show, progress (JSON and Server-Sent Events), cancel, history."""
 
 from __future__ import annotations
 
@@ -11,8 +11,16 @@ from sqlalchemy import select
 from sse_starlette import EventSourceResponse
 
 from app.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
+from app.jobs import lifecycle
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page
-from app.schemas.jobs import JobCreate, JobOut, JobStatusName, ProgressPage
+from app.schemas.jobs import (
+    JobCreate,
+    JobEventOut,
+    JobHistory,
+    JobOut,
+    JobStatusName,
+    ProgressPage,
+)
 from app.services import jobs as service
 from app.services.idempotency import check_key
 from app.tables import TERMINAL_STATUSES, Job, JobProgress
@@ -114,3 +122,20 @@ async def job_events(
                 await asyncio.sleep(poll)
 
     return EventSourceResponse(events(), ping=15)
+
+
+@router.get("/jobs/{job_id}/history", response_model=JobHistory)
+def job_history(job: JobDep, session: SessionDep):
+    """The job's status changes, oldest first: each attempt, who moved it and why."""
+    items = [
+        JobEventOut(
+            at=e.at,
+            attempt=e.attempt,
+            from_status=e.from_status,
+            to_status=e.to_status,
+            by=lifecycle.role(e.actor),
+            reason=e.reason,
+        )
+        for e in lifecycle.history(session, job.id)
+    ]
+    return {"items": items}

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from itertools import chain
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, BackgroundTasks, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import delete, select
@@ -35,6 +35,7 @@ from app.services import export as export_service
 from app.services import prediction_runs as runs
 from app.services.model_cache import ModelCache, fetch_model, model_from_row
 from app.services.prediction import InvalidInstances, dumps, predict_body
+from app.services.prediction_runner import PredictionRunner
 from app.tables import Dataset, Model, PredictionRun
 
 log = logging.getLogger("margin.models")
@@ -42,15 +43,15 @@ log = logging.getLogger("margin.models")
 
 @asynccontextmanager
 async def _lifespan(app):
-    """At start-up, fail the prediction runs that a stopped API process left queued or running
-    (runs execute inside the API process; see services.prediction_runs)."""
+    """Start the background prediction runner (it first recovers runs a stopped process left
+    active; see services.prediction_runner), and stop it with the app."""
+    await run_in_threadpool(prediction_runner, app)
     try:
-        swept = await run_in_threadpool(runs.sweep_interrupted_runs, app.state.db)
-        if swept:
-            log.warning("marked %d interrupted prediction run(s) as failed", swept)
-    except Exception:  # a sweep must never keep the API from starting
-        log.exception("sweeping interrupted prediction runs failed")
-    yield
+        yield
+    finally:
+        runner = getattr(app.state, "prediction_runner", None)
+        if runner is not None:
+            await run_in_threadpool(runner.stop)
 
 
 router = APIRouter(tags=["models"], lifespan=_lifespan)
@@ -60,6 +61,17 @@ router = APIRouter(tags=["models"], lifespan=_lifespan)
 INLINE_BODY_BYTES = 64 * 1024
 _cache_lock = threading.Lock()
 _TITLES = {413: "Batch too large", 415: "Unsupported media type", 422: "Invalid instances"}
+
+
+def prediction_runner(app) -> PredictionRunner:
+    """The app's prediction runner (started on first use)."""
+    with _cache_lock:
+        runner = getattr(app.state, "prediction_runner", None)
+        if runner is None:
+            runner = PredictionRunner(app.state.db, app.state.settings)
+            runner.start()
+            app.state.prediction_runner = runner
+    return runner
 
 
 def model_cache(app) -> ModelCache:
@@ -231,12 +243,13 @@ def create_prediction_run(
     session: SessionDep,
     db: DatabaseDep,
     settings: SettingsDep,
-    background: BackgroundTasks,
+    request: Request,
     response: Response,
 ):
     """Predict every row of a stored dataset in the background; GET the returned location for
     the run's status, and for the CSV once it has succeeded."""
     dataset = _dataset_or_404(session, body.dataset_id)
+    session.close()  # give its connection back: one request never holds two
     loaded = model_from_row(model)
     source = runs.DatasetSource.of(settings.data_dir, dataset)
     try:
@@ -244,7 +257,7 @@ def create_prediction_run(
     except runs.DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
     run = runs.create_run(db, model.id, dataset.id)
-    background.add_task(runs.execute_run, db, settings.data_dir, run.id, loaded, source)
+    prediction_runner(request.app).wake()
     response.headers["Location"] = f"/v1/models/{model.id}/predictions/{run.id}"
     return _run_out(run)
 
@@ -329,6 +342,7 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
     """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
     dataset."""
     dataset = _dataset_or_404(session, body.dataset_id)
+    session.close()  # no connection held while it computes
     loaded = model_from_row(model)
     try:
         runs.check_labels(loaded, dataset)

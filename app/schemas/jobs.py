@@ -63,3 +63,21 @@ class JobOut(BaseModel):
 class ProgressPage(BaseModel):
     items: list[ProgressRecord]
     next: str | None = None
+
+
+class JobEventOut(BaseModel):
+    """One change of a job's status."""
+
+    at: datetime
+    attempt: int = Field(description="the job's attempt after the change (claims so far)")
+    from_status: JobStatusName | None = Field(description="null when the job was created")
+    to_status: JobStatusName
+    by: Literal["api", "worker", "recovery"] | None = Field(
+        description="who made the change: a request, the worker running the job, or the recovery "
+        "of a job whose worker was lost"
+    )
+    reason: str | None
+
+
+class JobHistory(BaseModel):
+    items: list[JobEventOut]

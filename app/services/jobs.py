@@ -12,12 +12,13 @@ from sqlalchemy.orm import Session
 
 from app.db import Database
 from app.errors import ProblemError, describe_validation_errors
-from app.queue import JobQueue
+from app.jobs import lifecycle
+from app.jobs.queue import JobQueue
 from app.schemas.common import decode_cursor, page_of
 from app.schemas.jobs import JobCreate
 from app.schemas.params import ESTIMATORS, EstimatorSpec
 from app.services import idempotency, quotas
-from app.tables import Dataset, Job, JobProgress, JobStatus, new_id, utcnow
+from app.tables import Dataset, Job, JobProgress, new_id, utcnow
 
 
 def _invalid(field: str, message: str) -> ProblemError:
@@ -131,15 +132,10 @@ def create_job(db: Database, queue: JobQueue, body: JobCreate, key: str | None) 
                 validation_dataset_id=body.validation_dataset_id,
                 estimator=spec.name,
                 params=params,
-                status=JobStatus.QUEUED.value,
-                cancel_requested=False,
-                attempt=0,
             )
-            session.add(job)
+            lifecycle.submit(session, queue, job)
             if key:
                 idempotency.remember(session, "jobs", key, body_hash, job.id)
-            session.flush()
-            queue.enqueue(session, job.id)
     except IntegrityError:
         if not key:
             raise
@@ -194,16 +190,7 @@ def cancel_job(db: Database, queue: JobQueue, job_id: str) -> Job:
         job = session.get(Job, job_id, with_for_update=True)
         if job is None:
             raise ProblemError(404, "Job not found", f"no job with id {job_id!r}")
-        if job.status == JobStatus.QUEUED.value:
-            job.status = JobStatus.CANCELLED.value
-            job.stop_reason = "cancelled"
-            job.cancel_requested = True
-            job.finished_at = utcnow()
-            queue.cancel(session, job_id)
-        elif job.status == JobStatus.RUNNING.value:
-            job.cancel_requested = True
-            queue.cancel(session, job_id)
-        elif job.status != JobStatus.CANCELLED.value:
+        if not lifecycle.cancel(session, queue, job):
             raise ProblemError(
                 409, "Job already finished", f"job {job_id!r} already ended {job.status}"
             )

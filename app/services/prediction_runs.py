@@ -5,10 +5,10 @@ the model's columns through the raw file indices both share, so a stored file pr
 its lines sent to ``predict``.
 
 A run's CSV is written to ``DATA_DIR/predictions/<run id>.csv.part`` and renamed when complete,
-so a CSV that exists is whole. Runs execute in a thread of the API process; a run that was queued
-or running when its process stopped is marked failed by :func:`sweep_interrupted_runs`, which the
-models router runs when the API starts. That assumes one API process per database: a second
-replica starting would also fail the runs the first one is executing.
+so a CSV that exists is whole. A run is a row, `queued` until a runner thread of an API process
+claims it (`app.services.prediction_runner`), `running` with a heartbeat, then `succeeded` or
+`failed`; every write compares (run, attempt, status), so a run recovered from a silent process is
+never finished twice.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,14 +24,17 @@ import numpy as np
 import scipy.sparse as sp
 from sqlalchemy import select, update
 
+from app.db import is_disk_full, is_unavailable
+from app.jobs.workers import dead_here
 from app.services.dataset_files import align_columns
 from app.services.evaluation import classification_report, regression_report
 from app.services.prediction import LinearModel, decision_function, labels_from_decision
-from app.tables import PredictionRun, new_id, utcnow
+from app.tables import Dataset, Model, PredictionRun, new_id, utcnow
 
 log = logging.getLogger("margin.predictions")
 
 CHUNK_ROWS = 8192
+END_DEADLINE_S = 300.0
 ACTIVE = ("queued", "running")
 
 
@@ -179,6 +183,7 @@ def write_csv(path: Path, model: LinearModel, chunks) -> int:
 
 
 def create_run(db, model_id: str, dataset_id: str) -> PredictionRun:
+    """Insert a queued run; a `PredictionRunner` picks it up."""
     with db.write() as session:
         run = PredictionRun(
             id=new_id("pred"), model_id=model_id, dataset_id=dataset_id, status="queued"
@@ -187,50 +192,159 @@ def create_run(db, model_id: str, dataset_id: str) -> PredictionRun:
     return run
 
 
-def execute_run(db, data_dir: Path, run_id: str, model: LinearModel, source: DatasetSource) -> None:
-    """Run a queued prediction of ``source`` with ``model``. Every outcome is recorded on the
-    row; nothing is raised."""
-    if not _set_status(db, run_id, "running", expect=("queued",)):
-        return
+# --- a run's states: every write compares (run, attempt, status) -------------------------------
+
+
+@dataclass(frozen=True)
+class RunClaim:
+    run_id: str
+    attempt: int
+    worker: str
+
+
+def claim_next(db, worker: str) -> RunClaim | None:
+    """queued -> running for `worker`: the oldest queued run, or None."""
+    with db.write() as session:
+        row = session.execute(
+            select(PredictionRun.id, PredictionRun.attempt)
+            .where(PredictionRun.status == "queued")
+            .order_by(PredictionRun.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        ).one_or_none()
+        if row is None:
+            return None
+        now = utcnow()
+        moved = _move(
+            session,
+            row.id,
+            row.attempt,
+            "queued",
+            "running",
+            attempt=row.attempt + 1,
+            worker=worker,
+            started_at=now,
+            heartbeat_at=now,
+        )
+    return RunClaim(row.id, row.attempt + 1, worker) if moved else None
+
+
+def _move(session, run_id: str, attempt: int, from_: str, to: str, /, **values) -> bool:
+    result = session.execute(
+        update(PredictionRun)
+        .where(PredictionRun.id == run_id, PredictionRun.attempt == attempt)
+        .where(PredictionRun.status == from_)
+        .values(status=to, **values)
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1
+
+
+def _end(db, claim: RunClaim, status: str, **values) -> bool:
+    """running -> `status`; waits out a database outage (up to END_DEADLINE_S) so that a finished
+    run is not lost to it."""
+    start, delay = time.monotonic(), 0.2
+    while True:
+        try:
+            with db.write() as session:
+                return _move(
+                    session,
+                    claim.run_id,
+                    claim.attempt,
+                    "running",
+                    status,
+                    finished_at=utcnow(),
+                    **values,
+                )
+        except Exception as exc:
+            if not is_unavailable(exc) or time.monotonic() - start > END_DEADLINE_S:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 2.0)
+
+
+def execute_run(db, data_dir: Path, claim: RunClaim) -> str:
+    """Run a claimed prediction: write its CSV and record the outcome on the row (nothing is
+    raised for the run's own errors). Returns the run's final status."""
     try:
-        n_rows = write_csv(csv_path(data_dir, run_id), model, source.chunks(model))
+        model, source = _inputs(db, data_dir, claim.run_id)
+        n_rows = write_csv(csv_path(data_dir, claim.run_id), model, source.chunks(model))
     except Exception as exc:
-        log.exception("prediction run %s failed", run_id)
-        message = (
-            str(exc)
-            if isinstance(exc, (DatasetMismatch, ValueError))
-            else (f"prediction failed: {type(exc).__name__}")
-        )
-        _set_status(db, run_id, "failed", error=message, finished_at=utcnow())
+        if is_unavailable(exc):
+            raise  # the database is away: the run stays running; recovery re-queues it
+        log.exception("prediction run %s failed", claim.run_id)
+        if is_disk_full(exc):
+            message = "disk full: the server's disk filled up while the run wrote its result"
+        elif isinstance(exc, (DatasetMismatch, ValueError)):
+            message = str(exc)
+        else:
+            message = f"prediction failed: {type(exc).__name__}"
+        _end(db, claim, "failed", error=message)
+        return "failed"
+    if not _end(db, claim, "succeeded", n_rows=n_rows):
+        csv_path(data_dir, claim.run_id).unlink(missing_ok=True)  # deleted or taken meanwhile
+        return "lost"
+    return "succeeded"
+
+
+def _inputs(db, data_dir: Path, run_id: str) -> tuple[LinearModel, DatasetSource]:
+    from app.services.model_cache import model_from_row
+
+    with db.session() as session:
+        run = session.get(PredictionRun, run_id)
+        model = session.get(Model, run.model_id) if run else None
+        dataset = session.get(Dataset, run.dataset_id) if run and run.dataset_id else None
+    if model is None:
+        raise ValueError("the model was deleted")
+    if dataset is None:
+        raise ValueError("the dataset was deleted before the run could read it")
+    return model_from_row(model), DatasetSource.of(data_dir, dataset)
+
+
+def beat(db, run_ids: list[str]) -> None:
+    """Refresh the heartbeat of the runs this process is executing."""
+    if not run_ids:
         return
-    if not _set_status(db, run_id, "succeeded", n_rows=n_rows, finished_at=utcnow()):
-        csv_path(data_dir, run_id).unlink(missing_ok=True)  # the model was deleted meanwhile
-
-
-def _set_status(db, run_id: str, status: str, expect=ACTIVE, **values) -> bool:
     with db.write() as session:
-        result = session.execute(
+        session.execute(
             update(PredictionRun)
-            .where(PredictionRun.id == run_id, PredictionRun.status.in_(expect))
-            .values(status=status, **values)
+            .where(PredictionRun.id.in_(run_ids), PredictionRun.status == "running")
+            .values(heartbeat_at=utcnow())
+            .execution_options(synchronize_session=False)
         )
-        return result.rowcount == 1
 
 
-def sweep_interrupted_runs(db) -> int:
-    """Mark runs left queued or running by a stopped API process as failed (call at start-up
-    when this process is the only one running predictions)."""
-    with db.write() as session:
-        result = session.execute(
-            update(PredictionRun)
-            .where(PredictionRun.status.in_(ACTIVE))
-            .values(
-                status="failed",
-                error="interrupted: the service stopped during the run",
-                finished_at=utcnow(),
-            )
+def recover_runs(db, retries: int, stale_before=None) -> dict[str, str]:
+    """Runs left running by a process that is gone (dead on this host, or, with `stale_before`,
+    silent since then): back to the queue (at most `retries` times) or failed."""
+    with db.session() as session:
+        rows = session.execute(
+            select(
+                PredictionRun.id,
+                PredictionRun.attempt,
+                PredictionRun.worker,
+                PredictionRun.heartbeat_at,
+            ).where(PredictionRun.status == "running")
+        ).all()
+    outcome = {}
+    for row in rows:
+        silent = stale_before is not None and (
+            row.heartbeat_at is None or row.heartbeat_at < stale_before
         )
-        return result.rowcount
+        if not (dead_here(row.worker) or silent):
+            continue
+        reason = "interrupted: the service process running it stopped"
+        if row.attempt <= retries:
+            to, values = "queued", {"worker": None, "error": f"{reason}; re-queued"}
+        else:
+            to = "failed"
+            values = {"error": f"{reason} (attempt {row.attempt})", "finished_at": utcnow()}
+        with db.write() as session:
+            if _move(session, row.id, row.attempt, "running", to, **values):
+                outcome[row.id] = to
+    if outcome:
+        log.warning("recovered %d interrupted prediction runs: %s", len(outcome), outcome)
+    return outcome
 
 
 def delete_files(data_dir: Path, run_ids: list[str]) -> None:

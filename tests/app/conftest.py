@@ -130,6 +130,18 @@ def db(app):
     return app.state.db
 
 
+def finished_run(client, location: str, headers=None, timeout: float = 60) -> dict:
+    """Poll a background prediction run until it ends; its status document."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        run = client.get(location, params={"format": "json"}, headers=headers or {}).json()
+        if run["status"] not in ("queued", "running") or time.monotonic() > deadline:
+            return run
+        time.sleep(0.02)
+
+
 def upload(client, content: bytes, filename="data.txt", name=None, headers=None):
     data = {"name": name} if name else None
     return client.post(

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from app.db import Database
+from app.jobs.workers import WorkerId
 from app.services.model_store import unpack_weights
 from app.tables import Model
 from tests.conftest import shared_file
@@ -241,7 +242,7 @@ def test_a_killed_worker_requeues_then_fails_the_job(server, a9a):
             from app.tables import Job
 
             worker = session.get(Job, job_id).worker
-        pid = int(worker.rpartition(":")[2])
+        pid = WorkerId.parse(worker).pid
         assert pid not in killed
         os.kill(pid, signal.SIGKILL)
         killed.append(pid)
@@ -294,7 +295,7 @@ def test_local_pool_on_postgresql(tmp_path):
         job_id = long_job(srv, dataset["id"])
         wait_for(srv, job_id, lambda j: j["status"] == "running" and j["progress"])
         with db.session() as session:
-            pid = int(session.get(Job, job_id).worker.rpartition(":")[2])
+            pid = WorkerId.parse(session.get(Job, job_id).worker).pid
         os.kill(pid, signal.SIGKILL)
         wait_for(srv, job_id, lambda j: j["attempt"] == 2 and j["status"] == "running")
         assert srv.http.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
@@ -343,7 +344,7 @@ def test_a_killed_service_releases_its_jobs_and_a_restart_runs_them(tmp_path):
         wait_for(first, job_id, lambda j: j["status"] == "running" and j["progress"])
         db = Database(f"sqlite:///{data / 'margin.db'}")
         with db.session() as session:
-            pid = int(session.get(Job, job_id).worker.rpartition(":")[2])
+            pid = WorkerId.parse(session.get(Job, job_id).worker).pid
         family = descendants(first.process.pid)  # workers, parsers, multiprocessing's tracker
         assert pid in family and len(family) >= 3
         first.process.kill()

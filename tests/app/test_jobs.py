@@ -12,9 +12,10 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from app.services import recovery
+from app.jobs.queue import LocalQueue
+from app.jobs.recovery import Reaper
+from app.jobs.runner import RunContext, run_job
 from app.services.model_store import unpack_weights
-from app.services.training import RunContext, run_job
 from app.tables import Job, JobProgress, Model
 from tests.app.conftest import upload
 
@@ -244,7 +245,7 @@ def test_jobs_of_a_dead_worker_fail_or_are_requeued(app, client, db, heart, fake
         import socket
 
         row.worker = f"{socket.gethostname()}:999999999"
-    outcome = recovery.sweep_orphaned_jobs(db, settings)
+    outcome = Reaper(db, settings, LocalQueue(), "test").run_once()
     after = client.get(f"/v1/jobs/{job['id']}").json()
     if retries:
         assert outcome == {job["id"]: "queued"} and after["status"] == "queued"
@@ -266,7 +267,11 @@ def test_stalled_heartbeat_is_recovered(app, client, db, heart, fake_trainer):
         row = session.get(Job, job["id"])
         row.status, row.attempt, row.worker = "running", 1, "elsewhere:12"
         row.heartbeat_at = utcnow() - timedelta(seconds=600)
-    assert recovery.sweep_orphaned_jobs(db, app.state.settings) == {job["id"]: "failed"}
+    reaper = Reaper(db, app.state.settings, LocalQueue(), "test")
+    # a reaper judges heartbeats only once it has itself reached the database for JOB_STALL_S
+    assert reaper.run_once() == {}
+    reaper.connected_since -= app.state.settings.job_stall_s
+    assert reaper.run_once() == {job["id"]: "failed"}
     assert "no heartbeat" in client.get(f"/v1/jobs/{job['id']}").json()["error"]
     with db.session() as session:
         assert session.scalar(select(func.count()).select_from(JobProgress)) == 0

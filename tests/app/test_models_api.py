@@ -16,6 +16,7 @@ from sqlalchemy import event, func, select
 from app.services.dataset_files import summarize_labels
 from app.services.model_store import pack_weights
 from app.tables import Dataset, Model, PredictionRun, new_id
+from tests.app.conftest import finished_run
 
 N_FEATURES = 30
 
@@ -364,7 +365,7 @@ def test_prediction_run_writes_a_csv_equal_to_predict(service, binary):
     assert r.status_code == 202, r.text
     location = r.headers["location"]
     assert location.startswith(f"/v1/models/{model_id}/predictions/pred_")
-    status = service.client.get(location, params={"format": "json"}).json()
+    status = finished_run(service.client, location)
     assert status["status"] == "succeeded" and status["n_rows"] == 50
     assert status["result"] == location
     r = service.client.get(location)
@@ -396,6 +397,7 @@ def test_multiclass_csv_has_a_column_per_class(service):
     location = service.client.post(
         f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset_id}
     ).headers["location"]
+    finished_run(service.client, location)
     rows = list(csv.reader(io.StringIO(service.client.get(location).text)))
     assert rows[0] == ["row", "label", "decision_value_4", "decision_value_5", "decision_value_6"]
     D = reference(X, coef, np.zeros(3))
@@ -426,6 +428,7 @@ def test_a_failed_run_reports_its_error(service, binary):
     location = service.client.post(
         f"/v1/models/{binary[0]}/predictions", json={"dataset_id": dataset_id}
     ).headers["location"]
+    finished_run(service.client, location)
     r = service.client.get(location)
     assert r.status_code == 409 and r.json()["run"]["status"] == "failed"
     assert "/work" not in r.text and str(service.settings.data_dir) not in r.text
@@ -541,21 +544,72 @@ def test_openapi_documents_predict_and_the_model_routes(service):
     assert service.client.get("/v1/models/m/predict").status_code == 405
 
 
-def test_sweep_fails_runs_left_active_by_a_stopped_process(service, binary):
-    from app.services.prediction_runs import sweep_interrupted_runs
+@pytest.mark.parametrize("retries", [0, 1])
+def test_interrupted_runs_are_recovered_like_jobs(service, binary, retries):
+    import socket
+    from datetime import timedelta
 
+    from app.services.prediction_runs import recover_runs
+    from app.tables import utcnow
+
+    dead = f"{socket.gethostname()}:999999999:0"  # a process of this host that is gone
+    old = utcnow() - timedelta(minutes=10)
     with service.db.write() as session:
-        session.add(PredictionRun(id="pred_a", model_id=binary[0], status="running"))
-        session.add(PredictionRun(id="pred_b", model_id=binary[0], status="queued"))
-        session.add(PredictionRun(id="pred_c", model_id=binary[0], status="succeeded", n_rows=1))
-    assert sweep_interrupted_runs(service.db) == 2
-    r = service.client.get(f"/v1/models/{binary[0]}/predictions/pred_a")
-    assert r.status_code == 409 and "interrupted" in r.json()["detail"]
-    statuses = {
-        item["id"]: item["status"]
-        for item in service.client.get(f"/v1/models/{binary[0]}/predictions").json()["items"]
+        for run_id, status, worker, beat in [
+            ("pred_a", "running", dead, utcnow()),
+            ("pred_b", "queued", None, None),
+            ("pred_c", "running", "elsewhere:1:0", utcnow()),  # alive on another host
+            ("pred_d", "running", "elsewhere:2:0", old),  # silent on another host
+            ("pred_e", "succeeded", dead, old),
+        ]:
+            session.add(
+                PredictionRun(
+                    id=run_id,
+                    model_id=binary[0],
+                    status=status,
+                    worker=worker,
+                    attempt=1,
+                    heartbeat_at=beat,
+                )
+            )
+    ended = "queued" if retries else "failed"
+    assert recover_runs(service.db, retries) == {"pred_a": ended}
+    assert recover_runs(service.db, retries, stale_before=utcnow() - timedelta(minutes=1)) == {
+        "pred_d": ended
     }
-    assert statuses == {"pred_a": "failed", "pred_b": "failed", "pred_c": "succeeded"}
+    with service.db.session() as session:
+        a = session.get(PredictionRun, "pred_a")
+    assert "interrupted" in a.error and a.attempt == 1
+    assert (a.worker is None) if retries else (a.finished_at is not None)
+
+
+def test_starting_the_api_recovers_runs_a_previous_process_left_active(service, binary, settings):
+    import socket
+
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    dataset_id = service.add_dataset(rng_problem(n=20, seed=3), np.ones(20))
+    with service.db.write() as session:
+        session.add(
+            PredictionRun(
+                id="pred_left",
+                model_id=binary[0],
+                dataset_id=dataset_id,
+                status="running",
+                worker=f"{socket.gethostname()}:999999999:0",
+                attempt=1,
+            )
+        )
+        queued = PredictionRun(id="pred_wait", model_id=binary[0], dataset_id=dataset_id)
+        session.add(queued)
+    with TestClient(create_app(settings)) as restarted:
+        base = f"/v1/models/{binary[0]}/predictions"
+        left = finished_run(restarted, f"{base}/pred_left")
+        waiting = finished_run(restarted, f"{base}/pred_wait")
+    assert left["status"] == "failed" and "interrupted" in left["error"]  # JOB_RETRIES=0
+    assert waiting["status"] == "succeeded" and waiting["n_rows"] == 20
 
 
 def test_datasets_are_read_in_chunks_with_the_same_result(service, binary, tmp_path):
@@ -580,20 +634,6 @@ def test_datasets_are_read_in_chunks_with_the_same_result(service, binary, tmp_p
     np.testing.assert_allclose(
         [float(r[2]) for r in rows[1:]], reference(X, coef, intercept)[:, 0], rtol=1e-12
     )
-
-
-def test_starting_the_api_fails_runs_a_previous_process_left_active(service, binary, settings):
-    from fastapi.testclient import TestClient
-
-    from app.main import create_app
-
-    with service.db.write() as session:
-        session.add(PredictionRun(id="pred_left", model_id=binary[0], status="running"))
-    with TestClient(create_app(settings)) as restarted:
-        r = restarted.get(
-            f"/v1/models/{binary[0]}/predictions/pred_left", params={"format": "json"}
-        )
-    assert r.json()["status"] == "failed" and "interrupted" in r.json()["error"]
 
 
 def test_evaluate_bad_inputs(service, binary):

@@ -13,7 +13,7 @@ import pytest
 
 from app.services.model_store import pack_weights
 from app.tables import Model, new_id
-from tests.app.conftest import HEART
+from tests.app.conftest import HEART, finished_run
 
 liblinearutil = pytest.importorskip("liblinear.liblinearutil")
 
@@ -74,6 +74,7 @@ def test_evaluate_and_predictions_on_the_uploaded_dataset(client, heart, trained
     location = client.post(
         f"/v1/models/{model_id}/predictions", json={"dataset_id": heart["id"]}
     ).headers["location"]
+    finished_run(client, location)
     rows = list(csv.reader(io.StringIO(client.get(location).text)))[1:]
     assert [float(r[1]) for r in rows] == labels.tolist()
 

@@ -79,7 +79,7 @@ def test_health_and_readiness(client, db):
     assert client.get("/healthz").json() == {"status": "ok"}
     response = client.get("/readyz")
     assert response.status_code == 503 and "no worker" in response.json()["detail"]
-    from app.services import workers
+    from app.jobs import workers
 
     workers.register(db, "test:1", "local")
     assert client.get("/readyz").json() == {"status": "ready", "database": "ok", "workers": 1}

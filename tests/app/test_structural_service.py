@@ -13,9 +13,9 @@ import pytest
 import scipy.sparse as sp
 
 import solvers
+from app.jobs.runner import RunContext, run_job
 from app.services import stored_chunks
 from app.services.model_store import unpack_weights
-from app.services.training import RunContext, run_job
 from app.tables import Job, Model
 from tests.app.conftest import HEART, upload
 

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
+import time
+from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import delete, func, select, text
 
 from app import migrate
 from app.config import Settings
 from app.db import Database
-from app.queue_procrastinate import ProcrastinateQueue
+from app.jobs import lifecycle
+from app.jobs.procrastinate_queue import ProcrastinateQueue
+from app.jobs.workers import WorkerId
 from app.schemas.jobs import JobCreate
 from app.services.datasets import import_file
 from app.services.jobs import cancel_job, create_job
-from app.tables import Job, JobProgress, Model, Worker
+from app.tables import Job, JobProgress, Model, Worker, utcnow
 from tests.deploy.cluster import FreshDatabase, Processes, wait_for, write_regression_file
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
@@ -77,11 +80,12 @@ class Cluster:
             self.procs.start("worker", name=f"worker-{i}-{os.urandom(2).hex()}", **env)
             for i in range(n)
         ]
-        ids = {f"{socket.gethostname()}:{p.pid}" for p in started}
+        pids = {p.pid for p in started}
 
         def registered():
             with self.db.session() as session:
-                return ids <= set(session.scalars(select(Worker.id)))
+                ids = session.scalars(select(Worker.id))
+                return pids <= {WorkerId.parse(w).pid for w in ids}
 
         wait_for(registered, 60, f"{n} workers to register")
         return started
@@ -103,7 +107,7 @@ class Cluster:
         with self.db.session() as session:
             return list(
                 session.scalars(
-                    text("SELECT status::text FROM procrastinate_jobs WHERE lock = :j"),
+                    text("SELECT status::text FROM procrastinate_jobs WHERE lock = :j ORDER BY id"),
                     {"j": job_id},
                 )
             )
@@ -125,13 +129,14 @@ def test_enqueue_commits_with_the_job_row(cluster):
     assert cluster.entries(job_id) == ["cancelled"]
 
 
-def _stall(cluster, job_id: str, **row) -> None:
-    """Make the job's entry look held by a worker whose last heartbeat is an hour old."""
+def _hold(cluster, job_id: str, worker_beat: str = "now() - interval '1 hour'", **row) -> None:
+    """Make the job's entry held ('doing') by a procrastinate worker whose last heartbeat is
+    `worker_beat`, and set the job row's columns."""
     with cluster.db.write() as session:
         worker = session.scalar(
             text(
-                "INSERT INTO procrastinate_workers (last_heartbeat)"
-                " VALUES (now() - interval '1 hour') RETURNING id"
+                f"INSERT INTO procrastinate_workers (last_heartbeat) VALUES ({worker_beat})"
+                " RETURNING id"
             )
         )
         session.execute(
@@ -143,61 +148,85 @@ def _stall(cluster, job_id: str, **row) -> None:
             setattr(job, key, value)
 
 
+def _reaper(cluster, **settings):
+    from app.jobs.procrastinate_queue import make_reaper
+
+    settings = Settings(database_url=cluster.db.url, **settings)
+    reaper = make_reaper(cluster.db, settings, "test")
+    reaper.connected_since = time.monotonic() - settings.job_stall_s  # reached the db for long
+    return reaper
+
+
+HOUR_AGO = utcnow() - timedelta(hours=1)
+
+
 @pytest.mark.parametrize(
-    "row, expected_status, expected_entry",
+    "row, expected_status, expected_entries",
     [
-        # retries left (JOB_RETRIES=1, first attempt): back in the queue
-        ({"status": "running", "attempt": 1}, "queued", "todo"),
+        # retries left (JOB_RETRIES=1, first attempt): back in the queue, with a new entry
+        (
+            {"status": "running", "attempt": 1, "heartbeat_at": HOUR_AGO},
+            "queued",
+            ["failed", "todo"],
+        ),
         # no retry left: failed, with the reason
-        ({"status": "running", "attempt": 2}, "failed", "failed"),
+        ({"status": "running", "attempt": 2, "heartbeat_at": HOUR_AGO}, "failed", ["failed"]),
         # cancel requested while its worker died: cancelled
-        ({"status": "running", "attempt": 1, "cancel_requested": True}, "cancelled", "failed"),
-        # fetched but never claimed: the entry goes back, the row is untouched
-        ({"status": "queued", "attempt": 0}, "queued", "todo"),
+        (
+            {"status": "running", "attempt": 1, "heartbeat_at": HOUR_AGO, "cancel_requested": True},
+            "cancelled",
+            ["failed"],
+        ),
+        # fetched but never claimed: a new entry, the row is untouched
+        ({"status": "queued", "attempt": 0}, "queued", ["failed", "todo"]),
         # the job had ended (model committed) before its worker died: never run again
-        ({"status": "succeeded", "attempt": 1}, "succeeded", "succeeded"),
+        ({"status": "succeeded", "attempt": 1}, "succeeded", ["succeeded"]),
     ],
 )
-def test_reaper_decides_on_the_job_row(cluster, row, expected_status, expected_entry):
-    from app.queue_procrastinate import reap_stalled
-
-    settings = Settings(database_url=cluster.db.url, job_retries=1, job_stall_s=5)
+def test_reaper_decides_on_the_job_row(cluster, row, expected_status, expected_entries):
+    reaper = _reaper(cluster, job_retries=1, job_stall_s=5)
     job_id = cluster.submit("small")
-    _stall(cluster, job_id, **row)
-    actions = dict(reap_stalled(cluster.db, settings))
-    assert job_id in actions
+    _hold(cluster, job_id, **row)
+    assert job_id in reaper.run_once()
     job = cluster.job(job_id)
     assert job.status == expected_status
-    assert cluster.entries(job_id) == [expected_entry]
+    assert cluster.entries(job_id) == expected_entries
     if expected_status == "failed":
         assert job.error == "no heartbeat from the job's worker for 5 s (attempt 2 of 2)"
-    assert dict(reap_stalled(cluster.db, settings)).get(job_id) is None, "handled twice"
-    if expected_entry == "todo":  # leave nothing queued for the tests that start workers
+    if expected_status == "queued":  # a re-queued job forgets the attempt, keeps its history
+        assert (job.worker, job.started_at, job.percent, job.progress) == (None, None, None, None)
+    assert job_id not in reaper.run_once(), "handled twice"
+    if "todo" in expected_entries:  # leave nothing queued for the tests that start workers
         cancel_job(cluster.db, cluster.queue, job_id)
 
 
-def test_reaper_leaves_live_workers_alone(cluster):
-    from app.queue_procrastinate import reap_stalled
-
-    job_id = cluster.submit("small")
+def test_reaper_leaves_live_attempts_alone_and_gives_lost_jobs_an_entry(cluster):
+    reaper = _reaper(cluster, job_stall_s=60)
+    running = cluster.submit("small")
+    # its procrastinate worker is silent, but the attempt itself beats: not stalled
+    _hold(cluster, running, status="running", attempt=1, heartbeat_at=utcnow())
+    lost = cluster.submit("small")
+    with cluster.db.write() as session:  # the entry vanished (as a late finish once deleted it)
+        session.execute(text("DELETE FROM procrastinate_jobs WHERE lock = :j"), {"j": lost})
+    assert reaper.run_once() == {lost: "queued again (its queue entry was lost)"}
+    assert cluster.entries(running) == ["doing"] and cluster.job(running).status == "running"
+    assert cluster.entries(lost) == ["todo"]
+    with cluster.db.session() as session:
+        events = [(e.from_status, e.to_status) for e in lifecycle.history(session, lost)]
+    assert events == [(None, "queued"), ("queued", "queued")]
+    # a reaper that has just (re)gained the database judges no heartbeat yet
+    fresh = _reaper(cluster, job_stall_s=60)
+    fresh.connected_since = None
     with cluster.db.write() as session:
-        worker = session.scalar(
-            text("INSERT INTO procrastinate_workers DEFAULT VALUES RETURNING id")
-        )
-        session.execute(
-            text("UPDATE procrastinate_jobs SET status = 'doing', worker_id = :w WHERE lock = :j"),
-            {"w": worker, "j": job_id},
-        )
-        session.get(Job, job_id).status = "running"
-    settings = Settings(database_url=cluster.db.url, job_stall_s=60)
-    assert reap_stalled(cluster.db, settings) == []
-    assert cluster.entries(job_id) == ["doing"]
+        session.get(Job, running).heartbeat_at = HOUR_AGO
+    assert fresh.run_once() == {}
+    cancel_job(cluster.db, cluster.queue, lost)
     with cluster.db.write() as session:  # tidy up: as if the job had been cancelled and ended
         session.execute(
             text("UPDATE procrastinate_jobs SET status = 'cancelled' WHERE lock = :j"),
-            {"j": job_id},
+            {"j": running},
         )
-        job = session.get(Job, job_id)
+        job = session.get(Job, running)
         job.status, job.stop_reason = "cancelled", "cancelled"
 
 
@@ -239,7 +268,7 @@ def test_sigkill_mid_job_is_retried_on_another_worker(cluster):
         return job.status == "running" and job.progress is not None and job
 
     victim_id = wait_for(first_progress, 60, "the job to report progress").worker
-    victim = next(p for p in started if victim_id.endswith(f":{p.pid}"))
+    victim = next(p for p in started if WorkerId.parse(victim_id).pid == p.pid)
     Processes.stop(victim, signal.SIGKILL)
     cluster.wait_terminal([job_id], timeout=90)
     job = cluster.job(job_id)
@@ -252,7 +281,8 @@ def test_sigkill_mid_job_is_retried_on_another_worker(cluster):
             select(JobProgress.attempt).where(JobProgress.job_id == job_id).distinct()
         ).all()
     assert sorted(attempts) == [1, 2], "both attempts should have reported progress"
-    assert cluster.entries(job_id) == []
+    # one entry per attempt: the dead one's closed by the reaper, the second's deleted on success
+    assert cluster.entries(job_id) == ["failed"]
     cluster.stop_all([p for p in started if p is not victim])
 
 
@@ -289,7 +319,7 @@ def test_sigterm_releases_the_running_job_for_another_worker(cluster):
         60,
         "the job to run",
     )
-    holder = next(p for p in started if holder_id.endswith(f":{p.pid}"))
+    holder = next(p for p in started if WorkerId.parse(holder_id).pid == p.pid)
     other = next(p for p in started if p is not holder)
     # WORKER_SHUTDOWN_TIMEOUT_S=1 is shorter than the job: it is released, not finished.
     assert Processes.stop(holder, signal.SIGTERM, timeout=30) == 0
@@ -298,10 +328,38 @@ def test_sigterm_releases_the_running_job_for_another_worker(cluster):
     job = cluster.job(job_id)
     # A release is not an attempt: the one run that counted is the other worker's.
     assert (job.status, job.attempt) == ("succeeded", 1), job.error
-    assert job.worker.endswith(f":{other.pid}")
+    assert WorkerId.parse(job.worker).pid == other.pid
     with cluster.db.session() as session:
         attempts = session.scalars(
             select(JobProgress.attempt).where(JobProgress.job_id == job_id).distinct()
         ).all()
     assert attempts == [1], "the released run's progress should have been discarded"
     cluster.stop_all([other])
+
+
+@pytest.mark.slow
+def test_a_worker_whose_rows_were_pruned_registers_again(cluster):
+    """After an outage other workers may prune this one's rows (its heartbeat looked stale): it
+    registers again, with a fresh heartbeat, and its next jobs run at their first attempt."""
+    (worker,) = cluster.workers(1, JOB_STALL_S="3")
+    with cluster.db.write() as session:
+        session.execute(text("DELETE FROM procrastinate_workers"))
+        session.execute(delete(Worker))
+
+    def registered_again():
+        with cluster.db.session() as session:
+            ours = [w for w in session.scalars(select(Worker.id)) if WorkerId.parse(w).pid]
+            fresh = session.scalar(
+                text(
+                    "SELECT count(*) FROM procrastinate_workers"
+                    " WHERE last_heartbeat > now() - interval '2 seconds'"
+                )
+            )
+        return [WorkerId.parse(w).pid for w in ours] == [worker.pid] and fresh == 1
+
+    wait_for(registered_again, 30, "the worker to register again")
+    job_id = cluster.submit("small", max_iter=50)
+    cluster.wait_terminal([job_id], timeout=60)
+    job = cluster.job(job_id)
+    assert (job.status, job.attempt) == ("succeeded", 1), job.error
+    cluster.stop_all([worker])

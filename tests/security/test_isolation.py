@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from app.services.training import RunContext, run_job
+from app.jobs.runner import RunContext, run_job
 from tests.security.conftest import HEART, new_key, upload
 
 
@@ -62,6 +62,7 @@ def test_other_tenant_gets_404_everywhere(two_tenants):
         ("GET", f"/v1/jobs/{job}", None),
         ("GET", f"/v1/jobs/{job}/progress", None),
         ("GET", f"/v1/jobs/{job}/events", None),
+        ("GET", f"/v1/jobs/{job}/history", None),
         ("POST", f"/v1/jobs/{queued}/cancel", None),
         ("GET", f"/v1/models/{model}", None),
         ("GET", f"/v1/models/{model}/export", None),

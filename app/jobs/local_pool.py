@@ -3,8 +3,9 @@
 `spawn`, not `fork`: Numba's OpenMP threading layer aborts in a forked child. Each child sets
 NUMBA_NUM_THREADS to cores / pool size before the solvers load, so the pool never oversubscribes
 the CPU. A supervisor thread replaces children that die; the job a dead child was running is
-re-queued or failed (JOB_RETRIES) at once, and jobs left running by a previous service are swept
-at start and every few seconds.
+re-queued or failed (JOB_RETRIES) at once, and the reaper (`app.jobs.recovery`) runs at start and
+every few seconds for jobs left by a previous service or silent for JOB_STALL_S. The supervisor
+also keeps the disk reserve (`app.disk`) in place.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from sqlalchemy import select
 
 from app.config import Settings
 from app.db import Database
-from app.services import recovery, workers
+from app.disk import DiskReserve
+from app.jobs import recovery, workers
+from app.jobs.queue import LocalQueue
 from app.tables import Job, JobStatus
 
 log = logging.getLogger("margin.worker")
@@ -40,22 +43,22 @@ def next_queued(db: Database) -> str | None:
         )
 
 
-def child_main(settings_data: dict, threads: int) -> None:
+def child_main(settings_data: dict, threads: int, worker_id: str) -> None:
     """A pool process: claim and run jobs until SIGTERM (a running job is released on SIGTERM)."""
     os.environ["NUMBA_NUM_THREADS"] = str(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    from app.services.training import RunContext, run_job
+    from app.jobs.runner import RunContext, run_job
 
     settings = Settings(**settings_data)
     db = Database(settings.db_url)
-    ctx = RunContext(settings, db, n_jobs=threads)
+    ctx = RunContext(settings, db, worker_id=worker_id, n_jobs=threads, queue=LocalQueue())
     signal.signal(signal.SIGTERM, lambda *_: ctx.shutdown.set())
     _watch_parent(ctx)
     _register(db, ctx)
-    heartbeat = workers.Heartbeat(db, ctx.worker_id)
+    heartbeat = workers.Heartbeat(db, ctx.worker_id, "local")
     heartbeat.start()
     _preload()
     try:
@@ -79,6 +82,10 @@ def child_main(settings_data: dict, threads: int) -> None:
         except Exception as exc:
             log.warning("worker %s: could not unregister: %s", ctx.worker_id, exc)
         db.dispose()
+
+
+def _child_entry(settings_data: dict, threads: int, nonce: str) -> None:
+    child_main(settings_data, threads, workers.new_worker_id(nonce=nonce))
 
 
 def _watch_parent(ctx) -> None:
@@ -128,10 +135,15 @@ class LocalPool:
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
         self.host = socket.gethostname()
+        self.queue = LocalQueue()
+        self.reaper = recovery.Reaper(self.db, settings, self.queue, actor=f"pool@{self.host}")
+        self.reserve = DiskReserve(settings.data_dir, settings.disk_reserve_bytes)
+        self._ids: dict[int, str] = {}  # pid -> worker id
 
     def start(self) -> None:
         self.settings.ensure_dirs()
-        swept = recovery.sweep_orphaned_jobs(self.db, self.settings)
+        self.reserve.ensure()
+        swept = self.reaper.run_once()
         if swept:
             log.warning("recovered %d jobs left running by a previous run: %s", len(swept), swept)
         self.children = [self._spawn() for _ in range(self.size)]
@@ -140,20 +152,23 @@ class LocalPool:
         log.info("local pool: %d workers, %d solver threads each", self.size, self.threads)
 
     def _spawn(self):
+        nonce = workers.new_nonce()
         process = self._ctx.Process(
-            target=child_main,
-            args=(self.settings.model_dump(mode="json"), self.threads),
+            target=_child_entry,
+            args=(self.settings.model_dump(mode="json"), self.threads, nonce),
             name="margin-worker",
             daemon=True,
         )
         process.start()
+        self._ids[process.pid] = workers.new_worker_id(process.pid, nonce)
         return process
 
     def worker_id(self, process) -> str:
-        return f"{self.host}:{process.pid}"
+        return self._ids.get(process.pid, f"{self.host}:{process.pid}")
 
     def _supervise(self) -> None:
         last_sweep = time.monotonic()
+        every = min(SWEEP_INTERVAL_S, self.settings.job_stall_s / 4)
         while not self._stopping.is_set():
             wait([p.sentinel for p in self.children], timeout=1.0)
             if self._stopping.is_set():
@@ -163,10 +178,11 @@ class LocalPool:
                     continue
                 self._recover(process)
                 self.children[i] = self._spawn()
-            if time.monotonic() - last_sweep > SWEEP_INTERVAL_S:
+            if time.monotonic() - last_sweep > every:
                 last_sweep = time.monotonic()
+                self.reserve.ensure()
                 try:
-                    recovery.sweep_orphaned_jobs(self.db, self.settings)
+                    self.reaper.run_once()
                 except Exception as exc:
                     log.warning("sweep failed: %s", exc)
 
@@ -176,7 +192,9 @@ class LocalPool:
         reason = f"the worker process running the job died ({how})"
         log.error("worker %s died (%s); starting a new one", self.worker_id(process), how)
         try:
-            recovery.recover_worker(self.db, self.settings, self.worker_id(process), reason)
+            recovery.recover_worker(
+                self.db, self.settings, self.queue, self.worker_id(process), reason
+            )
         except Exception:
             log.exception("could not recover the jobs of worker %s", self.worker_id(process))
 

@@ -1,0 +1,210 @@
+"""run_job(job_id): the one function every worker engine runs to train a job.
+
+It claims the job (queued -> running, a new attempt, so two workers never run it twice), loads
+the dataset, trains with a progress callback (`attempt.Recorder`) while a watch thread keeps the
+attempt's heartbeat and polls its cancel flag, and commits the model row together with the job's
+final status. Every status change goes through `app.jobs.lifecycle`; every write of the attempt
+compares (job, attempt), so an attempt that was taken away (re-queued while the database was
+away, deleted) ends without touching the job. Errors are recorded as a message (the traceback goes
+to the worker's log); a full disk as "disk full"; a worker shutting down hands the job back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app.config import Settings, get_settings
+from app.db import Database, is_disk_full, is_unavailable
+from app.disk import DiskReserve
+from app.jobs import lifecycle
+from app.jobs.attempt import DISK_FULL, DiskFull, JobLost, Recorder, Watch, persist
+from app.jobs.lifecycle import Attempt
+from app.jobs.queue import JobQueue, get_queue
+from app.jobs.workers import new_worker_id
+from app.services.datasets import dataset_dir, load_dataset, load_dataset_as
+from app.services.model_store import pack_weights
+from app.services.stored_chunks import map_arrays
+from app.services.trainers import TRAINERS, Trained, streams
+from app.tables import Dataset, Job, JobStatus, Model, new_id
+
+log = logging.getLogger("margin.training")
+MAX_ERROR_CHARS = 2000
+
+__all__ = ["DiskFull", "JobLost", "RunContext", "default_context", "run_job"]
+
+
+@dataclass
+class RunContext:
+    """What run_job needs from the engine that calls it."""
+
+    settings: Settings
+    db: Database
+    worker_id: str = field(default_factory=new_worker_id)
+    shutdown: threading.Event = field(default_factory=threading.Event)
+    n_jobs: int | None = None  # solver threads for this job
+    queue: JobQueue | None = None  # default: the backend WORKER_BACKEND names
+    reserve: DiskReserve | None = None  # default: DISK_RESERVE_MB in DATA_DIR
+
+    def __post_init__(self) -> None:
+        if self.queue is None:
+            self.queue = get_queue(self.settings)
+        if self.reserve is None:
+            self.reserve = DiskReserve(self.settings.data_dir, self.settings.disk_reserve_bytes)
+
+
+@lru_cache
+def default_context() -> RunContext:
+    """A context from the environment's settings, built once per process (for engines that call
+    run_job(job_id) with nothing else)."""
+    settings = get_settings()
+    return RunContext(settings, Database(settings.db_url), n_jobs=settings.solver_threads)
+
+
+def run_job(job_id: str, ctx: RunContext | None = None) -> str | None:
+    """Train job `job_id` if it is still queued. Returns its final status, or None when this call
+    did not run it (not queued any more, or taken away while running)."""
+    ctx = ctx or default_context()
+    attempt = persist(ctx, lambda s: lifecycle.claim(s, job_id, ctx.worker_id), f"claim {job_id}")
+    if attempt is None:
+        return None
+    watch = Watch(ctx, attempt)
+    watch.start()
+    try:
+        return _run_claimed(ctx, attempt, watch)
+    except JobLost:
+        log.warning(
+            "job %s: attempt %d was taken from worker %s while it ran",
+            job_id,
+            attempt.number,
+            ctx.worker_id,
+        )
+        return None
+    except Exception as exc:
+        if isinstance(exc, DiskFull) or is_disk_full(exc):
+            log.error("job %s failed: the disk is full", job_id)
+            return _fail(ctx, attempt, DISK_FULL)
+        if is_unavailable(exc):  # not the job's fault: the reaper re-queues it once it is back
+            log.error("job %s: attempt %d lost the database: %s", job_id, attempt.number, exc)
+            return None
+        log.exception("job %s failed", job_id)
+        return _fail(ctx, attempt, _message(exc))
+    finally:
+        watch.stop()
+
+
+def _rows(session: Session, job_id: str) -> tuple[Job, Dataset | None, Dataset | None]:
+    job = session.get(Job, job_id)
+    dataset = session.get(Dataset, job.dataset_id) if job.dataset_id else None
+    valid = session.get(Dataset, job.validation_dataset_id) if job.validation_dataset_id else None
+    return job, dataset, valid
+
+
+def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
+    job, dataset, valid = persist(
+        ctx, lambda s: _rows(s, attempt.job_id), f"load {attempt.job_id}", write=False
+    )
+    if dataset is None:
+        return _fail(ctx, attempt, "the job's dataset was deleted before it could run")
+    if job.validation_dataset_id and valid is None:
+        return _fail(ctx, attempt, "the job's validation dataset was deleted")
+    trainer = TRAINERS[job.estimator]
+    recorder = Recorder(ctx, attempt, watch, tol=job.params.get("tol"))
+    if streams(job.estimator, job.params):  # read in chunks; memory bounded by the cache
+        X, y, qid = map_arrays(dataset_dir(ctx.settings, dataset.id), dataset.n_features)
+    else:
+        X, y, qid = load_dataset(ctx.settings, dataset)
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trained = trainer(job.params, X, y, qid, recorder.callback, ctx.n_jobs)
+    train_time = time.perf_counter() - start
+    for warning in caught:
+        log.warning("job %s: %s: %s", job.id, warning.category.__name__, warning.message)
+    scores = {}
+    if trained.status != "stopped":
+        scores = _scores(ctx, trained, X, y, dataset, valid)
+    model = None
+    if trained.status != "stopped":
+        model = _model_row(job, trained, dataset, train_time, scores)
+    outcome, written = persist(
+        ctx, lambda s: _finish(s, ctx, attempt, recorder, trained, model), f"finish {job.id}"
+    )
+    recorder.committed(written)
+    return outcome
+
+
+def _scores(ctx, trained: Trained, X, y, dataset: Dataset, valid: Dataset | None) -> dict:
+    if trained.kind != "classifier":
+        return {}
+    out = {"train_accuracy": float(np.mean(trained.predict(X) == y))}
+    if valid is not None:
+        Xv, yv, _ = load_dataset_as(ctx.settings, valid, dataset.n_features, dataset.zero_based)
+        out["validation_accuracy"] = float(np.mean(trained.predict(Xv) == yv))
+    return out
+
+
+def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores) -> dict:
+    weights = pack_weights(trained.coef, trained.intercept)
+    return dict(
+        tenant=job.tenant,
+        job_id=job.id,
+        dataset_id=dataset.id,
+        estimator=job.estimator,
+        params=job.params,
+        kind=trained.kind,
+        classes=trained.classes,
+        n_features=dataset.n_features,
+        zero_based=dataset.zero_based,
+        weights=weights,
+        size_bytes=len(weights),
+        status=trained.status,
+        gap=trained.gap,
+        n_iter=trained.n_iter,
+        train_time_s=train_time,
+        train_accuracy=scores.get("train_accuracy"),
+        validation_accuracy=scores.get("validation_accuracy"),
+    )
+
+
+def _finish(
+    session: Session, ctx: RunContext, attempt: Attempt, recorder, trained, model: dict | None
+) -> tuple[str, int]:
+    """The attempt's last write: its progress, then its outcome (with the model), or JobLost."""
+    job = session.get(Job, attempt.job_id, with_for_update=True)
+    if job is None or job.status != JobStatus.RUNNING or job.attempt != attempt.number:
+        raise JobLost(attempt.job_id)
+    written = recorder.flush_into(session)
+    if trained.status == "stopped" and not job.cancel_requested:  # the worker is shutting down
+        lifecycle.release(session, ctx.queue, attempt)
+        log.info("job %s released at worker shutdown", attempt.job_id)
+        return JobStatus.QUEUED.value, written
+    if trained.status == "stopped":
+        lifecycle.stop(session, attempt)
+        return JobStatus.CANCELLED.value, written
+    session.add(Model(id=new_id("mdl"), **model))
+    lifecycle.succeed(session, attempt, trained.status, trained.status == "converged")
+    return JobStatus.SUCCEEDED.value, written
+
+
+def _fail(ctx: RunContext, attempt: Attempt, message: str) -> str | None:
+    failed = persist(
+        ctx,
+        lambda s: lifecycle.fail(s, attempt, message),
+        f"fail {attempt.job_id}",
+        use_reserve=True,
+    )
+    return JobStatus.FAILED.value if failed else None
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip()
+    message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return message[:MAX_ERROR_CHARS]
