@@ -131,6 +131,8 @@ class DelimitedChunks:
         while True:
             more = self.stream.read(BLOCK_BYTES)
             pending += more
+            if not more and not pending:
+                return
             cut = pending.rfind(b"\n") if more else len(pending) - 1
             if cut < 0:
                 if len(pending) > self.max_line:

@@ -204,7 +204,10 @@ class ParquetChunks:
                     f"row {self.n_rows + bad + 1}, column {name!r}: the cell is empty (null); "
                     "send empty_cells=zero to read empty cells as 0"
                 )
-            rows[:, j] = column.fill_null(0).to_numpy(zero_copy_only=False)
+            column = column.cast("float64")
+            if column.null_count:
+                column = column.fill_null(0.0)
+            rows[:, j] = column.to_numpy(zero_copy_only=False)
         if not np.isfinite(rows).all():
             r, c = np.argwhere(~np.isfinite(rows))[0]
             raise ValueError(
