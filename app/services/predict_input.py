@@ -1,8 +1,9 @@
 """Reading a predict request body into rows, counted and bounded while it is read.
 
-Bodies are JSON (``{"instances": [...]}``, sparse objects or dense rows) or ``text/plain`` LIBSVM
-lines. Nothing is built for the whole body at once: instances are found one at a time, each is
-counted before it is parsed, and the reading stops at the first limit crossed —
+Bodies are JSON (``{"instances": [...]}``, sparse objects or dense rows; or ``{"records":
+[{"name": value, ...}]}`` by the feature names of a model trained on named columns) or
+``text/plain`` LIBSVM lines. Nothing is built for the whole body at once: instances are found one
+at a time, each is counted before it is parsed, and the reading stops at the first limit crossed —
 
 - instances: at most MAX_PREDICT_BATCH, and at most MAX_DECISION_VALUES decision values (instances
   times the model's outputs): 413 as soon as one more instance is found;
@@ -211,7 +212,47 @@ def json_dense(where: str, row: list, model: LinearModel) -> Row:
     return cols.astype(np.int32), val[cols]
 
 
+def json_record(where: str, record, model: LinearModel) -> Row:
+    """A record ``{"name": value, ...}`` by the model's feature names: a name left out is 0, an
+    unknown one an error that names it."""
+    if not isinstance(record, dict):
+        raise InvalidInstances(
+            f'{where}: expected an object {{"feature name": value, ...}}, got {json_type(record)}'
+        )
+    index = model.feature_index
+    if index is None:
+        raise InvalidInstances(
+            f"{where}: this model's training data had no column names; send 'instances' "
+            "(sparse or dense rows) instead of 'records'"
+        )
+    if len(record) > row_limit(model):
+        raise _too_many(where, model)
+    cols = np.empty(len(record), dtype=np.int64)
+    val = np.empty(len(record), dtype=np.float64)
+    for pos, (name, value) in enumerate(record.items()):
+        col = index.get(name)
+        if col is None:
+            raise InvalidInstances(
+                f"{where}: unknown feature name {_short(name)!r} (the model's features are "
+                f"{_names_hint(model.feature_names)})"
+            )
+        if type(value) not in _NUMBER_TYPES or not math.isfinite(value):
+            raise InvalidInstances(
+                f"{where}: {_short(name)!r} must be a finite number, got {json_type(value)} "
+                f"{_short(value)}"
+            )
+        cols[pos], val[pos] = col, value
+    return sparse_row(where, cols + model.offset, val, model)
+
+
+def _names_hint(names: list, shown: int = 5) -> str:
+    head = ", ".join(repr(n) for n in names[:shown])
+    return head + (f", ... ({len(names)} in all)" if len(names) > shown else "")
+
+
 def _instance(where: str, inst, model: LinearModel) -> Row:
+    if where.startswith("records"):
+        return json_record(where, inst, model)
     if isinstance(inst, dict):
         return json_sparse(where, inst, model)
     if isinstance(inst, list):
@@ -230,34 +271,37 @@ def json_rows(body: bytes, model: LinearModel, max_batch: int) -> Iterator[Row]:
     """The rows of a JSON predict body, one instance at a time."""
     counter = _Counter(model, max_batch)
     if len(body) <= SMALL_JSON:
-        instances = _small_document(body)
+        key, instances = _small_document(body)
         for i, inst in enumerate(instances):
             counter.add()
-            yield _instance(f"instances[{i}]", inst, model)
+            yield _instance(f"{key}[{i}]", inst, model)
     else:
+        head = _HEAD.match(body)
+        key = head.group(1).decode() if head else "instances"
         for i, (start, end) in enumerate(_instance_spans(body)):
             counter.add()
-            yield _large_instance(f"instances[{i}]", body, start, end, model)
+            yield _large_instance(f"{key}[{i}]", body, start, end, model)
     counter.done()
 
 
-def _small_document(body: bytes) -> list:
+def _small_document(body: bytes) -> tuple[str, list]:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         doc = _lenient_json(body, exc)
-    if not isinstance(doc, dict) or "instances" not in doc:
+    key = "records" if isinstance(doc, dict) and "records" in doc else "instances"
+    if not isinstance(doc, dict) or key not in doc:
         raise InvalidInstances(
-            f'expected a JSON object {{"instances": [...]}}, got {json_type(doc)}'
-            + (" without 'instances'" if isinstance(doc, dict) else "")
+            f'expected a JSON object {{"instances": [...]}} or {{"records": [...]}}, got '
+            f"{json_type(doc)}" + (" without 'instances'" if isinstance(doc, dict) else "")
         )
-    extra = set(doc) - {"instances"}
+    extra = set(doc) - {key}
     if extra:
-        raise InvalidInstances(f"unexpected field '{sorted(extra)[0]}'; expected only 'instances'")
-    instances = doc["instances"]
+        raise InvalidInstances(f"unexpected field '{sorted(extra)[0]}'; expected only '{key}'")
+    instances = doc[key]
     if not isinstance(instances, list):
-        raise InvalidInstances(f"'instances' must be a list, got {json_type(instances)}")
-    return instances
+        raise InvalidInstances(f"'{key}' must be a list, got {json_type(instances)}")
+    return key, instances
 
 
 def _lenient_json(body, error: Exception):
@@ -270,7 +314,7 @@ def _lenient_json(body, error: Exception):
 
 
 _WS = re.compile(rb"[ \t\r\n]*")
-_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"instances"[ \t\r\n]*:[ \t\r\n]*\[')
+_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"(instances|records)"[ \t\r\n]*:[ \t\r\n]*\[')
 # Strings (with escapes) and brackets decide where a JSON value ends; numbers, commas and
 # whitespace between them are skipped in C by the search.
 _BRACKET_OR_QUOTE = re.compile(rb'["\[\]{}]')

@@ -26,6 +26,7 @@ from sqlalchemy import delete, insert, select, update
 
 from app.config import Settings, get_settings
 from app.db import Database
+from app.services import lineage
 from app.services.datasets import dataset_dir, load_dataset, load_dataset_as
 from app.services.model_store import pack_weights
 from app.services.progress_estimate import estimate
@@ -138,7 +139,8 @@ def _run_claimed(ctx: RunContext, job_id: str, attempt: int, recorder: _Recorder
     scores = {}
     if trained.status != "stopped":
         scores = _scores(ctx, trained, X, y, dataset, valid)
-    return _finish(ctx, job_id, attempt, recorder, trained, dataset, train_time, scores)
+    origin = lineage.record(dataset, valid)
+    return _finish(ctx, job_id, attempt, recorder, trained, dataset, train_time, scores, origin)
 
 
 def _scores(ctx, trained: Trained, X, y, dataset: Dataset, valid: Dataset | None) -> dict:
@@ -152,7 +154,7 @@ def _scores(ctx, trained: Trained, X, y, dataset: Dataset, valid: Dataset | None
 
 
 def _finish(
-    ctx, job_id, attempt, recorder, trained: Trained, dataset, train_time, scores
+    ctx, job_id, attempt, recorder, trained: Trained, dataset, train_time, scores, origin=None
 ) -> str | None:
     now = utcnow()
     with ctx.db.write() as session:
@@ -190,6 +192,8 @@ def _finish(
                 train_time_s=train_time,
                 train_accuracy=scores.get("train_accuracy"),
                 validation_accuracy=scores.get("validation_accuracy"),
+                feature_names=dataset.feature_names,
+                lineage=origin,
             )
         )
         job.status = JobStatus.SUCCEEDED.value
