@@ -353,13 +353,41 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
 
 @router.get(
     "/models/{model_id}/export",
-    responses={200: {"content": {"text/plain": {}, "application/json": {}}}},
+    responses={
+        200: {
+            "content": {
+                "text/plain": {},
+                "application/json": {},
+                "application/octet-stream": {},
+            },
+            "description": "the model file",
+        }
+    },
 )
-def export_model(model: ModelDep, format: Literal["liblinear", "json"] = "liblinear"):
-    """The model as a LIBLINEAR model file (``liblinearutil.load_model`` reads it) or as JSON."""
+def export_model(
+    model: ModelDep,
+    format: Literal["liblinear", "json", "onnx", "skops"] = "liblinear",
+    dtype: Annotated[
+        Literal["float64", "float32"], Query(description="onnx: the input's element type")
+    ] = "float64",
+):
+    """The model as a LIBLINEAR model file (``liblinearutil.load_model`` reads it), as JSON, as
+    an ONNX graph (input ``input`` [N, n_features]; outputs ``label`` and
+    ``decision_values``), or as a fitted scikit-learn LinearSVC/LinearSVR in a skops file."""
     loaded = model_from_row(model)
     if format == "json":
         return Response(dumps(export_service.json_document(loaded)), media_type="application/json")
+    if format in ("onnx", "skops"):
+        content = (
+            export_service.onnx_bytes(loaded, dtype)
+            if format == "onnx"
+            else export_service.skops_bytes(loaded)
+        )
+        return Response(
+            content,
+            media_type="application/octet-stream",
+            headers={"Content-Disposition": f'attachment; filename="{model.id}.{format}"'},
+        )
     chunks = export_service.liblinear_chunks(loaded)
     try:
         first = next(chunks)  # the header: whether the model can be written at all

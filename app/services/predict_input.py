@@ -250,8 +250,8 @@ def _names_hint(names: list, shown: int = 5) -> str:
     return head + (f", ... ({len(names)} in all)" if len(names) > shown else "")
 
 
-def _instance(where: str, inst, model: LinearModel) -> Row:
-    if where.startswith("records"):
+def _instance(kind: str, where: str, inst, model: LinearModel) -> Row:
+    if kind == "records":
         return json_record(where, inst, model)
     if isinstance(inst, dict):
         return json_sparse(where, inst, model)
@@ -267,33 +267,57 @@ def _instance(where: str, inst, model: LinearModel) -> Row:
 # JSON bodies
 
 
-def json_rows(body: bytes, model: LinearModel, max_batch: int) -> Iterator[Row]:
-    """The rows of a JSON predict body, one instance at a time."""
+V1_KEYS = {"instances": "instances", "records": "records"}
+
+
+def json_rows(
+    body: bytes, model: LinearModel, max_batch: int, keys: dict[str, str] = V1_KEYS
+) -> Iterator[Row]:
+    """The rows of a JSON predict body ``{key: [...]}``, one instance at a time. `keys` maps
+    each accepted top-level key to what its elements are: "instances" (sparse objects or dense
+    rows) or "records" (objects by feature name)."""
     counter = _Counter(model, max_batch)
     if len(body) <= SMALL_JSON:
-        key, instances = _small_document(body)
-        for i, inst in enumerate(instances):
-            counter.add()
-            yield _instance(f"{key}[{i}]", inst, model)
-    else:
-        head = _HEAD.match(body)
-        key = head.group(1).decode() if head else "instances"
-        for i, (start, end) in enumerate(_instance_spans(body)):
-            counter.add()
-            yield _large_instance(f"{key}[{i}]", body, start, end, model)
+        key, instances = _small_document(body, keys)
+        yield from items_rows(keys[key], key, instances, model, counter)
+        return
+    head = _HEAD.match(body)
+    key = head.group(1).decode() if head else ""
+    if key not in keys:
+        raise InvalidInstances(
+            f"expected a JSON object {_shapes(keys)} (a body over {SMALL_JSON // 1024} KB must "
+            "start with one of these keys)"
+        )
+    for i, (start, end) in enumerate(_instance_spans(body)):
+        counter.add()
+        yield _large_instance(keys[key], f"{key}[{i}]", body, start, end, model)
     counter.done()
 
 
-def _small_document(body: bytes) -> tuple[str, list]:
+def items_rows(kind: str, key: str, items: list, model: LinearModel, counter=None, max_batch=None):
+    """The rows of already parsed instances or records (`kind`), counted against the batch
+    limit; `key` names them in messages."""
+    counter = counter or _Counter(model, max_batch)
+    for i, item in enumerate(items):
+        counter.add()
+        yield _instance(kind, f"{key}[{i}]", item, model)
+    counter.done()
+
+
+def _shapes(keys: dict[str, str]) -> str:
+    return " or ".join(f'{{"{k}": [...]}}' for k in keys)
+
+
+def _small_document(body: bytes, keys: dict[str, str]) -> tuple[str, list]:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         doc = _lenient_json(body, exc)
-    key = "records" if isinstance(doc, dict) and "records" in doc else "instances"
-    if not isinstance(doc, dict) or key not in doc:
+    key = next((k for k in keys if isinstance(doc, dict) and k in doc), None)
+    if key is None:
         raise InvalidInstances(
-            f'expected a JSON object {{"instances": [...]}} or {{"records": [...]}}, got '
-            f"{json_type(doc)}" + (" without 'instances'" if isinstance(doc, dict) else "")
+            f"expected a JSON object {_shapes(keys)}, got {json_type(doc)}"
+            + (f" without {' or '.join(map(repr, keys))}" if isinstance(doc, dict) else "")
         )
     extra = set(doc) - {key}
     if extra:
@@ -314,7 +338,7 @@ def _lenient_json(body, error: Exception):
 
 
 _WS = re.compile(rb"[ \t\r\n]*")
-_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"(instances|records)"[ \t\r\n]*:[ \t\r\n]*\[')
+_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"([a-z_]{1,32})"[ \t\r\n]*:[ \t\r\n]*\[')
 # Strings (with escapes) and brackets decide where a JSON value ends; numbers, commas and
 # whitespace between them are skipped in C by the search.
 _BRACKET_OR_QUOTE = re.compile(rb'["\[\]{}]')
@@ -323,11 +347,6 @@ def _instance_spans(body: bytes) -> Iterator[tuple[int, int]]:
     """(start, end) of each element of a large body's ``instances`` list, found without parsing
     the elements. Bodies of another shape than ``{"instances": [...]}`` are refused."""
     head = _HEAD.match(body)
-    if head is None:
-        raise InvalidInstances(
-            'expected a JSON object {"instances": [...]} (a body over '
-            f'{SMALL_JSON // 1024} KB must start with {{"instances": [)'
-        )
     pos = _WS.match(body, head.end()).end()
     if body[pos : pos + 1] == b"]":
         return
@@ -343,7 +362,7 @@ def _instance_spans(body: bytes) -> Iterator[tuple[int, int]]:
         pos = _WS.match(body, pos + 1).end()
     pos = _WS.match(body, pos + 1).end()
     if body[pos : pos + 1] == b",":
-        raise InvalidInstances("unexpected field after 'instances'; expected only 'instances'")
+        raise InvalidInstances("unexpected field after the instances; expected only one key")
     if body[pos : pos + 1] != b"}" or _WS.match(body, pos + 1).end() != len(body):
         raise _not_json(pos, "'}' ending the body")
 
@@ -388,7 +407,9 @@ def _escaped(body: bytes, at: int) -> bool:
 _SCALARS = {b'"': "a string", b"t": "a boolean", b"f": "a boolean", b"n": "null"}
 
 
-def _large_instance(where: str, body: bytes, start: int, end: int, model: LinearModel) -> Row:
+def _large_instance(
+    kind: str, where: str, body: bytes, start: int, end: int, model: LinearModel
+) -> Row:
     """Count an instance's values on its bytes, then parse it (its objects are then bounded)."""
     first = body[start : start + 1]
     if start == end:
@@ -412,7 +433,7 @@ def _large_instance(where: str, body: bytes, start: int, end: int, model: Linear
             inst = json.loads(span.tobytes())
         except (ValueError, RecursionError):
             raise InvalidInstances(f"the body is not valid JSON: {exc} (in {where})") from None
-    return _instance(where, inst, model)
+    return _instance(kind, where, inst, model)
 
 
 # --------------------------------------------------------------------------------------------
