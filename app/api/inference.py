@@ -95,10 +95,10 @@ def server_ready(request: Request) -> dict:
     return {"ready": True}
 
 
-async def model_metadata(request: Request) -> dict:
+async def model_metadata(request: Request) -> Response:
     model, version = await _model(request)
     k = model.coef.shape[0]
-    return {
+    return _json({
         "name": request.path_params["model_name"],
         "versions": [version or model.id],
         "platform": "margin-linear",
@@ -114,12 +114,16 @@ async def model_metadata(request: Request) -> dict:
             "accepted_datatypes": ["FP64", "FP32", "INT64", "INT32"],
             "feature_names": model.feature_names,
         },
-    }
+    })
 
 
-async def model_ready(request: Request) -> dict:
-    model, version = await _model(request)
-    return {"name": request.path_params["model_name"], "ready": True}
+async def model_ready(request: Request) -> Response:
+    await _model(request)
+    return _json({"name": request.path_params["model_name"], "ready": True})
+
+
+def _json(document: dict) -> Response:
+    return Response(dumps(document), media_type="application/json")
 
 
 async def infer(request: Request) -> Response:

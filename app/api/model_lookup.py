@@ -47,9 +47,11 @@ def _resolve(db, principal: Principal, ref: str, latest: bool) -> str | None:
     token = tenancy.set_current(principal)  # the tenant filter applies in this thread
     try:
         with db.session() as session:
-            return registry.resolve(session, ref, latest=latest)
+            found = registry.resolve(session, ref, latest=latest)
     finally:
         tenancy.reset_current(token)
+    # a bare name that is no registered name may be a model id
+    return found if found is not None or registry.is_reference(ref) else ref
 
 
 async def resolve_id(request: Request, principal: Principal, ref: str, latest=False) -> str:
