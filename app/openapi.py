@@ -110,6 +110,11 @@ REQUEST_EXAMPLES: dict[str, Any] = {
         "params": {"C": 1.0, "loss": "hinge", "tol": 0.01},
     },
     "create_prediction_run": {"dataset_id": "ds_01hzx3k9q6m2a7"},
+    "create_registered_model": {"name": "fraud", "description": "card fraud", "tags": {}},
+    "create_model_version": {"model_id": "mdl_01hzx3k9q6m2a7"},
+    "set_model_alias": {"version": 2},
+    "update_registered_model": {"description": "card fraud, EU", "tags": {"team": "risk"}},
+    "update_model_version": {"tags": {"validated": "yes"}},
     "evaluate_model": {"dataset_id": "ds_01hzx3k9q6m2a7"},
 }
 EXAMPLE_BY_MEDIA = {

@@ -27,7 +27,8 @@ def heart_csv() -> tuple[bytes, np.ndarray, np.ndarray]:
 
 
 def train(app, client, dataset_id: str, **params) -> str:
-    job = client.post("/v1/jobs", json={"dataset_id": dataset_id, "params": {"tol": 1e-4, **params}})
+    body = {"dataset_id": dataset_id, "params": {"tol": 1e-4, **params}}
+    job = client.post("/v1/jobs", json=body)
     assert job.status_code == 202, job.text
     assert run_job(job.json()["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
     return client.get(f"/v1/jobs/{job.json()['id']}").json()["model_id"]
@@ -73,8 +74,8 @@ def test_lineage(client, served):
 def test_registry_names_versions_and_aliases(app, client, served):
     first = served["model"]
     second = train(app, client, served["dataset"]["id"], C=0.01)
-    assert client.post("/v1/registered-models", json={"name": "heart", "description": "d",
-                                                      "tags": {"team": "cardio"}}).status_code == 201
+    created = {"name": "heart", "description": "d", "tags": {"team": "cardio"}}
+    assert client.post("/v1/registered-models", json=created).status_code == 201
     assert client.post("/v1/registered-models", json={"name": "heart"}).status_code == 409
     for bad in ("mdl_x", "a@b", "a/b", ""):
         assert client.post("/v1/registered-models", json={"name": bad}).status_code == 422
@@ -83,8 +84,9 @@ def test_registry_names_versions_and_aliases(app, client, served):
     assert (v1.json()["version"], v2.json()["version"]) == (1, 2)
     put = client.put("/v1/registered-models/heart/aliases/production", json={"version": 1})
     assert put.status_code == 200 and put.json()["model_id"] == first
-    assert client.put("/v1/registered-models/heart/aliases/v3", json={"version": 1}).status_code == 422
-    assert client.put("/v1/registered-models/heart/aliases/x", json={"version": 9}).status_code == 404
+    aliases = "/v1/registered-models/heart/aliases"
+    assert client.put(f"{aliases}/v3", json={"version": 1}).status_code == 422
+    assert client.put(f"{aliases}/x", json={"version": 9}).status_code == 404
     X = served["X"][:5].tolist()
     by_id = predict(client, first, {"instances": X})
     assert predict(client, "heart@production", {"instances": X}) == by_id
@@ -96,7 +98,8 @@ def test_registry_names_versions_and_aliases(app, client, served):
     # the alias moves in one step; a model an alias points at cannot be deleted
     client.put("/v1/registered-models/heart/aliases/production", json={"version": 2})
     app.state.alias_cache.clear()
-    assert predict(client, "heart@production", {"instances": X}) == predict(client, second, {"instances": X})
+    moved = predict(client, "heart@production", {"instances": X})
+    assert moved == predict(client, second, {"instances": X})
     blocked = client.delete(f"/v1/models/{second}")
     assert blocked.status_code == 409 and "heart@production" in blocked.json()["detail"]
     assert client.delete("/v1/registered-models/heart/versions/2").status_code == 409
