@@ -25,6 +25,7 @@ import numpy as np
 from solvers.io import LibsvmLimitError
 
 BLOCK_BYTES = 4 << 20  # text converted at a time
+MAX_COLUMNS = 100_000  # a table's columns: each is a dense column and a kept name
 EMPTY_POLICIES = ("error", "zero")
 
 
@@ -81,10 +82,11 @@ class DelimitedChunks:
         text = _decode(header, 1).strip("\r\n\ufeff")
         if not text.strip():
             raise ValueError("line 1: expected a header row naming the columns")
-        if text.count(self.sep) > self.max_features:
+        if text.count(self.sep) > min(self.max_features, MAX_COLUMNS - 1):
             raise LibsvmLimitError(
-                f"line 1: more than {self.max_features + 1} columns (MAX_FEATURES features "
-                "and a label)",
+                f"line 1: more than {min(self.max_features + 1, MAX_COLUMNS)} columns (at most "
+                f"MAX_FEATURES features and a label, and {MAX_COLUMNS} columns in a table; "
+                "send wider data as LIBSVM, npz or a sparse Parquet column)",
                 1,
             )
         names = [name.strip() for name in next(csv.reader([text], delimiter=self.sep))]

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from app.limits import ExpansionTooLarge
+from app.services.formats.delimited import MAX_COLUMNS
 from app.services.formats.parquet_pages import CorruptPages, walk_chunk
 from solvers.io import LibsvmLimitError
 
@@ -138,11 +139,12 @@ class ParquetChunks:
                     "parquet: a sparse column must be the only column beside the label"
                 )
             return label, [], sparse[0]
-        max_features = self.limits.get("max_features") or MAX_INDEX
+        max_features = min(self.limits.get("max_features") or MAX_INDEX, MAX_COLUMNS - 1)
         if len(others) > max_features:
             raise LibsvmLimitError(
                 f"parquet: {len(others)} feature columns, more than the {max_features} "
-                "accepted (MAX_FEATURES)",
+                f"accepted (MAX_FEATURES, and {MAX_COLUMNS} columns in a table; send wider "
+                "data as a sparse struct<indices, values> column)",
                 None,
             )
         for name in others:
