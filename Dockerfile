@@ -29,7 +29,9 @@ COPY solvers ./solvers
 COPY app ./app
 COPY migrations ./migrations
 COPY margin_client ./margin_client
-RUN pip install --no-deps .
+# The commit the image is built from, for model lineage (docker build --build-arg COMMIT=...).
+ARG COMMIT=""
+RUN printf '%s' "$COMMIT" > app/BUILD_COMMIT && pip install --no-deps .
 
 
 FROM python:3.11-slim AS runtime

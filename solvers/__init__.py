@@ -20,6 +20,7 @@ _LAZY = {
     "fit_structural_stream": "solvers.structural_stream",
     "LinearSVC": "solvers.linear_svc",
     "LinearSVR": "solvers.linear_svr",
+    "export_onnx": "solvers.onnx_export",
 }
 
 __all__ = ["Callback", "Monitor", "Progress", "SolveResult", "Status", *_LAZY]

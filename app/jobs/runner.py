@@ -29,6 +29,7 @@ from app.jobs.attempt import DISK_FULL, DiskFull, JobLost, Recorder, Watch, pers
 from app.jobs.lifecycle import Attempt
 from app.jobs.queue import JobQueue, get_queue
 from app.jobs.workers import new_worker_id
+from app.services import lineage
 from app.services.datasets import dataset_dir, load_dataset, load_dataset_as
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
@@ -128,12 +129,11 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
     train_time = time.perf_counter() - start
     for warning in caught:
         log.warning("job %s: %s: %s", job.id, warning.category.__name__, warning.message)
-    scores = {}
-    if trained.status != "stopped":
-        scores = _scores(ctx, trained, X, y, dataset, valid)
     model = None
     if trained.status != "stopped":
+        scores = _scores(ctx, trained, X, y, dataset, valid)
         model = _model_row(job, trained, dataset, train_time, scores)
+        model["lineage"] = lineage.record(dataset, valid)
     outcome, written = persist(
         ctx, lambda s: _finish(s, ctx, attempt, recorder, trained, model), f"finish {job.id}"
     )
@@ -171,6 +171,7 @@ def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores)
         train_time_s=train_time,
         train_accuracy=scores.get("train_accuracy"),
         validation_accuracy=scores.get("validation_accuracy"),
+        feature_names=dataset.feature_names,
     )
 
 
