@@ -9,8 +9,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import skops.io
-from app.services.training import RunContext, run_job
 
+from app.jobs.runner import RunContext, run_job
 from solvers.io import read_libsvm
 from tests.app.conftest import HEART
 
