@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from liblinear import liblinearutil  # noqa: E402
 
-from solvers.crammer_singer import solve_crammer_singer  # noqa: E402
-from solvers.ovr import solve_ovr  # noqa: E402
-from solvers.weston_watkins import solve_weston_watkins  # noqa: E402
+from solvers.multiclass.crammer_singer import solve_crammer_singer  # noqa: E402
+from solvers.multiclass.ovr import solve_ovr  # noqa: E402
+from solvers.multiclass.weston_watkins import solve_weston_watkins  # noqa: E402
 from tests.solvers.multiclass_data import accuracy, liblinear_weights, load_text  # noqa: E402
 
 COLUMNS = (

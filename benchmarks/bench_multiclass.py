@@ -148,9 +148,9 @@ def bench_dataset(name, args):
     """The rows of one set, each yielded as soon as it is measured."""
     from liblinear import liblinear, liblinearutil
 
-    from solvers.crammer_singer import solve_crammer_singer
-    from solvers.ovr import solve_ovr
-    from solvers.weston_watkins import solve_weston_watkins
+    from solvers.multiclass.crammer_singer import solve_crammer_singer
+    from solvers.multiclass.ovr import solve_ovr
+    from solvers.multiclass.weston_watkins import solve_weston_watkins
 
     C, bias, tol = args.C, args.bias, args.tol
     X, labels = load(name)

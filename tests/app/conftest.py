@@ -157,7 +157,7 @@ class FakeEstimator:
     def __call__(self, params, X, y, qid, callback, n_jobs):
         import time
 
-        from solvers.progress import Progress
+        from solvers._core.progress import Progress
 
         self.calls += 1
         if self.fail is not None:

@@ -13,8 +13,8 @@ from app.schemas.params import ESTIMATORS
 # constructor arguments the service sets itself rather than taking from the request
 SERVICE_OWNED = {"callback", "warm_start", "n_jobs"}
 CONSTRUCTORS = {
-    "LinearSVC": ("solvers.linear_svc", "LinearSVC"),
-    "LinearSVR": ("solvers.linear_svr", "LinearSVR"),
+    "LinearSVC": ("solvers.estimators.linear_svc", "LinearSVC"),
+    "LinearSVR": ("solvers.estimators.linear_svr", "LinearSVR"),
     "structural": ("solvers.structural", "fit_structural"),
 }
 

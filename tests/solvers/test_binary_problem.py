@@ -1,16 +1,16 @@
-"""Input validation (solvers.problem) and the compiled CSR row kernels (solvers._sparse)."""
+"""Input validation (solvers._core.problem) and the compiled CSR row kernels (solvers._core.sparse)."""
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from solvers._sparse import (
+from solvers._core.sparse import (
     row_sq_norms,
     rows_dot,
     unsigned_indices,
     weighted_row_sum,
 )
-from solvers.problem import check_csr, csr_arrays, per_sample_C, sample_C
+from solvers._core.problem import check_csr, csr_arrays, per_sample_C, sample_C
 from tests.solvers._binary_helpers import augmented
 
 

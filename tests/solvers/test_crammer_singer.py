@@ -7,8 +7,8 @@ import scipy.sparse as sp
 from liblinear import liblinearutil
 
 from solvers.binary import solve_binary
-from solvers.crammer_singer import solve_crammer_singer
-from solvers.progress import Status
+from solvers.multiclass.crammer_singer import solve_crammer_singer
+from solvers._core.progress import Status
 from tests.solvers.multiclass_data import (
     accuracy,
     blobs,

@@ -12,7 +12,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import solvers
 from solvers.binary import solve_binary
-from solvers.linear_svc import LinearSVC
+from solvers.estimators.linear_svc import LinearSVC
 from tests.solvers._binary_helpers import augmented, load, primal, synthetic
 from tests.solvers.test_binary_references import liblinear_w_tilde
 
@@ -187,7 +187,7 @@ def test_import_solvers_stays_light():
         "r = solvers.solve_binary(X, y)\n"
         "assert r.status == 'converged'\n"
         "assert 'sklearn' not in sys.modules, 'scikit-learn imported'\n"
-        "assert 'solvers.linear_svc' not in sys.modules\n"
+        "assert 'solvers.estimators.linear_svc' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert solvers.LinearSVC is LinearSVC

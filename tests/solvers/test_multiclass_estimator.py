@@ -8,7 +8,7 @@ import pytest
 from tests.solvers.multiclass_data import blobs, cs_primal, load, ww_primal
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("solvers.linear_svc") is None,
+    importlib.util.find_spec("solvers.estimators.linear_svc") is None,
     reason="solvers/linear_svc.py (the estimator) is not in this tree yet",
 )
 

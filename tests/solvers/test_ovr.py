@@ -6,8 +6,8 @@ import scipy.sparse as sp
 from liblinear import liblinearutil
 
 from solvers.binary import solve_binary
-from solvers.ovr import solve_ovr
-from solvers.progress import Status
+from solvers.multiclass.ovr import solve_ovr
+from solvers._core.progress import Status
 from tests.solvers.multiclass_data import accuracy, liblinear_weights, load
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers import solve_binary
-from solvers.progress import objective_interval
+from solvers._core.progress import objective_interval
 
 
 class Recorder:

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from solvers import fit_structural, solve_svr
-from solvers.structural_problems import (
+from solvers.structural.problems import (
     binary_problem,
     multiclass_problem,
     split_classes,

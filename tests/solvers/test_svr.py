@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from liblinear import liblinearutil
 
 from solvers import Status, solve_svr
-from solvers.svr import svr_objectives
+from solvers.regression.svr import svr_objectives
 from tests.conftest import shared_file
 
 LOSS_OF = {13: "epsilon_insensitive", 12: "squared_epsilon_insensitive"}
