@@ -233,7 +233,7 @@ def _preload() -> None:
     import importlib.util
 
     importlib.import_module("app.services.training")
-    for name in ("solvers.estimators.linear_svc", "solvers.estimators.linear_svr", "solvers.structural"):
+    for name in ("solvers.estimators", "solvers.structural"):
         if importlib.util.find_spec(name) is not None:
             importlib.import_module(name)
 

@@ -13,7 +13,8 @@ gradients seen while exploring) decides whether to spend a streaming pass on the
 of ŵ over all the data; the solve stops once that certifies the tolerance, or after ``passes``. When
 the support vectors alone overflow the cache, those with the smallest alpha are dropped (their alpha
 set to 0: LB stays a valid bound) and counted in ``extra["evicted_support_vectors"]``. The result's
-``gap`` (UB − LB) and ``duality_gap`` use the exact UB of the returned ŵ."""
+``gap`` (UB − LB) and ``duality_gap`` use the exact UB of the returned ŵ.
+"""
 
 from __future__ import annotations
 
