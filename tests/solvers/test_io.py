@@ -18,8 +18,8 @@ from tests.conftest import SHARED_DATA, shared_file
 
 
 def _shared_files():
-    if not SHARED_DATA.is_dir():
-        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{SHARED_DATA} not found"))]
+    if not SHARED_DATA.is_dir():  # the test then skips, or fails under MARGIN_REQUIRE_DATA=1
+        return [pytest.param(None, id="shared-data-missing")]
     files = sorted(p for p in SHARED_DATA.glob("*/*") if p.is_file() and p.name != "README.md")
     return [pytest.param(p, id=p.name) for p in files]
 
@@ -41,6 +41,8 @@ def _assert_same(X, y, A, b):
 
 @pytest.mark.parametrize("path", _shared_files())
 def test_every_shared_file_reads_as_scikit_learn_reads_it(path):
+    if path is None:
+        shared_file("README.md")
     text = path.read_bytes()
     if path.suffix == ".bz2":  # decompress once for both readers (the slow part)
         text = bz2.decompress(text)
