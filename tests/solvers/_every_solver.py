@@ -45,10 +45,8 @@ def _stream(X, **options):
         yield X[:cut], MARGINS[:cut], GROUPS[:cut]
         yield X[cut:end], MARGINS[cut:end], GROUPS[cut:end]
 
-    options = {"tol": 1e-7, "max_iter": 200, **options}
-    return solvers.solve_structural_stream(
-        chunks, n_features=N_FEATURES, passes=30, cache_size=1.0, **options
-    )
+    options = {"tol": 1e-7, "max_iter": 200, "passes": 30, **options}
+    return solvers.solve_structural_stream(chunks, n_features=N_FEATURES, cache_size=1.0, **options)
 
 
 SOLVERS = {
@@ -61,9 +59,7 @@ SOLVERS = {
     "binary squared error": lambda X, **o: solvers.solve_binary(
         X, TARGET, loss="squared_error", bias=1.0, **{**TIGHT, **o}
     ),
-    "one-vs-rest": lambda X, **o: solvers.solve_ovr(
-        X, Y3, 3, bias=1.0, n_jobs=1, **{**TIGHT, **o}
-    ),
+    "one-vs-rest": lambda X, **o: solvers.solve_ovr(X, Y3, 3, bias=1.0, n_jobs=1, **{**TIGHT, **o}),
     "Crammer-Singer": lambda X, **o: solvers.solve_crammer_singer(
         X, Y3, 3, bias=1.0, **{**TIGHT, **o}
     ),

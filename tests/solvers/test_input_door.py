@@ -88,9 +88,7 @@ def _unsorted_duplicated_zeros():
 
 
 @pytest.mark.parametrize("name", list(SOLVERS))
-def test_unsorted_duplicates_explicit_zeros_and_two_billion_entries(
-    references, monkeypatch, name
-):
+def test_unsorted_duplicates_explicit_zeros_and_two_billion_entries(references, monkeypatch, name):
     fit, ref = SOLVERS[name], references[name, np.float64]
     messy = _unsorted_duplicated_zeros()
     snapshot = (messy.data.copy(), messy.indices.copy())
