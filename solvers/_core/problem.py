@@ -246,6 +246,8 @@ def fold_weights_into_C(
             raise ValueError(f"sample_weight must have shape ({n_samples},), got {sw.shape}")
         if not np.isfinite(sw).all() or (sw < 0).any():
             raise ValueError("sample_weight must be finite and >= 0")
+        if n_samples and not sw.any():
+            raise ValueError("sample_weight must hold at least one non-zero weight; all are zero")
         out *= sw
     if class_weight_per_sample is not None:
         out *= class_weight_per_sample

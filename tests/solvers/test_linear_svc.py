@@ -24,7 +24,10 @@ EXPECTED_FAILED_CHECKS = {
 }
 
 
-@parametrize_with_checks([LinearSVC()], expected_failed_checks=lambda e: EXPECTED_FAILED_CHECKS)
+@parametrize_with_checks(
+    [LinearSVC(), LinearSVC(multi_class="crammer_singer"), LinearSVC(multi_class="weston_watkins")],
+    expected_failed_checks=lambda e: EXPECTED_FAILED_CHECKS,
+)
 def test_scikit_learn_conformance(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
