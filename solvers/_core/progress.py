@@ -46,11 +46,11 @@ class Status(StrEnum):
 class Progress:
     """One outer iteration as seen by the callback (see the module docstring for the names).
 
-    iteration: passes run so far; elapsed_s: seconds since the solve started; active: variables
-    or rows the pass visited; primal, dual: objectives (dual in minimisation form, −D, except
-    for the structural solvers, whose ``dual`` is the lower bound D itself); lower_bound,
-    upper_bound, approx_upper_bound: the structural solvers' bounds (the approximate one from
-    the gradients of the last pass).
+    iteration: passes run so far; elapsed_s: seconds since the solver was called (its input
+    checks and set-up included); active: variables or rows the pass visited; primal, dual:
+    objectives (dual in minimisation form, −D, except for the structural solvers, whose ``dual``
+    is the lower bound D itself); lower_bound, upper_bound, approx_upper_bound: the structural
+    solvers' bounds (the approximate one from the gradients of the last pass).
     """
 
     iteration: int

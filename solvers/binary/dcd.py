@@ -122,6 +122,7 @@ def solve_binary(
         ``gap`` = ``pg_range`` = ``pg_max`` − ``pg_min``. A solve that stops before the rule
         holds measures them on the returned α by one more (read-only) pass.
     """
+    monitor = Monitor(callback, time_limit)  # the clock starts with the call
     check_choice(loss, sorted(LOSSES), "loss")
     check_choice(order, ORDERS, "order")
     tol, max_iter, bias = check_tol(tol), check_max_iter(max_iter), check_bias(bias)
@@ -131,7 +132,6 @@ def solve_binary(
     y = check_labels(y, csr.n_samples, binary=loss != "squared_error")
     C_arr = compact_C(C, csr.n_samples)
     state = _State.build(csr, y, C_arr, loss, bias, warm_start)
-    monitor = Monitor(callback, time_limit)
     rng = np.random.default_rng(random_state)
     status, n_iter, M, m = _run(
         state, monitor, rng, tol, max_iter, order, shrinking, objective_every

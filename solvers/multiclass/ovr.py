@@ -141,6 +141,7 @@ def solve_ovr(
         (sums over classes), duality_gap, history; ``extra`` holds per-class ``primal``,
         ``dual``, ``n_iter``, ``gap``.
     """
+    monitor = Monitor(callback, time_limit)  # the clock starts with the call
     check_objective_every(objective_every, zero_means_never=True)
     objective_every = objective_passes(callback, objective_every)
     tol, max_iter = check_tol(tol), check_max_iter(max_iter)
@@ -157,7 +158,6 @@ def solve_ovr(
     hinge = loss == "hinge"
     shrink = shrinking and order != "random"
     rng = np.random.default_rng(random_state)
-    monitor = Monitor(callback, time_limit)
 
     def run_block(block: _Block, rows: np.ndarray) -> None:
         ovr_pass(

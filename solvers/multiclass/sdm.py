@@ -85,6 +85,7 @@ def solve_sdm(
         w (n_classes, n_features), bias (n_classes,), alpha (n_samples, n_classes), status,
         gap = max_violation (of the returned α), primal, dual (f(α)), duality_gap, history.
     """
+    monitor = Monitor(callback, time_limit)  # the clock starts with the call
     check_objective_every(objective_every, zero_means_never=True)
     objective_every = objective_passes(callback, objective_every)
     tol, max_iter = check_tol(tol), check_max_iter(max_iter)
@@ -94,7 +95,6 @@ def solve_sdm(
     rows = usable_rows(problem)
     formulation.place_zero_rows(problem, alpha)
     passes = formulation.passes(problem, alpha, W, wb)
-    monitor = Monitor(callback, time_limit)
     report = Reporter(passes, monitor, objective_every)
     rng = np.random.default_rng(random_state)
     status, n_iter = formulation.schedule(

@@ -103,6 +103,7 @@ def solve_svr(
         w (n_features,), bias (the intercept, bias · w_bias), alpha = beta (n_samples,),
         primal and dual (minimization) objectives, duality_gap, gap and max_violation.
     """
+    monitor = Monitor(callback, time_limit)  # the clock starts with the call
     check_choice(loss, LOSSES, "loss")
     if not epsilon >= 0:
         raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
@@ -113,7 +114,6 @@ def solve_svr(
     terms = _terms(X, y, c, loss, float(epsilon), bias)
     beta, w = _initial_beta(X, warm_start, terms.upper, bias)
     index = np.flatnonzero(c > 0).astype(np.int64)
-    monitor = Monitor(callback, time_limit)
     # LIBLINEAR's reference scale is the first pass's sum of violations; a warm start would make
     # it tiny, so it then uses the violations of beta = 0 (what a cold start's first pass sees).
     scale = None

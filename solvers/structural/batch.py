@@ -106,10 +106,10 @@ def solve_structural(
         w (n_features,), alpha (n_rows,) with Σ_j alpha_ij ≤ C_i, lower_bound (F(α)),
         upper_bound (primal of w, exact), gap = UB − LB, duality_gap, history of `Progress`.
     """
+    monitor = Monitor(callback, time_limit)  # the clock starts with the call
     X = csr_arrays(X)
     margins = check_vector(margins, X.n_samples, "margins")
     tol, max_iter = check_tol(tol), check_max_iter(max_iter)
-    monitor = Monitor(callback, time_limit)
     problem = _Problem.build(X, margins, groups, C, Reparam(
         X.n_features, nonneg=nonneg, w0=w0, reg_scale=reg_scale
     ))  # fmt: skip

@@ -98,6 +98,7 @@ def solve_structural_stream(
         UB − LB ≤ tol · max(1, |UB|), n_iter (passes); extra: examples, cache rows, peak cache
         rows, evicted support vectors, cache bytes.
     """
+    monitor = Monitor(callback, time_limit)  # the clock starts with the call
     if n_features is None or int(n_features) < 1:
         raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
     n_features = int(n_features)
@@ -109,7 +110,6 @@ def solve_structural_stream(
         raise ValueError(f"cache_size must be > 0, got {cache_size!r}")
     chunks = chunk_source(source, chunk_rows, n_features, zero_based)
     reparam = Reparam(n_features, nonneg=nonneg, w0=w0, reg_scale=reg_scale)
-    monitor = Monitor(callback, time_limit)
     state = _Online(
         n_features, reparam, C, tol, max_iter, cache_size, np.random.default_rng(random_state)
     )
