@@ -220,7 +220,7 @@ def objectives(X, bias, record, C, w, loss):
     Only the samples with C_i > 0 count. ξ_i is max(0, 1 − y_i w̃ᵀx̃_i) for the hinge loss, its
     square for the squared hinge and (y_i − w̃ᵀx̃_i)² for squared error.
     """
-    indptr = X.indptr
+    data, indices, indptr, n_features = X
     rec, width = record.values, record.width
     half_norm = 0.5 * sq_norm(w)
     loss_sum = 0.0
@@ -232,7 +232,9 @@ def objectives(X, bias, record, C, w, loss):
     shared = C.shape[0] == 1
     if shared and C[0] > 0.0:
         for i in range(n):
-            xi, q, ln = _sample_terms(X, bias, rec, width, w, loss, i)
+            xi, q, ln = _sample_terms(
+                data, indices, indptr, n_features, bias, rec, width, w, loss, i
+            )
             loss_sum += C[0] * xi
             quad += q
             lin += ln
@@ -240,7 +242,9 @@ def objectives(X, bias, record, C, w, loss):
         for i in range(n):
             if C[i] <= 0.0:
                 continue
-            xi, q, ln = _sample_terms(X, bias, rec, width, w, loss, i)
+            xi, q, ln = _sample_terms(
+                data, indices, indptr, n_features, bias, rec, width, w, loss, i
+            )
             loss_sum += C[i] * xi
             quad += q
             lin += ln
@@ -248,9 +252,9 @@ def objectives(X, bias, record, C, w, loss):
 
 
 @njit(cache=True, nogil=True)
-def _sample_terms(X, bias, rec, width, w, loss, i):
-    """Sample i's ξ_i, D_ii α_i² and |y_i| α_i (``i`` unsigned)."""
-    data, indices, indptr, n_features = X
+def _sample_terms(data, indices, indptr, n_features, bias, rec, width, w, loss, i):
+    """Sample i's ξ_i, D_ii α_i² and |y_i| α_i (``i`` unsigned); the arrays themselves, not
+    their groups: a per-sample call with whole groups costs more than the work it does."""
     r = np.uint64(width) * i
     a = rec[r]
     sign, yabs, _, Dii = terms(rec, r, width, loss == HINGE)

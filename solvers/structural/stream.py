@@ -316,7 +316,7 @@ class _Online:
         rows = self._rows(c.csr())
         unbounded = kernels.Weights(self.u, self.u, self.reparam.lo, False)
         for r in drop:
-            kernels.row_axpy(rows, unbounded, r, -alpha[r])
+            kernels.add_row(rows, unbounded, r, -alpha[r])
             c.arrays.example_alpha[c.arrays.slot[r]] -= alpha[r]
         keep = np.ones(n, dtype=bool)
         keep[drop] = False

@@ -9,7 +9,7 @@ those of `solvers.structural.kernels`.
 
 from numba import njit
 
-from solvers.structural.kernels import row_axpy, row_dot
+from solvers.structural.kernels import add_row, row_dot
 
 DONE = 0  # the chunk is explored
 OPTIMIZE = 1  # the gap of the cached problem exceeds tol
@@ -59,7 +59,7 @@ def explore(chunk, margins, ex_ptr, first_id, start, cache, cache_rows, weights,
             a = room if sq <= 0.0 else min(best_g / sq, room)
             cache.alpha[row] = a
             cache.example_alpha[slot] += a
-            sums[_PHI_SUM] += row_axpy(cache_rows, weights, row, a)
+            sums[_PHI_SUM] += add_row(cache_rows, weights, row, a)
             sums[_MARGIN_SUM] += a * margins[best]
         ub = sums[_CACHED_UB]
         if ub - (sums[_MARGIN_SUM] + sums[_PHI_SUM]) > tol * max(1.0, abs(ub)):
@@ -70,10 +70,11 @@ def explore(chunk, margins, ex_ptr, first_id, start, cache, cache_rows, weights,
 @njit(cache=True, nogil=True, inline="always")
 def _most_violated(rows, margins, w, first, stop):
     """(row, gradient g = l̂ − ŵ·x̂) of the largest gradient among rows first..stop-1."""
+    data, indices, indptr, _ = rows.X
     best = -1
     best_g = 0.0
     for r in range(first, stop):
-        g = margins[r] - row_dot(rows, w, r)
+        g = margins[r] - row_dot(data, indices, indptr, rows.scale, w, r)
         if best < 0 or g > best_g:
             best_g = g
             best = r
@@ -122,11 +123,12 @@ def _append_row(chunk, margins, best, cache, slot):
 @njit(cache=True, nogil=True)
 def chunk_loss(rows, margins, ex_ptr, w, c):
     """Σ_e c · max(0, max_j (l̂_ej − ŵ·x̂_ej)) over the examples of a chunk."""
+    data, indices, indptr, _ = rows.X
     total = 0.0
     for e in range(ex_ptr.shape[0] - 1):
         worst = 0.0
         for r in range(ex_ptr[e], ex_ptr[e + 1]):
-            g = margins[r] - row_dot(rows, w, r)
+            g = margins[r] - row_dot(data, indices, indptr, rows.scale, w, r)
             if g > worst:
                 worst = g
         total += c * worst

@@ -1,5 +1,4 @@
-"""Input validation (solvers._core.problem) and the compiled CSR row kernels (solvers._core.sparse).
-"""
+"""Input checks (solvers._core.problem) and the compiled CSR row kernels (solvers._core.sparse)."""
 
 import numpy as np
 import pytest
