@@ -228,6 +228,32 @@ def _comment_error(state, buf, p, eol):
 
 
 @njit(cache=True, nogil=True)
+def _index_problem(index, digits, prev, shift, limit):
+    """0 for a valid index of ``digits`` digits after ``prev`` on its line, else the error code
+    (E_EXCEEDS: beyond ``limit``, an error unless the base is still to be decided)."""
+    if digits > 18 or index > MAX_RAW_INDEX:
+        return E_INDEX_BIG
+    if index <= prev:
+        return E_ORDER
+    if index < shift:
+        return E_INDEX_ZERO
+    if index > limit:
+        return E_EXCEEDS
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _note_out_of_range(state, index, n_features, line):
+    """In AUTO mode, remember the first line with an index > n_features or == n_features: which
+    of them is an error depends on the base, decided at the end of the file."""
+    if index > n_features and state[FIRST_GT] == 0:
+        state[FIRST_GT] = line
+        state[FIRST_GT_INDEX] = index
+    elif index == n_features and state[FIRST_EQ] == 0:
+        state[FIRST_EQ] = line
+
+
+@njit(cache=True, nogil=True)
 def parse_lines(
     buf, end, final, state, labels, qids, indptr, indices, data, mode, n_features, max_rows
 ):
@@ -326,24 +352,12 @@ def parse_lines(
                 code = E_INDEX_NEG if negative else E_PAIR
                 status = _fail(state, code, buf, token, eol, prev)
                 break
-            if p - token > 18 or index > MAX_RAW_INDEX:
-                status = _fail(state, E_INDEX_BIG, buf, token, eol, prev)
+            code = _index_problem(index, p - token, prev, shift, limit)
+            if code == E_EXCEEDS and mode == AUTO:  # decided once the base is known
+                _note_out_of_range(state, index, n_features, line)
+            elif code != 0:
+                status = _fail(state, code, buf, token, eol, prev)
                 break
-            if index <= prev:
-                status = _fail(state, E_ORDER, buf, token, eol, prev)
-                break
-            if index < shift:
-                status = _fail(state, E_INDEX_ZERO, buf, token, eol, prev)
-                break
-            if index > limit:
-                if mode != AUTO:
-                    status = _fail(state, E_EXCEEDS, buf, token, eol, prev)
-                    break
-                if index > n_features and state[FIRST_GT] == 0:
-                    state[FIRST_GT] = line
-                    state[FIRST_GT_INDEX] = index
-                elif index == n_features and state[FIRST_EQ] == 0:
-                    state[FIRST_EQ] = line
             # The common case (plain decimal, no exponent, at most 18 digits) is parsed here:
             # Numba does not inline calls that return tuples, and a call per entry halves the
             # speed. Anything else goes through _parse_number, which gives the same result.
