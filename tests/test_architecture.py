@@ -37,3 +37,9 @@ def test_scan_detects_a_forbidden_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from fastapi import FastAPI\n    import sqlalchemy.orm\n")
     assert imported_roots(bad) & FORBIDDEN == {"fastapi", "sqlalchemy"}
+
+
+def test_benchmarks_never_import_the_tests():
+    benchmarks = SOLVERS.parent / "benchmarks"
+    offenders = [p.name for p in sorted(benchmarks.glob("*.py")) if "tests" in imported_roots(p)]
+    assert offenders == []
