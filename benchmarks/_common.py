@@ -314,6 +314,26 @@ def command_line() -> str:
     return " ".join([".venv/bin/python", str(script), *sys.argv[1:]])
 
 
+def _markdown(text: str) -> str:
+    """A script's output as Markdown: its ``# ...`` comment lines become plain lines (not
+    headings), tables are set apart from the lines around them by blank lines, and a table that
+    resumes after such a line gets its header again."""
+    lines = [line[2:] if line.startswith("# ") else line for line in text.rstrip().splitlines()]
+    out, header = [], None
+    for k, line in enumerate(lines):
+        is_table = line.startswith("|")
+        if is_table and k + 1 < len(lines) and lines[k + 1].startswith("|---"):
+            header = (line, lines[k + 1])
+        starts_table = is_table and not (out and out[-1].startswith("|"))
+        if out and out[-1] and line and out[-1].startswith("|") != is_table:
+            out.append("")
+        if starts_table and header is not None and not line.startswith("|---"):
+            if line != header[0]:
+                out += list(header)
+        out.append(line)
+    return "\n".join(out)
+
+
 class output_block:
     """Tee what the script prints into ``fragment`` (a file of benchmarks/results/), between
     markers naming the command: a later run of the same command replaces its block, so the
@@ -338,10 +358,9 @@ class output_block:
         start = f"<!-- output of `{self.command}` -->"
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         machine = f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the end"
+        body = _markdown("".join(self.tee.lines))
         block = (
-            f"{start}\n\n`{self.command}` ({stamp}, {machine})\n\n"
-            + "".join(self.tee.lines).rstrip()
-            + "\n\n<!-- end of output -->"
+            f"{start}\n\n`{self.command}` ({stamp}, {machine})\n\n{body}\n\n<!-- end of output -->"
         )
         text = self.fragment.read_text() if self.fragment.exists() else ""
         if start in text:

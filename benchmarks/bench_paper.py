@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import (  # noqa: E402
     RESULTS,
+    ROOT,
     binary_primal,
     liblinear_problem,
     liblinear_train,
@@ -172,7 +173,7 @@ def run(args):
         del X, y
     Path(args.png).parent.mkdir(parents=True, exist_ok=True)
     plot(curves, args.png)
-    print(f"# figure: {args.png}")
+    print(f"# figure: {Path(args.png).resolve().relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,11 @@ def slug(title: str) -> str:
     return text.replace(" ", "-")
 
 
+def short(title: str) -> str:
+    """A section's title up to its first colon or parenthesis (the summary's link text)."""
+    return re.split(r":| \(", title, maxsplit=1)[0].strip()
+
+
 def section(name: str) -> tuple[str, str, list[tuple[str, str]]]:
     """(title, text with normalized headings, summary rows) of one fragment."""
     lines = (RESULTS / f"{name}.md").read_text().rstrip().splitlines()
@@ -76,7 +81,8 @@ def section(name: str) -> tuple[str, str, list[tuple[str, str]]]:
             line = "#" * level + " " + m.group(2)
             title = title or m.group(2)
         out.append(line)
-    text = "\n".join(out)
+    # links relative to the fragment (a figure beside it) become relative to BENCHMARKS.md
+    text = re.sub(r"\]\((?!https?:|#|/)([^)]+)\)", r"](benchmarks/results/\1)", "\n".join(out))
     rows = [(t.strip(), r.strip()) for t, r in SUMMARY.findall(text)]
     return title, text, rows
 
@@ -104,7 +110,7 @@ def build() -> str:
     if problems:
         raise ValueError("\n".join(problems))
     table = ["## Summary against the targets", "", "| target | result | section |", "|---|---|---|"]
-    table += [f"| {t} | {r} | [{s}](#{slug(s)}) |" for t, r, s in summary]
+    table += [f"| {t} | {r} | [{short(s)}](#{slug(s)}) |" for t, r, s in summary]
     return "\n\n".join([INTRO.rstrip(), "\n".join(table), *bodies]) + "\n"
 
 
