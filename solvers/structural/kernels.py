@@ -128,18 +128,18 @@ def add_row(rows, weights, r, a):
 
 
 @njit(cache=True, nogil=True)
-def _partner(data, ind, ptr, s, w, lm, alpha, gptr, members, g, r):
+def _partner(data, ind, ptr, s, w, margins, alpha, group_ptr, members, g, r):
     """The variable of example g, other than r, with alpha > 0 and the smallest gradient.
 
     Returns (row or -1, its gradient).
     """
     best = -1
     best_grad = 0.0
-    for q in range(gptr[g], gptr[g + 1]):
+    for q in range(group_ptr[g], group_ptr[g + 1]):
         k = members[q]
         if k == r or alpha[k] <= 0.0:
             continue
-        grad = lm[k] - row_dot(data, ind, ptr, s, w, k)
+        grad = margins[k] - row_dot(data, ind, ptr, s, w, k)
         if best < 0 or grad < best_grad:
             best_grad = grad
             best = k
@@ -160,7 +160,7 @@ def _pair_step(data, ind, ptr, s, sq_norms, alpha, r, k, gp):
 
 
 @njit(cache=True, nogil=True)
-def _move(data, ind, ptr, s, lm, alpha, u, w, lo, bounded, r, k, a):
+def _move(data, ind, ptr, s, margins, alpha, u, w, lo, bounded, r, k, a):
     """alpha_r += a, alpha_k −= a (the example's sum is unchanged); returns (Δ Σ l̂α, Δ Σ φ)."""
     alpha[r] += a
     if a == alpha[k]:
@@ -169,7 +169,7 @@ def _move(data, ind, ptr, s, lm, alpha, u, w, lo, bounded, r, k, a):
         alpha[k] -= a
     dq = row_axpy(data, ind, ptr, s, u, w, lo, bounded, r, a)
     dq += row_axpy(data, ind, ptr, s, u, w, lo, bounded, k, -a)
-    return a * (lm[r] - lm[k]), dq
+    return a * (margins[r] - margins[k]), dq
 
 
 @njit(cache=True, nogil=True)
@@ -185,31 +185,30 @@ def epoch(rows, margins, groups, sq_norms, order, duals, weights, pairwise, max_
     """
     data, ind, ptr, _ = rows.X
     s = rows.scale
-    lm = margins
-    grp, gptr, members, cap = groups
-    alpha, asum = duals
+    group_of, group_ptr, members, group_C = groups
+    alpha, alpha_sums = duals
     u, w, lo, bounded = weights
     dl = 0.0
     dq = 0.0
     n_upd = 0
     for t in range(order.shape[0]):
         r = order[t]
-        g = grp[r]
-        c = cap[g]
-        grad = lm[r] - row_dot(data, ind, ptr, s, w, r)
+        g = group_of[r]
+        c = group_C[g]
+        grad = margins[r] - row_dot(data, ind, ptr, s, w, r)
         seen[r] = grad
         if grad > max_gradient[g]:
             max_gradient[g] = grad
-        if grad > 0.0 and asum[g] >= c * (1.0 - _ACTIVE_RTOL):
+        if grad > 0.0 and alpha_sums[g] >= c * (1.0 - _ACTIVE_RTOL):
             if not pairwise:
                 continue
-            k, grad_k = _partner(data, ind, ptr, s, w, lm, alpha, gptr, members, g, r)
+            k, grad_k = _partner(data, ind, ptr, s, w, margins, alpha, group_ptr, members, g, r)
             if k < 0 or grad - grad_k <= 0.0:
                 continue
             a = _pair_step(data, ind, ptr, s, sq_norms, alpha, r, k, grad - grad_k)
             if a <= 0.0:
                 continue
-            ddl, ddq = _move(data, ind, ptr, s, lm, alpha, u, w, lo, bounded, r, k, a)
+            ddl, ddq = _move(data, ind, ptr, s, margins, alpha, u, w, lo, bounded, r, k, a)
             dl += ddl
             dq += ddq
             n_upd += 1
@@ -222,7 +221,7 @@ def epoch(rows, margins, groups, sq_norms, order, duals, weights, pairwise, max_
             a = np.inf
         else:
             a = -np.inf
-        hi = c - asum[g]
+        hi = c - alpha_sums[g]
         at_top = a >= hi
         if at_top:
             a = hi
@@ -235,11 +234,11 @@ def epoch(rows, margins, groups, sq_norms, order, duals, weights, pairwise, max_
             alpha[r] = 0.0
         else:
             alpha[r] += a
-        asum[g] += a
+        alpha_sums[g] += a
         if at_top:
-            asum[g] = c
+            alpha_sums[g] = c
         dq += row_axpy(data, ind, ptr, s, u, w, lo, bounded, r, a)
-        dl += a * lm[r]
+        dl += a * margins[r]
         n_upd += 1
     return dl, dq, n_upd
 
