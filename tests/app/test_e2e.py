@@ -158,6 +158,9 @@ def test_train_through_the_service_equals_direct_training(server, a9a, loss):
     assert records and [r["iteration"] for r in records] == sorted(r["iteration"] for r in records)
     assert records[-1]["gap"] < records[0]["gap"] and job["progress"] == records[-1]
     model, coef, intercept = model_weights(server, job["model_id"])
+    # the model's gap and status are those of the last progress record
+    assert model.gap == records[-1]["gap"] and model.n_iter == records[-1]["iteration"]
+    assert model.status == "converged" and records[-1]["pg_range"] == records[-1]["gap"]
     train = load_libsvm(shared_file("a9a", "a9a.bz2"))
     test = load_libsvm(shared_file("a9a", "a9a.t"), n_features=123)
     direct = LinearSVC(**params).fit(train.X, train.y)

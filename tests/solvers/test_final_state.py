@@ -17,6 +17,7 @@ from tests.solvers._every_solver import (
     TARGET,
     Y3,
     Y_PM,
+    C,
     dense_problem,
 )
 
@@ -30,7 +31,7 @@ def _projected(G, alpha, upper, lower=0.0):
     return np.where(alpha <= lower, np.minimum(G, 0), np.where(alpha >= upper, np.maximum(G, 0), G))
 
 
-def binary_range(r, loss, C=1.0):
+def binary_range(r, loss):
     """(M, m) of the projected gradients at the returned α."""
     w = np.r_[r.w, r.bias]
     if loss == "squared_error":
@@ -42,7 +43,7 @@ def binary_range(r, loss, C=1.0):
     return PG.max(), PG.min()
 
 
-def ovr_range(r, C=1.0):
+def ovr_range(r):
     largest = 0.0
     for c in range(3):
         yc = np.where(Y3 == c, 1.0, -1.0)
@@ -52,7 +53,7 @@ def ovr_range(r, C=1.0):
     return largest
 
 
-def cs_violation(r, C=1.0):
+def cs_violation(r):
     scores = XB @ np.c_[r.w, r.bias].T
     g = scores + (np.arange(3)[None, :] != Y3[:, None])
     cap = np.where(np.arange(3)[None, :] == Y3[:, None], C, 0.0)
@@ -60,7 +61,7 @@ def cs_violation(r, C=1.0):
     return float((g.max(axis=1) - can_grow.min(axis=1)).max())
 
 
-def ww_violation(r, C=1.0):
+def ww_violation(r):
     scores = XB @ np.c_[r.w, r.bias].T
     g = scores[np.arange(len(Y3)), Y3][:, None] - scores - 1
     v = np.where(r.alpha <= 0, np.maximum(0, -g), np.where(r.alpha >= C, np.maximum(0, g), abs(g)))
@@ -68,7 +69,7 @@ def ww_violation(r, C=1.0):
     return float(v.max())
 
 
-def svr_largest_violation(r, C=1.0, eps=0.1):
+def svr_largest_violation(r, eps=0.1):
     g = XB @ np.r_[r.w, r.bias] - TARGET
     b, gp, gn = r.alpha, g + eps, g - eps
     v = np.where(
@@ -81,7 +82,7 @@ def svr_largest_violation(r, C=1.0, eps=0.1):
     return float(v.max())
 
 
-def structural_upper_bound(w, rows=slice(None), C=0.5):
+def structural_upper_bound(w, rows=slice(None)):
     slack = np.maximum(0, MARGINS[rows] - X[rows] @ w)
     worst = np.zeros(GROUPS.max() + 1)
     np.maximum.at(worst, GROUPS[rows], slack)
@@ -103,7 +104,7 @@ def independent_gap(name, r):
         lower = -0.5 * r.w @ r.w + MARGINS @ r.alpha
         return structural_upper_bound(r.w) - lower
     if name == "structural stream":
-        return structural_upper_bound(r.w, slice(0, 48), C=1.0) - r.lower_bound
+        return structural_upper_bound(r.w, slice(0, 48)) - r.lower_bound
     return None  # SVR: its largest violation is checked instead
 
 
@@ -181,7 +182,7 @@ def test_crammer_singer_stopped_after_a_shrunk_pass_reports_the_returned_state()
     from solvers import solve_crammer_singer
 
     seen = []
-    r = solve_crammer_singer(X, Y3, 3, bias=1.0, tol=1e-12, max_iter=7, callback=seen.append)
+    r = solve_crammer_singer(X, Y3, 3, C=C, bias=1.0, tol=1e-12, max_iter=7, callback=seen.append)
     shrunk = [p for p in seen[:-1] if p.active < len(Y3)]
     assert shrunk, "expected shrunk passes before the stop"
     assert r.gap == seen[-1].gap == pytest.approx(cs_violation(r), rel=1e-10)
