@@ -153,13 +153,16 @@ class JobProgress(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     iteration: Mapped[int] = mapped_column(Integer)
     elapsed_s: Mapped[float] = mapped_column(Float)
+    # the solver's stopping measure; its own name among the fields below (solvers.Progress)
     gap: Mapped[float | None] = mapped_column(Float)
-    # SQLite column names ignore case, so M and m are stored as max_pg and min_pg.
-    M: Mapped[float | None] = mapped_column("max_pg", Float)
-    m: Mapped[float | None] = mapped_column("min_pg", Float)
+    pg_max: Mapped[float | None] = mapped_column("max_pg", Float)
+    pg_min: Mapped[float | None] = mapped_column("min_pg", Float)
+    pg_range: Mapped[float | None] = mapped_column(Float)  # migration 0005
+    max_violation: Mapped[float | None] = mapped_column(Float)  # migration 0005
     active: Mapped[int | None] = mapped_column(Integer)
     primal: Mapped[float | None] = mapped_column(Float)
     dual: Mapped[float | None] = mapped_column(Float)
+    duality_gap: Mapped[float | None] = mapped_column(Float)  # migration 0005
     lower_bound: Mapped[float | None] = mapped_column(Float)
     upper_bound: Mapped[float | None] = mapped_column(Float)
 
@@ -167,11 +170,14 @@ class JobProgress(Base):
         "iteration",
         "elapsed_s",
         "gap",
-        "M",
-        "m",
+        "pg_max",
+        "pg_min",
+        "pg_range",
+        "max_violation",
         "active",
         "primal",
         "dual",
+        "duality_gap",
         "lower_bound",
         "upper_bound",
     )

@@ -115,7 +115,7 @@ def _register(db: Database, ctx) -> None:
 
 def _preload() -> None:
     """Import the estimators now so that the first job does not pay for it."""
-    for name in ("solvers.linear_svc", "solvers.linear_svr"):
+    for name in ("solvers.estimators",):
         try:
             __import__(name)
         except ImportError:

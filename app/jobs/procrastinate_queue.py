@@ -252,7 +252,7 @@ def _preload() -> None:
     import importlib.util
 
     importlib.import_module("app.jobs.runner")
-    for name in ("solvers.linear_svc", "solvers.linear_svr", "solvers.structural"):
+    for name in ("solvers.estimators", "solvers.structural"):
         if importlib.util.find_spec(name) is not None:
             importlib.import_module(name)
 

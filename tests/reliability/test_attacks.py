@@ -22,8 +22,8 @@ import pytest
 
 from app.db import Database
 from app.services import keys
+from benchmarks import _process_memory as memory
 from tests.app.conftest import HEART, postgres_url_or_skip
-from tests.reliability import memory
 from tests.reliability.helpers import ROOT, free_port, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
