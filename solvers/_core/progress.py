@@ -50,7 +50,8 @@ class Progress:
     checks and set-up included); active: variables or rows the pass visited; primal, dual:
     objectives (dual in minimisation form, −D, except for the structural solvers, whose ``dual``
     is the lower bound D itself); lower_bound, upper_bound, approx_upper_bound: the structural
-    solvers' bounds (the approximate one from the gradients of the last pass).
+    solvers' bounds (the approximate one from the gradients of the last pass); bytes_sent:
+    the distributed solvers' bytes communicated in the round (w broadcast, Δw, checkpoints).
     """
 
     iteration: int
@@ -67,6 +68,7 @@ class Progress:
     lower_bound: float | None = None
     upper_bound: float | None = None
     approx_upper_bound: float | None = None
+    bytes_sent: int | None = None  # distributed solvers: bytes communicated in the round
 
     @property
     def M(self) -> float | None:

@@ -1,0 +1,146 @@
+"""One partition and its block of α on a Dask worker (a Dask actor): the worker side of CoCoA+.
+
+The block keeps its rows through the input door's view (`CSRArrays`) and its α inside the binary
+DCD record (`solvers.binary.kernels`), in the scaled form that turns the CoCoA+ local
+subproblem into the single-machine dual (see `solvers.distributed.cocoa`): the record holds
+β_i = σ'α_i with the bounds and diagonal of C' = σ'C, so the unchanged DCD epoch kernel solves
+the local subproblem and the same record still measures the true objectives (each term scales
+by σ') and the true projected gradients (they are equal).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solvers._core.problem import check_labels, compact_C, csr_arrays
+from solvers._core.sparse import sq_norm, weighted_row_sum
+from solvers.binary import kernels
+from solvers.distributed.sources import as_partition
+
+LOSS_CODES = {"hinge": kernels.HINGE, "squared_hinge": kernels.SQUARED_HINGE}
+WIDTH = 3  # classification record: α, s_i·U_i or s_i·D_ii, Q̄_ii
+LONG_ROW_ENTRIES = 128
+
+
+class Block:
+    """The state one worker keeps for one partition between rounds."""
+
+    def __init__(self, source):
+        part = as_partition(source.load() if hasattr(source, "load") else source)
+        self.csr = csr_arrays(part.X)
+        self.labels = np.asarray(part.y)
+        if self.labels.shape != (self.csr.n_samples,):
+            raise ValueError(
+                f"a partition's y must have shape ({self.csr.n_samples},), got {self.labels.shape}"
+            )
+        self.sample_weight = part.sample_weight
+        self.long_rows = self.csr.data.shape[0] >= LONG_ROW_ENTRIES * max(self.csr.n_samples, 1)
+        self.record = None
+
+    def describe(self) -> dict:
+        values, counts = np.unique(self.labels, return_counts=True)
+        return {
+            "n_rows": self.csr.n_samples,
+            "n_features": self.csr.n_features,
+            "nbytes": self.csr.nbytes,
+            "labels": dict(zip(values.tolist(), counts.tolist(), strict=True)),
+        }
+
+    def setup(self, spec: dict, alpha=None):
+        """Start a binary problem (spec: loss, C, bias, sigma, positive, class_weight) at α = 0,
+        or at ``alpha`` (clipped to the bounds); returns A_k α_k when ``alpha`` is given."""
+        n = self.csr.n_samples
+        if spec["positive"] is None:
+            y = check_labels(self.labels, n, binary=True)
+        else:
+            y = np.where(self.labels == spec["positive"], 1.0, -1.0)
+        C = np.full(n, float(spec["C"]))
+        if self.sample_weight is not None:
+            C *= np.asarray(self.sample_weight, dtype=np.float64)
+        for label, weight in (spec["class_weight"] or {}).items():
+            C[self.labels == label] *= weight  # by the original label (a class, for OvR)
+        self.sigma, self.bias = float(spec["sigma"]), float(spec["bias"])
+        self.loss = LOSS_CODES[spec["loss"]]
+        hinge = spec["loss"] == "hinge"
+        self.C = compact_C(C * self.sigma, n)
+        self.upper = C if hinge else np.full(n, np.inf)
+        self.y = y
+        rec = np.empty(WIDTH * n)
+        kernels.fill_record(rec, y, self.C, hinge, WIDTH)
+        self.record = kernels.Record(rec, WIDTH, hinge, 0.0)
+        self.index = np.flatnonzero(C > 0).astype(np.uint32 if n < 2**32 else np.int64)
+        return None if alpha is None else self.set_alpha(alpha)
+
+    def set_alpha(self, alpha):
+        """Set α_k (clipped to its bounds; rows with C_i = 0 stay at 0) and return A_k α_k."""
+        alpha = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, self.upper)
+        alpha[self.C_values() <= 0] = 0.0
+        self.record.values[0::WIDTH] = alpha * self.sigma
+        return self.contribution()
+
+    def contribution(self):
+        """A_k α_k = Σ_{i in k} y_i α_i x̃_i, dense with the bias entry last."""
+        alpha = self.record.values[0::WIDTH] / self.sigma
+        csr = self.csr
+        return weighted_row_sum(
+            alpha * self.y, csr.data, csr.indices, csr.indptr, csr.n_features, self.bias
+        )
+
+    def C_values(self):
+        return np.broadcast_to(self.C, (self.csr.n_samples,))
+
+    def alpha(self):
+        return self.record.values[0::WIDTH] / self.sigma
+
+    def measure(self, w, with_alpha: bool = False) -> dict:
+        """Sums this block adds to the objectives at (w, α_k), its projected-gradient range,
+        and α_k when asked (the driver's checkpoint)."""
+        csr, rec = self.csr, self.record
+        M, m = kernels.projected_gradient_range(csr, self.bias, rec, w, self.C)
+        primal, dual = kernels.objectives(csr, self.bias, rec, self.C, w, self.loss)
+        half_norm = 0.5 * sq_norm(w)
+        return {
+            "loss": (primal - half_norm) / self.sigma,
+            "dual": (dual - half_norm) / self.sigma,
+            "pg_max": float(M),
+            "pg_min": float(m),
+            "alpha": self.alpha() if with_alpha else None,
+        }
+
+    def round(self, w, passes: int, seed: int, with_alpha: bool) -> dict:
+        """One CoCoA+ round: measure (w, α_k), then ``passes`` DCD epochs of the local
+        subproblem from w; returns the measures and Δw_k (sparse when that is smaller)."""
+        out = self.measure(w, with_alpha)
+        w_local = np.array(w)
+        n_kept = self.index.shape[0]
+        no_shrinking = (np.inf, -np.inf)
+        for p in range(passes):
+            kernels.shuffle_prefix(self.index, n_kept, (seed + p * 0x9E3779B9) % 2**63)
+            kernels.dcd_epoch(
+                self.csr, self.bias, self.record, w_local, self.index, n_kept, no_shrinking,
+                self.long_rows,
+            )  # fmt: skip
+        w_local -= w
+        w_local /= self.sigma
+        out["dw"] = compact_delta(w_local)
+        return out
+
+
+def compact_delta(dw: np.ndarray):
+    """("sparse", positions, values) when that is fewer bytes than the dense vector."""
+    nz = np.flatnonzero(dw)
+    if nz.size * (4 + 8) < dw.size * 8 and dw.size < 2**32:
+        return ("sparse", nz.astype(np.uint32), dw[nz])
+    return ("dense", dw)
+
+
+def expand_delta(payload, size: int) -> np.ndarray:
+    if payload[0] == "dense":
+        return payload[1]
+    out = np.zeros(size)
+    out[payload[1]] = payload[2]
+    return out
+
+
+def payload_bytes(payload) -> int:
+    return sum(part.nbytes for part in payload[1:])
