@@ -11,6 +11,7 @@ stay consistent and every later certificate is exact.
 from __future__ import annotations
 
 import time
+from concurrent.futures import CancelledError
 
 import numpy as np
 
@@ -98,7 +99,8 @@ class BlockSet:
                 self._place(k, workers[(k + attempt) % len(workers)])
                 if self.spec is not None:
                     self.actors[k].setup(self.spec, self.checkpoint[k]).result()
-            except OSError:
+            except (OSError, CancelledError):  # the worker or the copy it read is gone too
+                time.sleep(0.5)
                 continue
             self.recoveries.append(
                 {"partition": k, "source": self.sources[k].kind, "attempt": attempt,

@@ -152,7 +152,7 @@ def make_sources(X_parts, y_parts, sample_weight):
     if all(isinstance(x, StoredRows) for x in X_parts):
         return X_parts
     if all(isinstance(x, Future) for x in X_parts):
-        return [InCluster(x, None, None) for x in X_parts]
+        return [InCluster(x) for x in X_parts]
     if y_parts is None or len(y_parts) != len(X_parts):
         raise ValueError("y_parts must give one label array per partition of X_parts")
     if sample_weight is not None and len(sample_weight) != len(X_parts):

@@ -7,10 +7,10 @@ that worker is lost:
 - `InMemory`: the caller's own matrices, scattered to the worker by the driver; a lost copy is
   sent again from the driver (which holds them anyway).
 - `InCluster`: a future of a `Partition` (or of an ``(X, y)`` pair) already in the cluster;
-  it is replicated to two workers when placed, so a lost worker leaves a copy elsewhere.
+  a second copy is made on another worker when placed, so a lost worker leaves one elsewhere.
 - `StoredRows`: rows [start, stop) of a dataset stored as `.npy` arrays (``data``, ``indices``,
   ``indptr``, ``y``, optionally ``sample_weight``) in a directory every worker can read; the
-  worker reads its row range itself (memory-mapped, so only that range is read), and a lost
+  worker reads its row range itself (only that range is read), and a lost
   worker's rows are simply read again elsewhere. The data never passes through the driver.
 
 `stored_partitions` splits a stored dataset into K row ranges of about equal non-zeros.
@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.lib import format as npy
 
 
 class Partition(NamedTuple):
@@ -60,24 +61,46 @@ class InMemory:
 
 
 class InCluster:
-    """A future of a partition already in the cluster, kept in two copies."""
+    """A future of a partition already in the cluster, kept in two copies on two workers.
+
+    The second copy is a task of its own (not a Dask replica, which the cluster's memory
+    manager may drop), so losing either worker leaves the other copy.
+    """
 
     kind = "future"
 
-    def __init__(self, future, n_rows: int, n_features: int):
-        self.future, self.n_rows, self.n_features = future, n_rows, n_features
-        self.replicated = False
+    def __init__(self, future):
+        self.copies = [future]
+        self.n_rows = None
 
     def place(self, client, worker):
-        if not self.replicated:
-            workers = client.scheduler_info()["workers"]
-            if len(workers) > 1:
-                client.replicate([self.future], n=2)
-            self.replicated = True
-        return self.future
+        if len(self.copies) == 1:
+            self._copy_elsewhere(client)
+        alive = [f for f in self.copies if f.status == "finished"]
+        if not alive:
+            raise RuntimeError("both copies of an in-cluster partition were lost")
+        # the copy on the target worker first, else any live one
+        who_has = client.who_has(alive)
+        alive.sort(key=lambda f: worker not in who_has.get(f.key, ()))
+        return alive[0]
+
+    def _copy_elsewhere(self, client):
+        original = self.copies[0]
+        holders = set(client.who_has([original]).get(original.key, ()))
+        others = [w for w in sorted(client.scheduler_info()["workers"]) if w not in holders]
+        if not others:
+            return  # one worker: nowhere else to keep a copy
+        copy = client.submit(_same, original, workers=[others[0]], allow_other_workers=False,
+                             pure=False)  # fmt: skip
+        copy.result()
+        self.copies.append(copy)
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "rows": self.n_rows}
+        return {"kind": self.kind, "copies": len(self.copies)}
+
+
+def _same(value):
+    return value
 
 
 class StoredRows:
@@ -95,24 +118,38 @@ class StoredRows:
 
     def load(self) -> Partition:
         directory = Path(self.directory)
-
-        def array(name):
-            return np.load(directory / f"{name}.npy", mmap_mode="r", allow_pickle=False)
-
-        indptr = np.array(array("indptr")[self.start : self.stop + 1])
+        indptr = read_range(directory / "indptr.npy", self.start, self.stop + 1)
         first, last = int(indptr[0]), int(indptr[-1])
-        data = np.array(array("data")[first:last])
-        indices = np.array(array("indices")[first:last])
+        data = read_range(directory / "data.npy", first, last)
+        indices = read_range(directory / "indices.npy", first, last)
         X = sp.csr_matrix(
             (data, indices, indptr - first), shape=(self.n_rows, self.n_features), copy=False
         )
-        y = np.array(array("y")[self.start : self.stop])
+        y = read_range(directory / "y.npy", self.start, self.stop)
         weights = directory / "sample_weight.npy"
-        sw = np.array(array("sample_weight")[self.start : self.stop]) if weights.exists() else None
+        sw = read_range(weights, self.start, self.stop) if weights.exists() else None
         return Partition(X, y, sw)
 
     def describe(self) -> dict:
         return {"kind": self.kind, "rows": self.n_rows, "start": self.start, "stop": self.stop}
+
+
+def read_range(path, start: int, stop: int) -> np.ndarray:
+    """Elements [start, stop) of a 1-D `.npy` file, read into a new array (no memory map, whose
+    pages would count in the process's memory while the copy is made)."""
+    with open(path, "rb") as f:
+        major, _ = npy.read_magic(f)
+        read_header = npy.read_array_header_1_0 if major == 1 else npy.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        if len(shape) != 1 or fortran:
+            raise ValueError(f"{path} is not a 1-D array")
+        if not 0 <= start <= stop <= shape[0]:
+            raise ValueError(f"rows [{start}, {stop}) are outside {path} of length {shape[0]}")
+        f.seek(start * dtype.itemsize, 1)
+        out = np.fromfile(f, dtype=dtype, count=stop - start)
+    if out.shape[0] != stop - start:
+        raise ValueError(f"{path} is shorter than its header says")
+    return out
 
 
 def stored_partitions(directory, n_partitions: int, n_features: int | None = None):
