@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     disk_reserve_mb: float = Field(
         4.0, ge=0, description="MB kept aside in DATA_DIR so that a job can record a full disk"
     )
+    dask_scheduler_address: str | None = Field(
+        None,
+        description="Dask scheduler that runs jobs with the `distributed` option, e.g. "
+        "tcp://scheduler:8786 (unset: such jobs are refused); its workers must read DATA_DIR",
+    )
 
     @field_validator("data_dir")
     @classmethod

@@ -119,6 +119,7 @@ class Job(Base):
     )
     estimator: Mapped[str] = mapped_column(String(40))
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    distributed: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # migration 0010
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value, index=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # claims so far (1 on first run)

@@ -39,3 +39,20 @@ def shared_file(*parts: str) -> Path:
 @pytest.fixture
 def shared_data():
     return shared_file
+
+
+@pytest.fixture(scope="session")
+def dask_cluster():
+    """A Dask LocalCluster of 2 worker processes with one thread each (the machines have 2
+    cores), shared by every test that needs one; `distributed` is part of the test extra."""
+    import distributed
+
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        memory_limit=0,
+        silence_logs=40,
+    ) as cluster:
+        yield cluster

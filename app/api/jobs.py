@@ -37,7 +37,13 @@ def create_job(
     idempotency_key: Annotated[str | None, Header()] = None,
 ):
     """Queue a training job for `estimator` on a stored dataset."""
-    job, created = service.create_job(db, request.app.state.queue, body, check_key(idempotency_key))
+    job, created = service.create_job(
+        db,
+        request.app.state.queue,
+        body,
+        check_key(idempotency_key),
+        request.app.state.settings.dask_scheduler_address,
+    )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:
         response.headers["Idempotent-Replayed"] = "true"

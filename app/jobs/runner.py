@@ -31,6 +31,7 @@ from app.jobs.queue import JobQueue, get_queue
 from app.jobs.workers import new_worker_id
 from app.services import lineage
 from app.services.datasets import dataset_dir, load_dataset, load_dataset_as
+from app.services.distributed_training import distributed_trainer
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
 from app.services.trainers import TRAINERS, Trained, streams
@@ -118,7 +119,16 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
         return _fail(ctx, attempt, "the job's validation dataset was deleted")
     trainer = TRAINERS[job.estimator]
     recorder = Recorder(ctx, attempt, watch, tol=job.params.get("tol"))
-    if streams(job.estimator, job.params):  # read in chunks; memory bounded by the cache
+    if job.distributed:  # the Dask workers read their rows from storage: nothing loaded here
+        X = y = qid = None
+        trainer = distributed_trainer(
+            job.distributed,
+            dataset_dir(ctx.settings, dataset.id),
+            dataset.n_features,
+            dataset.classes or [],
+            ctx.settings.dask_scheduler_address,
+        )
+    elif streams(job.estimator, job.params):  # read in chunks; memory bounded by the cache
         X, y, qid = map_arrays(dataset_dir(ctx.settings, dataset.id), dataset.n_features)
     else:
         X, y, qid = load_dataset(ctx.settings, dataset)
@@ -144,7 +154,7 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
 def _scores(ctx, trained: Trained, X, y, dataset: Dataset, valid: Dataset | None) -> dict:
     if trained.kind != "classifier":
         return {}
-    out = {"train_accuracy": float(np.mean(trained.predict(X) == y))}
+    out = {} if X is None else {"train_accuracy": float(np.mean(trained.predict(X) == y))}
     if valid is not None:
         Xv, yv, _ = load_dataset_as(ctx.settings, valid, dataset.n_features, dataset.zero_based)
         out["validation_accuracy"] = float(np.mean(trained.predict(Xv) == yv))

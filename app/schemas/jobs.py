@@ -11,6 +11,14 @@ JobStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 StopReason = Literal["converged", "max_iter", "time_limit", "cancelled"]
 
 
+class DistributedOption(BaseModel):
+    """Train on rows split over the Dask cluster at DASK_SCHEDULER_ADDRESS (CoCoA+)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    partitions: int = Field(ge=1, le=4096, description="row partitions, one Dask actor each")
+
+
 class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -20,6 +28,11 @@ class JobCreate(BaseModel):
         default_factory=dict, description="the estimator's constructor parameters"
     )
     validation_dataset_id: str | None = Field(None, max_length=40)
+    distributed: DistributedOption | None = Field(
+        None,
+        description="run on the Dask cluster, rows split in partitions (LinearSVC, one-vs-rest, "
+        "hinge or squared hinge); tol is then the target relative duality gap",
+    )
 
 
 class ProgressRecord(BaseModel):
@@ -52,6 +65,7 @@ class JobOut(BaseModel):
     validation_dataset_id: str | None
     estimator: str
     params: dict[str, Any]
+    distributed: dict[str, Any] | None = Field(None, description="the job's distributed option")
     status: JobStatusName
     progress: ProgressRecord | None = Field(description="the latest progress record")
     percent: float | None = Field(

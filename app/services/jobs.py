@@ -76,6 +76,27 @@ def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dat
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
 
 
+def check_distributed(
+    body: JobCreate, params: dict[str, Any], dataset: Dataset, dask_address: str | None
+) -> None:
+    """422 when a distributed job cannot run: another estimator or formulation, no cluster
+    configured, or more partitions than rows."""
+    if body.distributed is None:
+        return
+    field = "distributed"
+    if body.estimator != "LinearSVC" or params.get("multi_class") != "ovr":
+        raise _invalid(field, "distributed training is for LinearSVC with multi_class 'ovr'")
+    if params.get("loss") not in ("hinge", "squared_hinge"):
+        raise _invalid(field, "distributed training takes loss 'hinge' or 'squared_hinge'")
+    if not dask_address:
+        raise _invalid(field, "this service has no Dask cluster (set DASK_SCHEDULER_ADDRESS)")
+    if body.distributed.partitions > dataset.n_rows:
+        raise _invalid(
+            "distributed.partitions",
+            f"{body.distributed.partitions} partitions exceed the dataset's {dataset.n_rows} rows",
+        )
+
+
 def check_validation_labels(spec: EstimatorSpec, dataset: Dataset, valid: Dataset) -> None:
     """422 when a classifier's validation set is unrelated to its training set: its label kind
     differs, or none of its labels is a class of the training set."""
@@ -102,8 +123,11 @@ def _dataset_or_404(session: Session, dataset_id: str, field: str) -> Dataset:
     return dataset
 
 
-def create_job(db: Database, queue: JobQueue, body: JobCreate, key: str | None) -> tuple[Job, bool]:
-    """Insert a queued job and its queue entry in one transaction. Returns (job, created)."""
+def create_job(
+    db: Database, queue: JobQueue, body: JobCreate, key: str | None, dask_address: str | None = None
+) -> tuple[Job, bool]:
+    """Insert a queued job and its queue entry in one transaction. Returns (job, created).
+    ``dask_address``: the service's DASK_SCHEDULER_ADDRESS (distributed jobs need one)."""
     spec, params = validate_request(body)
     body_hash = idempotency.request_hash(body.model_dump(mode="json")) if key else None
     if key:
@@ -115,6 +139,7 @@ def create_job(db: Database, queue: JobQueue, body: JobCreate, key: str | None) 
         with db.write() as session:
             dataset = _dataset_or_404(session, body.dataset_id, "dataset_id")
             check_dataset_fits(spec, params, dataset)
+            check_distributed(body, params, dataset, dask_address)
             quotas.check_active_jobs(session)
             if body.validation_dataset_id is not None:
                 valid = _dataset_or_404(
@@ -132,6 +157,7 @@ def create_job(db: Database, queue: JobQueue, body: JobCreate, key: str | None) 
                 validation_dataset_id=body.validation_dataset_id,
                 estimator=spec.name,
                 params=params,
+                distributed=body.distributed.model_dump() if body.distributed else None,
             )
             lifecycle.submit(session, queue, job)
             if key:
@@ -207,6 +233,7 @@ def job_view(job: Job) -> dict[str, Any]:
         "validation_dataset_id": job.validation_dataset_id,
         "estimator": job.estimator,
         "params": job.params,
+        "distributed": job.distributed,
         "status": job.status,
         "progress": job.progress,
         "percent": job.percent,

@@ -79,6 +79,7 @@ def solve_binary(
     callback: Callback | None = None,
     checkpoint_every: int = 1,
     max_recoveries: int = 3,
+    positive_label=None,
 ) -> SolveResult:
     """Train a binary linear SVM on rows split over a Dask cluster (CoCoA+, module docstring).
 
@@ -107,6 +108,8 @@ def solve_binary(
         last one).
     max_recoveries : int
         Attempts to place a lost partition again before giving up.
+    positive_label : label or None
+        The label taken as +1 (every other as -1); None: the labels must be -1 and +1.
 
     Returns
     -------
@@ -120,7 +123,7 @@ def solve_binary(
     sources = make_sources(X_parts, y_parts, sample_weight)
     blocks = BlockSet(client, sources, max_recoveries)
     try:
-        spec = problem_spec(blocks, options, class_weight, positive=None)
+        spec = problem_spec(blocks, options, class_weight, positive=positive_label)
         rng = np.random.default_rng(random_state)
         return run_rounds(blocks, spec, options, rng, monitor, first_round=1)
     finally:

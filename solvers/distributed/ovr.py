@@ -32,8 +32,9 @@ def solve_ovr(
 ) -> SolveResult:
     """k one-vs-rest binary SVMs by distributed CoCoA+ (see `solvers.distributed.solve_binary`).
 
-    ``y_parts`` hold class indices 0..n_classes-1 (``n_classes`` defaults to the largest + 1);
-    ``class_weight`` maps a class to its weight. ``max_rounds`` and ``tol`` apply per class;
+    ``y_parts`` hold class indices 0..n_classes-1; without ``n_classes`` they may hold any
+    labels, and the classes are the sorted distinct labels found (``extra["classes"]``).
+    ``class_weight`` maps a label to its weight. ``max_rounds`` and ``tol`` apply per class;
     ``time_limit`` to the whole solve. Returns ``w`` (n_classes, n_features), ``bias``
     (n_classes,), ``alpha`` (n_classes, n_samples), ``n_iter`` = rounds over all classes, the
     summed objectives with their relative gap, and per-class figures in ``extra``.
@@ -43,24 +44,33 @@ def solve_ovr(
     sources = make_sources(X_parts, y_parts, sample_weight)
     blocks = BlockSet(client, sources, max_recoveries)
     try:
-        labels = sorted({label for info in blocks.info for label in info["labels"]})
-        if any(int(v) != v or v < 0 for v in labels):
-            raise ValueError(f"y_parts must hold class indices >= 0, got such as {labels[:5]}")
-        k = int(max(labels)) + 1 if n_classes is None else int(n_classes)
-        if k < 2 or int(max(labels)) >= k:
-            raise ValueError(f"n_classes must be >= 2 and exceed every label, got {n_classes!r}")
+        classes = _classes(blocks, n_classes)
+        k = len(classes)
         rng = np.random.default_rng(random_state)
         results, rounds = [], 0
         for c in range(k):
-            spec = problem_spec(blocks, options, class_weight, positive=c)
+            spec = problem_spec(blocks, options, class_weight, positive=classes[c])
             result = run_rounds(blocks, spec, options, rng, monitor, first_round=rounds + 1)
             rounds += result.n_iter
             results.append(result)
             if result.status in (Status.STOPPED, Status.TIME_LIMIT):
                 break
-        return _combine(results, k, rounds, monitor, blocks)
+        result = _combine(results, k, rounds, monitor, blocks)
+        result.extra["classes"] = classes
+        return result
     finally:
         blocks.close()
+
+
+def _classes(blocks, n_classes) -> list:
+    labels = sorted({label for info in blocks.info for label in info["labels"]})
+    if n_classes is None:
+        if len(labels) < 2:
+            raise ValueError(f"y_parts must hold at least 2 classes, got {labels}")
+        return labels
+    if any(int(v) != v or v < 0 or v >= n_classes for v in labels) or n_classes < 2:
+        raise ValueError(f"y_parts must hold class indices in [0, {n_classes}), got {labels[:5]}")
+    return list(range(int(n_classes)))
 
 
 def _combine(results, k, rounds, monitor, blocks) -> SolveResult:

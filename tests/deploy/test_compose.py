@@ -153,3 +153,18 @@ def test_env_file_values_reach_the_services(project):
     assert ":s3cret@db:5432/" in services["worker"]["environment"]["DATABASE_URL"]
     assert services["api"]["ports"][0]["published"] == "9000"
     assert services["worker"]["environment"]["SOLVER_THREADS"] == "8"
+
+
+def test_dask_profile_adds_a_scheduler_and_workers_on_the_shared_volume(project):
+    proc = compose(project, "--profile", "dask", "config", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    services = json.loads(proc.stdout)["services"]
+    scheduler, worker = services["dask-scheduler"], services["dask-worker"]
+    assert scheduler["entrypoint"] == ["dask", "scheduler"]
+    assert worker["entrypoint"] == ["dask", "worker"]
+    assert worker["command"][0] == "tcp://dask-scheduler:8786"
+    # the Dask workers read the stored datasets themselves: the same image and data volume
+    assert scheduler["image"] == worker["image"] == services["worker"]["image"]
+    mounts = {(v["source"], v["target"]) for v in worker["volumes"]}
+    assert ("margin-data", "/data") in mounts
+    assert "DASK_SCHEDULER_ADDRESS" in services["worker"]["environment"]

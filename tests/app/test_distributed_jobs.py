@@ -1,0 +1,83 @@
+"""Jobs with the `distributed` option: over HTTP, through the real `margin serve` and a Dask
+LocalCluster, the model equals the single-machine optimum; refused with a clear 422 where it
+cannot run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import solvers
+from benchmarks._common import synthetic_sparse
+from solvers.io import write_libsvm
+from tests.app.test_e2e import Server, model_weights, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def primal(X, y, w, C):
+    return 0.5 * w @ w + C * float(np.sum(np.maximum(0.0, 1.0 - y * (X @ w)) ** 2))
+
+
+def test_a_distributed_job_reaches_the_single_machine_optimum(tmp_path, dask_cluster):
+    X, y = synthetic_sparse(3000, 2000, 20, seed=1)
+    path = tmp_path / "train.svm"
+    write_libsvm(path, X, y, zero_based=True)
+    server = Server(tmp_path / "data", workers=1, progress_interval_s=0.05,
+                    dask_scheduler_address=dask_cluster.scheduler_address)  # fmt: skip
+    try:
+        server.wait_ready()
+        with open(path, "rb") as handle:
+            dataset = server.http.post("/v1/datasets", files={"file": ("train.svm", handle)})
+        assert dataset.status_code == 201, dataset.text
+        params = {"loss": "squared_hinge", "C": 0.03, "tol": 1e-6, "fit_intercept": False}
+        body = {"dataset_id": dataset.json()["id"], "params": params,
+                "distributed": {"partitions": 3}}  # fmt: skip
+        job = server.http.post("/v1/jobs", json=body)
+        assert job.status_code == 202, job.text
+        assert job.json()["distributed"] == {"partitions": 3}
+        done = ("succeeded", "failed", "cancelled")
+        seen = wait_for(server, job.json()["id"], lambda j: j["status"] in done)
+        final = seen[-1]
+        assert final["status"] == "succeeded", (final["error"], server.log_path.read_text()[-3000:])
+        assert final["converged"] is True and final["progress"]["duality_gap"] <= 1e-6
+        progress = server.http.get(f"/v1/jobs/{final['id']}/progress").json()["items"]
+        assert len(progress) >= 2 and all(p["duality_gap"] is not None for p in progress)
+        model, coef, intercept = model_weights(server, final["model_id"])
+        ref = solvers.solve_binary(X, y, C=0.03, tol=1e-9, max_iter=100_000)
+        n = X.shape[1]
+        w = np.zeros(n)
+        w[: coef.shape[1]] = coef[0][:n]
+        assert abs(primal(sp.csr_matrix(X), y, w, 0.03) - ref.primal) <= 1e-5 * ref.primal
+        assert model.status == "converged" and model.train_accuracy is None
+    finally:
+        server.stop()
+
+
+def test_without_a_cluster_the_option_is_refused(client, heart):
+    body = {"dataset_id": heart["id"], "distributed": {"partitions": 2}}
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 422
+    assert "DASK_SCHEDULER_ADDRESS" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"estimator": "LinearSVR"}, "LinearSVC"),
+        ({"params": {"loss": "squared_error"}}, "loss"),
+        ({"params": {"multi_class": "crammer_singer"}}, "ovr"),
+        ({"distributed": {"partitions": 100_000}}, "partitions"),
+        ({"distributed": {"partitions": 2, "replicas": 3}}, "replicas"),
+        ({"distributed": {"partitions": 0}}, "partitions"),
+    ],
+)
+def test_what_a_distributed_job_cannot_be(client, heart, app, change, message):
+    app.state.settings = app.state.settings.model_copy(
+        update={"dask_scheduler_address": "tcp://127.0.0.1:1"}
+    )
+    body = {"dataset_id": heart["id"], "distributed": {"partitions": 2}, **change}
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 422, response.text
+    assert message in response.text
