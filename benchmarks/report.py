@@ -33,6 +33,7 @@ SECTIONS = [
     "protocols",
     "formats",
     "workers",
+    "distributed",
     "load",
     "image",
     "quiet16",

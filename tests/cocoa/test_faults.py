@@ -134,3 +134,20 @@ def test_each_worker_holds_only_its_partitions(client, tmp_path):
         # its CSR rows plus the record (24 bytes a row), w and Δw; never the whole matrix
         assert grew <= 1.2 * share + 40e6, (address, grew, share)
         assert grew < 0.8 * whole, (address, grew, whole)
+
+
+def test_an_older_checkpoint_still_gives_a_consistent_state(client):
+    """With α checkpointed every 5 rounds a lost block restarts from up to 4 rounds back; w is
+    rebuilt from every block's α, so the certificate stays exact."""
+    X, y = synthetic_sparse(3000, 2000, 20, seed=1)
+    parts = split_rows(X, y, 4)
+    kill = KillOnce(client, at=7)
+    result = solve_binary(
+        [p.X for p in parts], [p.y for p in parts], client=client, C=0.03, tol=1e-6,
+        max_rounds=2000, checkpoint_every=5, callback=kill,
+    )  # fmt: skip
+    assert kill.killed is not None and result.extra["recoveries"]
+    gap, _, drift = certify(X, y, result, 0.03, "squared_hinge", 0.0)
+    assert result.converged and gap <= 1.01e-6 and drift < 1e-8
+    assert result.extra["bytes"]["checkpoints"] < result.n_iter * X.shape[0] * 8 / 2
+    client.wait_for_workers(2, timeout=60)

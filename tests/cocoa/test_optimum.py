@@ -121,3 +121,17 @@ def test_bad_input_is_refused_before_the_cluster_is_used(client):
         solve_binary([X], [y], client=client, C=-1.0)
     with pytest.raises(ValueError, match="binary labels"):
         solve_binary([X], [y * 3], client=client)
+
+
+def test_a_stopped_solve_returns_the_state_it_measured(client):
+    """The callback stops the solve after 3 rounds: the result is measured on what it returns."""
+    X, y = synthetic_sparse(1500, 800, 15, seed=6)
+    parts = split_rows(X, y, 2)
+    result = solve_binary(
+        [p.X for p in parts], [p.y for p in parts], client=client, C=1.0, bias=1.0, tol=1e-9,
+        callback=lambda p: p.iteration < 3,
+    )  # fmt: skip
+    assert result.status == "stopped" and result.n_iter == 3
+    gap, _, drift = certify(X, y, result, 1.0, "squared_hinge", 1.0)
+    assert drift < 1e-8 and gap == pytest.approx(result.duality_gap, rel=1e-6, abs=1e-12)
+    assert result.history[-1].duality_gap == result.duality_gap

@@ -1,0 +1,138 @@
+"""Distributed CoCoA+ (`solvers.distributed.solve_binary`) against our single-machine solver.
+
+For each set and each K (Dask worker processes on this machine, one partition and one thread
+each), rounds and seconds until the certified relative duality gap first reaches 1e-2, 1e-3 and
+1e-4, and the bytes communicated per round (w broadcast, Δw back, α checkpoints). The
+single-machine row is `solvers.solve_binary` (dual coordinate descent, shrinking on) with its
+objectives computed after every pass, so both sides pay for measuring the gap each pass/round;
+its "rounds" are passes. Times start at the solver call: the distributed side includes placing
+the partitions on the workers (the cluster's start is not counted). Both stop at the first
+measurement at or below the last target, or at ``--time-limit``.
+
+    .venv/bin/python -m benchmarks.bench_distributed --sets rcv1-like synthetic --scale 0.05 \\
+        --workers 1 2 4 --out benchmarks/results/distributed.md
+
+rcv1-like is `benchmarks._common.rcv1_like` (677k × 47k at scale 1); synthetic is 10M rows ×
+100k features with 20 non-zeros a row at scale 1 (`synthetic_sparse`), both × ``--scale`` rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from benchmarks._common import output_block, rcv1_like, synthetic_sparse
+
+TARGETS = (1e-2, 1e-3, 1e-4)
+
+
+def make_set(name, scale):
+    if name == "rcv1-like":
+        return rcv1_like(scale)
+    return synthetic_sparse(int(10_000_000 * scale), 100_000, 20, seed=7)
+
+
+class Trace:
+    """A progress callback: when each gap target was first met, and the bytes per round."""
+
+    def __init__(self, targets, objective_every=None):
+        self.targets, self.hit, self.bytes = targets, {}, []
+        if objective_every is not None:
+            self.objective_every = objective_every
+
+    def __call__(self, progress):
+        if progress.bytes_sent is not None:
+            self.bytes.append(progress.bytes_sent)
+        gap = progress.duality_gap
+        if gap is None:
+            return None
+        for t in self.targets:
+            if gap <= t and t not in self.hit:
+                self.hit[t] = (progress.iteration, progress.elapsed_s)
+        return False if gap <= min(self.targets) else None
+
+
+def single_machine(X, y, args):
+    import solvers
+
+    solvers.solve_binary(X[:200], y[:200], C=args.C, max_iter=2)  # kernels loaded first
+    trace = Trace(TARGETS, objective_every=1)
+    solvers.solve_binary(
+        X, y, loss=args.loss, C=args.C, bias=args.bias, tol=1e-12, max_iter=100_000,
+        time_limit=args.time_limit, callback=trace,
+    )  # fmt: skip
+    return trace
+
+
+def distributed(X, y, K, args):
+    from distributed import Client, LocalCluster
+
+    from solvers.distributed import solve_binary, split_rows
+
+    parts = split_rows(X, y, K)
+    options = dict(threads_per_worker=1, processes=True, dashboard_address=None, memory_limit=0)
+    with LocalCluster(n_workers=K, silence_logs=40, **options) as cluster:
+        with Client(cluster) as client:
+            warm = split_rows(X[:200], y[:200], K)  # kernels loaded on every worker first
+            solve_binary([p.X for p in warm], [p.y for p in warm], client=client, max_rounds=2)
+            trace = Trace(TARGETS)
+            solve_binary(
+                [p.X for p in parts], [p.y for p in parts], client=client, loss=args.loss,
+                C=args.C, bias=args.bias, tol=min(TARGETS), max_rounds=100_000,
+                local_passes=args.local_passes, time_limit=args.time_limit, callback=trace,
+            )  # fmt: skip
+    return trace
+
+
+def cells(trace):
+    out = []
+    for t in TARGETS:
+        if t in trace.hit:
+            rounds, seconds = trace.hit[t]
+            out.append(f"{rounds} / {seconds:.1f}")
+        else:
+            out.append("not reached")
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sets", nargs="+", default=["rcv1-like", "synthetic"])
+    parser.add_argument("--scale", type=float, default=0.05)
+    parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4])
+    parser.add_argument("--loss", default="squared_hinge", choices=["squared_hinge", "hinge"])
+    parser.add_argument("--C", type=float, default=1.0)
+    parser.add_argument("--bias", type=float, default=0.0)
+    parser.add_argument("--local-passes", type=int, default=1)
+    parser.add_argument("--time-limit", type=float, default=300.0)
+    parser.add_argument("--out", default=None, help="fragment of benchmarks/results to write")
+    args = parser.parse_args()
+    with output_block(args.out):
+        print(f"loss {args.loss}, C = {args.C}, bias = {args.bias}, H = {args.local_passes} "
+              f"local pass(es) a round, time limit {args.time_limit:.0f} s a run\n")  # fmt: skip
+        print("| set | rows × features, nnz | solver | K | to 1e-2 (rounds / s) | to 1e-3 | "
+              "to 1e-4 | MB per round | load avg |")  # fmt: skip
+        print("|---|---|---|---:|---:|---:|---:|---:|---|")
+        for name in args.sets:
+            X, y = make_set(name, args.scale)
+            shape = f"{X.shape[0]:,} × {X.shape[1]:,}, {X.nnz:,}"
+            runs = [("single machine (DCD)", 1)] + [("CoCoA+ on Dask", K) for K in args.workers]
+            for label, K in runs:
+                before = os.getloadavg()[0]
+                if label.startswith("single"):
+                    trace = single_machine(X, y, args)
+                else:
+                    trace = distributed(X, y, K, args)
+                mb = f"{np.mean(trace.bytes) / 1e6:.2f}" if trace.bytes else "-"
+                load = f"{before:.1f} / {os.getloadavg()[0]:.1f}"
+                print(f"| {name} | {shape} | {label} | {K} | " + " | ".join(cells(trace))
+                      + f" | {mb} | {load} |", flush=True)  # fmt: skip
+            del X, y
+        print(f"\nmeasured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+
+
+if __name__ == "__main__":
+    main()
