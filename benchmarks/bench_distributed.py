@@ -73,7 +73,7 @@ def distributed(X, y, K, args):
     from solvers.distributed import solve_binary, split_rows
 
     parts = split_rows(X, y, K)
-    options = dict(threads_per_worker=1, processes=True, dashboard_address=None, memory_limit=0)
+    options = dict(threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=0)
     with LocalCluster(n_workers=K, silence_logs=40, **options) as cluster:
         with Client(cluster) as client:
             warm = split_rows(X[:200], y[:200], K)  # kernels loaded on every worker first

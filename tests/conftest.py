@@ -51,7 +51,7 @@ def dask_cluster():
         n_workers=2,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",
         memory_limit=0,
         silence_logs=40,
     ) as cluster:

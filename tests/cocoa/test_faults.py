@@ -70,7 +70,7 @@ def test_a_worker_killed_mid_solve_and_the_solve_still_certifies(client, tmp_pat
     assert gap <= 1.01e-6 and drift < 1e-8
     ref = solvers.solve_binary(X, y, C=0.03, tol=1e-9, max_iter=100_000)
     assert abs(result.primal - ref.primal) <= 1e-5 * ref.primal
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=180)  # the nanny restarts the killed worker
 
 
 def test_a_lost_stored_partition_is_read_again_from_storage(client, tmp_path):
@@ -115,6 +115,7 @@ def wide_rows(n, d, per_row, seed=0):
 
 
 def test_each_worker_holds_only_its_partitions(client, tmp_path):
+    client.wait_for_workers(2, timeout=180)  # one partition each
     X, y = wide_rows(250_000, 5000, 50)  # 151 MB of CSR arrays
     whole = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
     directory = store(tmp_path / "big", X, y)
@@ -150,4 +151,4 @@ def test_an_older_checkpoint_still_gives_a_consistent_state(client):
     gap, _, drift = certify(X, y, result, 0.03, "squared_hinge", 0.0)
     assert result.converged and gap <= 1.01e-6 and drift < 1e-8
     assert result.extra["bytes"]["checkpoints"] < result.n_iter * X.shape[0] * 8 / 2
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=180)  # the nanny restarts the killed worker
