@@ -9,7 +9,7 @@ its "rounds" are passes. Times start at the solver call: the distributed side in
 the partitions on the workers (the cluster's start is not counted). Both stop at the first
 measurement at or below the last target, or at ``--time-limit``.
 
-    .venv/bin/python -m benchmarks.bench_distributed --sets rcv1-like synthetic --scale 0.05 \\
+    .venv/bin/python benchmarks/bench_distributed.py --sets rcv1-like synthetic --scale 0.05 \\
         --workers 1 2 4 --out benchmarks/results/distributed.md
 
 rcv1-like is `benchmarks._common.rcv1_like` (677k × 47k at scale 1); synthetic is 10M rows ×
@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import output_block, rcv1_like, synthetic_sparse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import output_block, rcv1_like, synthetic_sparse  # noqa: E402
 
 TARGETS = (1e-2, 1e-3, 1e-4)
 

@@ -17,5 +17,5 @@ mkdir -p "$OUT"
     exit 1
 }
 { nproc; "$PYTHON" --version; } > "$OUT/machine.txt"
-timeout 480 "$PYTHON" -m benchmarks.bench_distributed --sets synthetic --scale 0.1 \
+timeout 480 "$PYTHON" benchmarks/bench_distributed.py --sets synthetic --scale 0.1 \
     --workers 1 2 4 8 16 --time-limit 60 --out "$OUT/distributed16.md" | tee "$OUT/stdout.txt"
