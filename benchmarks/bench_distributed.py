@@ -90,6 +90,44 @@ def distributed(X, y, K, args):
     return trace
 
 
+def against_spark(args):
+    """Spark MLlib's LinearSVC (its own venv, `bench_spark_svc.py`) and ours on the same
+    rcv1-like train/test split, hinge loss, no bias: fit seconds, test accuracy, primal."""
+    import json
+    import subprocess
+
+    from benchmarks.bench_spark_svc import primal, split
+    from solvers.distributed import solve_binary, split_rows
+
+    command = [args.spark_python, str(Path(__file__).with_name("bench_spark_svc.py")),
+               "--scale", str(args.scale), "--C", str(args.C), "--cores", "2"]  # fmt: skip
+    spark = json.loads(subprocess.run(command, capture_output=True, text=True,
+                                      check=True).stdout.strip().splitlines()[-1])  # fmt: skip
+    X, y, Xt, yt = split(args.scale)
+    print(f"\nAgainst Spark MLlib LinearSVC (local[2]), rcv1-like {X.shape[0]:,} train / "
+          f"{Xt.shape[0]:,} test rows, hinge, C = {args.C}, no intercept\n")  # fmt: skip
+    print("| solver | fit s | test accuracy | primal | primal rel. to best |")
+    print("|---|---:|---:|---:|---:|")
+    rows = [("Spark LinearSVC (OWL-QN/L-BFGS, maxIter 100)", spark["seconds"],
+             spark["accuracy"], spark["primal"])]  # fmt: skip
+    from distributed import Client, LocalCluster
+
+    options = dict(threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=0)
+    with LocalCluster(n_workers=2, silence_logs=40, **options) as cluster, Client(cluster) as c:
+        parts = split_rows(X, y, 2)
+        for tol in (1e-2, 1e-3):
+            start = time.perf_counter()
+            r = solve_binary([p.X for p in parts], [p.y for p in parts], client=c, loss="hinge",
+                             C=args.C, tol=tol, time_limit=args.time_limit)  # fmt: skip
+            seconds = time.perf_counter() - start
+            accuracy = float(np.mean(np.where(Xt @ r.w > 0, 1.0, -1.0) == yt))
+            rows.append((f"ours, CoCoA+ K = 2, gap {tol:g} ({r.n_iter} rounds)", seconds,
+                         accuracy, primal(X, y, r.w, args.C)))  # fmt: skip
+    best = min(row[3] for row in rows)
+    for name, seconds, accuracy, p in rows:
+        print(f"| {name} | {seconds:.1f} | {accuracy:.4f} | {p:.2f} | {(p - best) / best:+.1e} |")
+
+
 def cells(trace):
     out = []
     for t in TARGETS:
@@ -111,6 +149,8 @@ def main():
     parser.add_argument("--bias", type=float, default=0.0)
     parser.add_argument("--local-passes", type=int, default=1)
     parser.add_argument("--time-limit", type=float, default=300.0)
+    parser.add_argument("--spark-python", default=None,
+                        help="python of a venv with pyspark: also compare with Spark's LinearSVC")
     parser.add_argument("--out", default=None, help="fragment of benchmarks/results to write")
     args = parser.parse_args()
     with output_block(args.out):
@@ -134,6 +174,8 @@ def main():
                 print(f"| {name} | {shape} | {label} | {K} | " + " | ".join(cells(trace))
                       + f" | {mb} | {load} |", flush=True)  # fmt: skip
             del X, y
+        if args.spark_python:
+            against_spark(args)
         print(f"\nmeasured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
 
 
