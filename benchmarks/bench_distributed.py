@@ -141,7 +141,7 @@ def cells(trace):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sets", nargs="+", default=["rcv1-like", "synthetic"])
+    parser.add_argument("--sets", nargs="*", default=["rcv1-like", "synthetic"])
     parser.add_argument("--scale", type=float, default=0.05)
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4])
     parser.add_argument("--loss", default="squared_hinge", choices=["squared_hinge", "hinge"])

@@ -8,6 +8,7 @@ Needs the ``distributed`` extra (dask.distributed).
 from solvers.distributed.cocoa import solve_binary
 from solvers.distributed.ovr import solve_ovr
 from solvers.distributed.sources import (
+    LocalArrays,
     Partition,
     StoredRows,
     balanced_cuts,
@@ -16,6 +17,7 @@ from solvers.distributed.sources import (
 )
 
 __all__ = [
+    "LocalArrays",
     "Partition",
     "StoredRows",
     "balanced_cuts",

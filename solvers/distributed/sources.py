@@ -9,7 +9,8 @@ that worker is lost:
 - `InCluster`: a future of a `Partition` (or of an ``(X, y)`` pair) already in the cluster;
   a second copy is made on another worker when placed, so a lost worker leaves one elsewhere.
 - `StoredRows`: rows [start, stop) of a dataset stored as `.npy` arrays (``data``, ``indices``,
-  ``indptr``, ``y``, optionally ``sample_weight``) in a directory every worker can read; the
+  ``indptr``, ``y``, optionally ``sample_weight``) in a directory every worker can read, or in
+  any store an ``arrays`` opener reads byte ranges of; the
   worker reads its row range itself (only that range is read), and a lost
   worker's rows are simply read again elsewhere. The data never passes through the driver.
 
@@ -18,6 +19,7 @@ that worker is lost:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -103,13 +105,37 @@ def _same(value):
     return value
 
 
+class LocalArrays:
+    """Opens a stored dataset's arrays as files of a directory (``<name>.npy``)."""
+
+    def __init__(self, directory):
+        self.directory = str(directory)
+
+    def open(self, name: str):
+        return open(Path(self.directory) / f"{name}.npy", "rb")  # noqa: SIM115 - the caller's
+
+    def exists(self, name: str) -> bool:
+        return (Path(self.directory) / f"{name}.npy").is_file()
+
+
+def as_arrays(arrays):
+    """A directory (str or path) as `LocalArrays`; an opener as it is."""
+    return LocalArrays(arrays) if isinstance(arrays, str | os.PathLike) else arrays
+
+
 class StoredRows:
-    """Rows [start, stop) of a stored dataset, read by the worker that holds them."""
+    """Rows [start, stop) of a stored dataset, read by the worker that holds them.
+
+    ``arrays`` opens the dataset's arrays by name (``data``, ``indices``, ``indptr``, ``y``,
+    ``sample_weight``): a directory (`LocalArrays`), or any picklable object with ``open(name)``
+    returning a seekable binary file and ``exists(name)``, e.g. one reading byte ranges of
+    objects in a remote store.
+    """
 
     kind = "stored"
 
-    def __init__(self, directory, start: int, stop: int, n_features: int):
-        self.directory = str(directory)
+    def __init__(self, arrays, start: int, stop: int, n_features: int):
+        self.arrays = as_arrays(arrays)
         self.start, self.stop, self.n_features = int(start), int(stop), int(n_features)
         self.n_rows = self.stop - self.start
 
@@ -117,60 +143,62 @@ class StoredRows:
         return self  # small: the worker reads the rows itself
 
     def load(self) -> Partition:
-        directory = Path(self.directory)
-        indptr = read_range(directory / "indptr.npy", self.start, self.stop + 1)
+        arrays = self.arrays
+        indptr = read_range(arrays, "indptr", self.start, self.stop + 1)
         first, last = int(indptr[0]), int(indptr[-1])
-        data = read_range(directory / "data.npy", first, last)
-        indices = read_range(directory / "indices.npy", first, last)
+        data = read_range(arrays, "data", first, last)
+        indices = read_range(arrays, "indices", first, last)
         X = sp.csr_matrix(
             (data, indices, indptr - first), shape=(self.n_rows, self.n_features), copy=False
         )
-        y = read_range(directory / "y.npy", self.start, self.stop)
-        weights = directory / "sample_weight.npy"
-        sw = read_range(weights, self.start, self.stop) if weights.exists() else None
+        y = read_range(arrays, "y", self.start, self.stop)
+        sw = None
+        if arrays.exists("sample_weight"):
+            sw = read_range(arrays, "sample_weight", self.start, self.stop)
         return Partition(X, y, sw)
 
     def describe(self) -> dict:
         return {"kind": self.kind, "rows": self.n_rows, "start": self.start, "stop": self.stop}
 
 
-def read_range(path, start: int, stop: int) -> np.ndarray:
-    """Elements [start, stop) of a 1-D `.npy` file, read into a new array (no memory map, whose
-    pages would count in the process's memory while the copy is made)."""
-    with open(path, "rb") as f:
+def read_range(arrays, name: str, start: int, stop: int) -> np.ndarray:
+    """Elements [start, stop) of the 1-D `.npy` array ``name``, read straight into a new array
+    (no memory map, whose pages would count in the process's memory while the copy is made)."""
+    with arrays.open(name) as f:
         major, _ = npy.read_magic(f)
         read_header = npy.read_array_header_1_0 if major == 1 else npy.read_array_header_2_0
         shape, fortran, dtype = read_header(f)
         if len(shape) != 1 or fortran:
-            raise ValueError(f"{path} is not a 1-D array")
+            raise ValueError(f"stored array {name!r} is not a 1-D array")
         if not 0 <= start <= stop <= shape[0]:
-            raise ValueError(f"rows [{start}, {stop}) are outside {path} of length {shape[0]}")
+            raise ValueError(f"rows [{start}, {stop}) are outside {name!r} of length {shape[0]}")
         f.seek(start * dtype.itemsize, 1)
-        out = np.fromfile(f, dtype=dtype, count=stop - start)
-    if out.shape[0] != stop - start:
-        raise ValueError(f"{path} is shorter than its header says")
+        out = np.empty(stop - start, dtype=dtype)
+        view, got = memoryview(out).cast("B"), 0
+        while got < view.nbytes:
+            n = f.readinto(view[got:])
+            if not n:
+                raise ValueError(f"stored array {name!r} is shorter than its header says")
+            got += n
     return out
 
 
-def stored_partitions(directory, n_partitions: int, n_features: int | None = None):
-    """K `StoredRows` over a stored dataset, cut where the non-zeros split evenly.
-
-    Only ``indptr`` is read here (memory-mapped: a few pages per cut); ``n_features`` defaults to
-    the largest column index + 1, which reads ``indices`` once (pass it when it is known).
-    """
-    directory = Path(directory)
+def stored_partitions(arrays, n_partitions: int, n_features: int):
+    """K `StoredRows` over a stored dataset (a directory, or an ``arrays`` opener as in
+    `StoredRows`), cut where the non-zeros split evenly. Only ``indptr`` is read here."""
     if isinstance(n_partitions, bool) or not isinstance(n_partitions, int) or n_partitions < 1:
         raise ValueError(f"n_partitions must be an integer >= 1, got {n_partitions!r}")
-    indptr = np.load(directory / "indptr.npy", mmap_mode="r", allow_pickle=False)
-    n_rows = indptr.shape[0] - 1
+    arrays = as_arrays(arrays)
+    with arrays.open("indptr") as f:
+        major, _ = npy.read_magic(f)
+        read_header = npy.read_array_header_1_0 if major == 1 else npy.read_array_header_2_0
+        n_rows = read_header(f)[0][0] - 1
     if n_partitions > max(n_rows, 1):
         raise ValueError(f"n_partitions ({n_partitions}) exceeds the {n_rows} rows")
-    if n_features is None:
-        indices = np.load(directory / "indices.npy", mmap_mode="r", allow_pickle=False)
-        n_features = int(indices.max()) + 1 if indices.size else 0
+    indptr = read_range(arrays, "indptr", 0, n_rows + 1)  # 8 bytes a row, never the data
     cuts = balanced_cuts(indptr, n_partitions)
     return [
-        StoredRows(directory, a, b, n_features) for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+        StoredRows(arrays, a, b, n_features) for a, b in zip(cuts[:-1], cuts[1:], strict=True)
     ]
 
 
