@@ -68,7 +68,7 @@ def main():
     w = fitted.coefficients.toArray()
     accuracy = float(np.mean(np.where(Xt @ w > 0, 1.0, -1.0) == yt))
     print(json.dumps({"seconds": seconds, "accuracy": accuracy, "primal": primal(X, y, w, args.C),
-                      "iterations": fitted.summary.totalIterations}))  # fmt: skip
+                      "iterations": fitted.summary().totalIterations}))  # fmt: skip
     spark.stop()
 
 

@@ -33,7 +33,9 @@ round's time near one single-machine epoch. No shrinking: the subproblem changes
 Stopping: each round every worker first measures its sums of C_i ξ_i(w̃) and of the dual terms at
 the current (w̃, α_[k]) and its projected-gradient range; the driver adds ½‖w̃‖² and stops when the
 relative duality gap (P − D)/max(1, |P|) ≤ ``tol``. The state returned is the one measured: the
-round's broadcast w̃ and α as it was at the round's start (the α checkpoint the workers return).
+round's broadcast w̃ and α as it was at the round's start (the α checkpoint the workers return;
+with ``checkpoint_every`` > 1 only checkpoint rounds can end the solve). A solve stopped by its
+budget or callback measures the blocks' current state once more and returns that.
 
 Fault tolerance: see `solvers.distributed.cluster`; a lost worker's block is restored from the
 last checkpoint and w̃ rebuilt from all blocks, so certificates stay exact.
