@@ -156,7 +156,7 @@ def test_dependencies_come_from_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     expected = list(project["dependencies"])
-    for extra in ("sklearn", "service"):
+    for extra in ("sklearn", "distributed", "service"):
         expected += [r for r in extras[extra] if not r.startswith("margin[")]
     assert sorted(listed) == sorted(set(expected))
     assert not any(r.startswith("margin") for r in listed)
