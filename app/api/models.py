@@ -36,6 +36,7 @@ from app.services import prediction_runs as runs
 from app.services.model_cache import ModelCache, fetch_model, model_from_row
 from app.services.prediction import InvalidInstances, dumps, predict_body
 from app.services.prediction_runner import PredictionRunner
+from app.storage import get_storage, prediction_key
 from app.tables import Dataset, Model, PredictionRun
 
 log = logging.getLogger("margin.models")
@@ -212,7 +213,7 @@ def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: Set
         session.execute(delete(PredictionRun).where(PredictionRun.model_id == model_id))
         session.delete(model)
     model_cache(request.app).evict(model_id)
-    runs.delete_files(settings.data_dir, run_ids)
+    runs.delete_files(settings, run_ids)
     return Response(status_code=204)
 
 
@@ -251,7 +252,7 @@ def create_prediction_run(
     dataset = _dataset_or_404(session, body.dataset_id)
     session.close()  # give its connection back: one request never holds two
     loaded = model_from_row(model)
-    source = runs.DatasetSource.of(settings.data_dir, dataset)
+    source = runs.DatasetSource.of(settings, dataset)
     try:
         source.check(loaded)
     except runs.DatasetMismatch as exc:
@@ -324,8 +325,15 @@ def get_prediction_run(
             run.error or "the run failed",
             run=out.model_dump(mode="json"),
         )
-    path = runs.csv_path(settings.data_dir, run.id)
-    if not path.exists():
+    storage = get_storage(settings)
+    key = prediction_key(run.id)
+    path = storage.local_path(key)
+    if path is None and storage.exists(key):
+        disposition = f'attachment; filename="{run.id}.csv"'
+        return StreamingResponse(
+            storage.read(key), media_type="text/csv", headers={"Content-Disposition": disposition}
+        )
+    if path is None or not path.exists():
         raise ProblemError(410, "Prediction result gone", f"the CSV of run {run_id!r} is missing")
     return FileResponse(path, media_type="text/csv", filename=f"{run.id}.csv")
 
@@ -346,7 +354,7 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
     loaded = model_from_row(model)
     try:
         runs.check_labels(loaded, dataset)
-        source = runs.DatasetSource.of(settings.data_dir, dataset)
+        source = runs.DatasetSource.of(settings, dataset)
         source.check(loaded)
         report = runs.evaluate(loaded, source)
     except runs.DatasetMismatch as exc:

@@ -47,7 +47,6 @@ log = logging.getLogger("margin.worker")
 
 TASK_NAME = "margin.run_job"
 QUEUE_NAME = "training"
-DEFAULT_SHUTDOWN_TIMEOUT_S = 20.0
 POOL_WAIT_S = 600.0
 
 # The entry's `lock` is the job id: procrastinate never runs two entries with one lock at once,
@@ -257,14 +256,6 @@ def _preload() -> None:
             importlib.import_module(name)
 
 
-def _shutdown_timeout(settings: Settings) -> float:
-    """Seconds a stopping worker lets running jobs finish before releasing them."""
-    value = getattr(settings, "worker_shutdown_timeout_s", None)
-    if value is None:
-        value = os.environ.get("WORKER_SHUTDOWN_TIMEOUT_S", DEFAULT_SHUTDOWN_TIMEOUT_S)
-    return float(value)
-
-
 def run_worker(settings: Settings, *, on_ready: Callable[[], None] | None = None) -> None:
     """Run one distributed worker until SIGINT/SIGTERM (see the module docstring)."""
     _configure_threads(settings)
@@ -309,7 +300,7 @@ async def _run_once(app, db, settings: Settings, worker_id: str, on_ready) -> bo
         concurrency=settings.worker_concurrency,
         update_heartbeat_interval=beat_s,
         stalled_worker_timeout=settings.job_stall_s,
-        shutdown_graceful_timeout=_shutdown_timeout(settings),
+        shutdown_graceful_timeout=settings.worker_shutdown_timeout_s,
         abort_job_polling_interval=min(1.0, beat_s),
         # new entries are announced by LISTEN/NOTIFY, but procrastinate's listener does not
         # survive a database restart: poll often enough not to depend on it

@@ -29,7 +29,7 @@ from app.jobs.attempt import DISK_FULL, DiskFull, JobLost, Recorder, Watch, pers
 from app.jobs.lifecycle import Attempt
 from app.jobs.queue import JobQueue, get_queue
 from app.jobs.workers import new_worker_id
-from app.services.datasets import dataset_dir, load_dataset, load_dataset_as
+from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
 from app.services.trainers import TRAINERS, Trained, streams
@@ -118,7 +118,7 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
     trainer = TRAINERS[job.estimator]
     recorder = Recorder(ctx, attempt, watch, tol=job.params.get("tol"))
     if streams(job.estimator, job.params):  # read in chunks; memory bounded by the cache
-        X, y, qid = map_arrays(dataset_dir(ctx.settings, dataset.id), dataset.n_features)
+        X, y, qid = map_arrays(dataset_arrays(ctx.settings, dataset), dataset.n_features)
     else:
         X, y, qid = load_dataset(ctx.settings, dataset)
     start = time.perf_counter()

@@ -33,7 +33,9 @@ from app.db import Database
 from app.errors import ProblemError
 from app.schemas.common import decode_cursor, page_of
 from app.services import dataset_files, idempotency, quotas
+from app.services.array_cache import ArrayCache
 from app.services.uploads import UploadSink, check_declared_length, receive_into, temp_name
+from app.storage import Storage, dataset_prefix, get_storage
 from app.tables import ACTIVE_STATUSES, Dataset, Job, new_id
 
 log = logging.getLogger("margin.datasets")
@@ -43,7 +45,32 @@ _PARSE_TITLES = {413: "Upload too large", 422: "Invalid dataset", 507: "Insuffic
 
 
 def dataset_dir(settings: Settings, dataset_id: str) -> Path:
+    """The dataset's directory when STORAGE_URL is the data directory (the default)."""
     return settings.data_dir / "datasets" / dataset_id
+
+
+_caches: dict[tuple[Path, int], ArrayCache] = {}
+
+
+def array_cache(settings: Settings) -> ArrayCache:
+    """This process's cache of downloaded datasets (one per cache directory)."""
+    key = (settings.cache_path, settings.cache_max_bytes)
+    if key not in _caches:
+        _caches[key] = ArrayCache(*key)
+    return _caches[key]
+
+
+def dataset_arrays(settings: Settings, dataset: Dataset) -> Path:
+    """A local directory with the dataset's `.npy` arrays: the storage's own directory for
+    file storage, else this machine's cached copy (downloaded on first use)."""
+    storage = get_storage(settings)
+    prefix = dataset_prefix(dataset.id)
+    local = storage.local_path(prefix)
+    if local is not None:
+        return local
+    names = [*dataset_files.ARRAYS, *(["qid"] if dataset.has_qid else [])]
+    key = dataset.content_key or f"id-{dataset.id}"
+    return array_cache(settings).directory(storage, prefix, key, names)
 
 
 class ParserPool:
@@ -212,7 +239,18 @@ def _replay(db: Database, key: str) -> Dataset | None:
 def _commit(
     db: Database, settings: Settings, dataset: Dataset, out_dir: Path, key: str | None
 ) -> tuple[Dataset, str]:
-    final = dataset_dir(settings, dataset.id)
+    """Store the parsed arrays and commit the row. File storage renames the directory inside
+    the transaction; object storage uploads the arrays before it (an upload that fails or
+    times out is a 503 with nothing stored) and removes them again if the row is not made."""
+    storage = get_storage(settings)
+    prefix = dataset_prefix(dataset.id)
+    local = storage.local_path(prefix) is not None
+    if not local:
+        try:
+            storage.store_dir(out_dir, prefix)
+        except BaseException:
+            _remove_objects(storage, prefix)
+            raise
     try:
         with db.write() as session:
             quotas.check_storage(session, dataset.stored_bytes)
@@ -220,9 +258,10 @@ def _commit(
             if key:
                 idempotency.remember(session, "datasets", key, None, dataset.id)
             session.flush()
-            os.replace(out_dir, final)
+            if local:
+                storage.store_dir(out_dir, prefix)
     except IntegrityError:  # the same Idempotency-Key or content, committed meanwhile
-        shutil.rmtree(final, ignore_errors=True)
+        _remove_objects(storage, prefix)
         existing = _replay(db, key) if key else None
         if existing is not None:
             return existing, "replayed"
@@ -231,9 +270,17 @@ def _commit(
             raise
         return existing, "duplicate"
     except BaseException:
-        shutil.rmtree(final, ignore_errors=True)
+        _remove_objects(storage, prefix)
         raise
     return dataset, "created"
+
+
+def _remove_objects(storage: Storage, prefix: str) -> None:
+    """Best effort: objects left behind (the store is away) are removed by the next sweep."""
+    try:
+        storage.delete_prefix(prefix)
+    except Exception as exc:
+        log.warning("could not remove %s from storage (%s); the sweep will", prefix, exc)
 
 
 def list_datasets(
@@ -268,12 +315,12 @@ def delete_dataset(db: Database, settings: Settings, dataset_id: str) -> None:
                 jobs=busy,
             )
         session.delete(dataset)
-    shutil.rmtree(dataset_dir(settings, dataset_id), ignore_errors=True)
+    _remove_objects(get_storage(settings), dataset_prefix(dataset_id))
 
 
 def load_dataset(settings: Settings, dataset: Dataset):
     """(X, y, qid or None) of a stored dataset, X with the dataset's own feature count."""
-    return dataset_files.load_arrays(dataset_dir(settings, dataset.id), dataset.n_features)
+    return dataset_files.load_arrays(dataset_arrays(settings, dataset), dataset.n_features)
 
 
 def load_dataset_as(settings: Settings, dataset: Dataset, n_features: int, zero_based: bool):
@@ -323,19 +370,37 @@ def sweep_partial_uploads(settings: Settings, db: Database) -> list[str]:
                 missing_ok=True
             )
             removed.append(str(path))
-    root = settings.data_dir / "datasets"
-    dirs = [p for p in root.iterdir() if p.is_dir()] if root.exists() else []
-    if dirs:
-        with db.session() as session:
-            known = set(
-                session.scalars(select(Dataset.id).where(Dataset.id.in_([p.name for p in dirs])))
-            )
-        for path in dirs:
-            if path.name not in known and now - path.stat().st_mtime > ORPHAN_GRACE_S:
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(str(path))
+    removed += _sweep_orphan_objects(get_storage(settings), db, now)
     if removed:
         log.info("removed %d partial uploads: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+def _sweep_orphan_objects(storage: Storage, db: Database, now: float) -> list[str]:
+    """Remove stored datasets without a row (a crash or storage outage between storing the
+    arrays and committing the row, or a delete whose objects could not be removed)."""
+    root = storage.local_path("datasets")
+    newest: dict[str, float] = {}
+    if root is not None:  # a directory per dataset, possibly empty
+        for path in root.iterdir() if root.exists() else []:
+            if path.is_dir():
+                newest[path.name] = path.stat().st_mtime
+    else:
+        for obj in storage.list("datasets/"):
+            dataset_id = obj.key.split("/")[1] if obj.key.count("/") >= 2 else None
+            if dataset_id:
+                newest[dataset_id] = max(newest.get(dataset_id, 0.0), obj.modified.timestamp())
+    if not newest:
+        return []
+    with db.session() as session:
+        known = set(session.scalars(select(Dataset.id).where(Dataset.id.in_(list(newest)))))
+    removed = []
+    for dataset_id, modified in newest.items():
+        if dataset_id not in known and now - modified > ORPHAN_GRACE_S:
+            prefix = dataset_prefix(dataset_id)
+            storage.delete_prefix(prefix)
+            local = storage.local_path(prefix)
+            removed.append(str(local) if local is not None else f"{storage.url}/{prefix}")
     return removed
 
 
