@@ -7,9 +7,9 @@
   (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`).
 
 Keys are the same on both: ``datasets/<id>/<array>.npy``, ``predictions/<run>.csv``,
-``checkpoints/<job>.npz``. Every S3 request has connect and read timeouts and one retry, so
+``checkpoints/<job>.npz``. Every S3 request has connect and read timeouts and no retry, so
 that an unreachable store fails a request within STORAGE_TIMEOUT_S (`StorageUnavailable`, which
-the API answers with 503) instead of hanging it.
+the API answers with 503) instead of hanging it; a worker's download tries again a few times.
 """
 
 from __future__ import annotations
@@ -152,12 +152,12 @@ class S3Storage:
 
         self.url, self.bucket = url, bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        # Two tries of half the budget each: an unreachable store fails within timeout_s.
-        per_try = max(0.5, timeout_s / 2)
+        # One try, so that an unreachable store fails a request within timeout_s (botocore's
+        # retries back off for seconds); callers that can wait (a worker's download) retry.
         config = Config(
-            connect_timeout=per_try,
-            read_timeout=per_try,
-            retries={"total_max_attempts": 2, "mode": "standard"},
+            connect_timeout=timeout_s,
+            read_timeout=timeout_s,
+            retries={"total_max_attempts": 1},
             max_pool_connections=16,
         )
         self.client = boto3.session.Session().client("s3", config=config)

@@ -26,10 +26,11 @@ from pathlib import Path
 from threading import Lock
 
 from app.services.uploads import temp_name
-from app.storage import Storage
+from app.storage import Storage, StorageUnavailable
 
 log = logging.getLogger("margin.cache")
 PART_MAX_AGE_S = 86_400.0
+DOWNLOAD_TRIES = 3
 
 
 class ArrayCache:
@@ -49,8 +50,16 @@ class ArrayCache:
             _touch(final)
             return final
         with self._lock, _file_lock(self.root / ".locks" / f"{_safe(key)}.lock"):
-            if not final.is_dir():  # another process may have fetched it while we waited
-                self._download(storage, prefix, names, final)
+            for attempt in range(1, DOWNLOAD_TRIES + 1):
+                if final.is_dir():  # another process may have fetched it while we waited
+                    break
+                try:
+                    self._download(storage, prefix, names, final)
+                except StorageUnavailable as exc:
+                    if attempt == DOWNLOAD_TRIES:
+                        raise
+                    log.warning("downloading %s: %s; trying again", prefix, exc)
+                    time.sleep(2.0 * attempt)
         _touch(final)
         self.evict(keep=final)
         return final

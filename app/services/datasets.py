@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import shutil
 import socket
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -249,7 +250,8 @@ def _commit(
         try:
             storage.store_dir(out_dir, prefix)
         except BaseException:
-            _remove_objects(storage, prefix)
+            # in the background: the store may be away, and the answer must not wait for it
+            threading.Thread(target=_remove_objects, args=(storage, prefix), daemon=True).start()
             raise
     try:
         with db.write() as session:
