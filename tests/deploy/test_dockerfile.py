@@ -183,3 +183,45 @@ def test_build_context_keeps_what_the_image_needs(path):
     assert path not in ignored
     for copied in ("scripts/warm_kernels.py", "scripts/healthcheck.py"):
         assert not any(copied.startswith(p.rstrip("/")) for p in ignored)
+
+
+def _probe(role: str, tmp_path, **env) -> subprocess.CompletedProcess:
+    with socket.socket() as sock:  # nothing listens on PORT: a worker serves no HTTP
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "healthcheck.py")],
+        env={**os.environ, "PORT": str(port), "MARGIN_ROLE": role, **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_healthcheck_of_a_worker_is_its_heartbeat(tmp_path):
+    """A worker container is healthy while a worker process of its host beats into the database
+    (it serves no HTTP, so probing the API port would mark every worker unhealthy)."""
+    from datetime import timedelta
+
+    from app import migrate
+    from app.db import Database
+    from app.jobs import workers
+    from app.tables import Worker, utcnow
+
+    url = f"sqlite:///{tmp_path / 'margin.db'}"
+    migrate.upgrade(url)
+    env = {"DATABASE_URL": url, "DATA_DIR": str(tmp_path)}
+    assert _probe("worker", tmp_path, **env).returncode == 1  # no worker yet
+    db = Database(url)
+    worker_id = workers.new_worker_id()
+    workers.register(db, worker_id, "procrastinate")
+    checked = _probe("worker", tmp_path, **env)
+    assert checked.returncode == 0, checked.stderr
+    with db.write() as session:  # its heartbeat stopped a minute ago
+        session.get(Worker, worker_id).heartbeat_at = utcnow() - timedelta(minutes=1)
+    stale = _probe("worker", tmp_path, **env)
+    assert stale.returncode == 1 and "no worker" in stale.stderr
+    db.dispose()
+    assert _probe("migrate", tmp_path, **env).returncode == 0  # a one-shot role
+    assert _probe("api", tmp_path, **env).returncode == 1  # the API role still probes HTTP
