@@ -29,6 +29,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         from app.services.datasets import sweep_partial_uploads
 
+        if settings.worker_backend == "procrastinate":
+            from app.jobs import procrastinate_schema
+
+            procrastinate_schema.check(app.state.db)  # a mismatch stops the start, with why
         try:
             sweep_partial_uploads(settings, app.state.db)
         except Exception:  # a sweep must never keep the API from starting

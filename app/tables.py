@@ -131,6 +131,11 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # the latest stored iterate of the running attempt (migration 0008), and the iteration an
+    # attempt resumed from (None: it started cold)
+    checkpoint_at: Mapped[datetime | None]
+    checkpoint_iteration: Mapped[int | None] = mapped_column(Integer)
+    resumed_from: Mapped[int | None] = mapped_column(Integer)
 
     model: Mapped[Model | None] = relationship(
         back_populates="job", uselist=False, viewonly=True, lazy="selectin"

@@ -73,6 +73,9 @@ class Fields(TypedDict, total=False):
     stop_reason: str | None
     error: str | None
     cancel_requested: bool
+    checkpoint_at: datetime | None
+    checkpoint_iteration: int | None
+    resumed_from: int | None
 
 
 # What a job going back to the queue forgets of the attempt that ended (its progress records and

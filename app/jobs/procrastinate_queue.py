@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import Database
-from app.jobs import workers
+from app.jobs import procrastinate_schema, workers
 from app.jobs.recovery import Reaper
 
 log = logging.getLogger("margin.worker")
@@ -276,6 +276,7 @@ async def _serve(settings: Settings, on_ready: Callable[[], None] | None) -> Non
         queue=ProcrastinateQueue(),
     )
     try:
+        await asyncio.to_thread(procrastinate_schema.check, db)
         await asyncio.to_thread(_preload)
         async with app.open_async():
             await asyncio.to_thread(workers.register, db, worker_id, "procrastinate")
