@@ -133,5 +133,18 @@ def main(quiet: bool = False) -> int:
     return 0
 
 
+def warm_worker(log) -> float:
+    """Warm this worker process before it takes jobs (and before it reports ready): load, or
+    compile, every kernel. Returns the seconds it took."""
+    start = time.perf_counter()
+    try:
+        main(quiet=True)
+    except Exception:  # a worker without a warm cache still works: its first job compiles
+        log.exception("warming the solver kernels failed")
+    took = time.perf_counter() - start
+    log.info("solver kernels warm in %.1f s", took)
+    return took
+
+
 if __name__ == "__main__":
     sys.exit(main())

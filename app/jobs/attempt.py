@@ -154,6 +154,7 @@ class Recorder:
         self.buffer: list[dict[str, Any]] = []
         self.first: tuple[float, float] | None = None
         self.latest: dict[str, Any] | None = None
+        self.percent: float | None = None  # never moves back (see flush_into)
         self.last_flush = time.monotonic()
         self._lock = threading.Lock()
 
@@ -207,6 +208,10 @@ class Recorder:
             percent, eta = estimate(
                 self.first[0], self.first[1], latest.get("gap"), latest["elapsed_s"], self.tol
             )
+        if percent is not None:
+            # The gap is not monotone (a one-vs-rest solve starts each class afresh; shrinking
+            # restarts): the percentage reports the furthest the solve has come, never less.
+            percent = self.percent = max(percent, self.percent or 0.0)
         current = lifecycle.update_running(
             session,
             self.attempt,

@@ -57,10 +57,12 @@ def child_main(settings_data: dict, threads: int, worker_id: str) -> None:
     ctx = RunContext(settings, db, worker_id=worker_id, n_jobs=threads, queue=LocalQueue())
     signal.signal(signal.SIGTERM, lambda *_: ctx.shutdown.set())
     _watch_parent(ctx)
+    from app.warmup import warm_worker
+
+    warm_worker(log)  # before registering: a worker counts as ready once it is warm
     _register(db, ctx)
     heartbeat = workers.Heartbeat(db, ctx.worker_id, "local")
     heartbeat.start()
-    _preload()
     try:
         while not ctx.shutdown.is_set():
             try:
@@ -111,15 +113,6 @@ def _register(db: Database, ctx) -> None:
         except Exception as exc:
             log.warning("worker %s: cannot register (%s); retrying in 1 s", ctx.worker_id, exc)
             ctx.shutdown.wait(1.0)
-
-
-def _preload() -> None:
-    """Import the estimators now so that the first job does not pay for it."""
-    for name in ("solvers.linear_svc", "solvers.linear_svr"):
-        try:
-            __import__(name)
-        except ImportError:
-            pass
 
 
 class LocalPool:

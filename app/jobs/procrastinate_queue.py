@@ -245,15 +245,15 @@ def _configure_threads(settings: Settings) -> None:
 
 
 def _preload() -> None:
-    """Import the training code and the estimators (loading their cached kernels' modules) before
-    taking jobs, so that the first job does not pay for it."""
+    """Import the training code and warm every solver kernel before taking jobs (and before
+    registering, so that a worker counts as ready once it is warm): the first job neither waits
+    for a compile nor counts one in its train_time_s."""
     import importlib
-    import importlib.util
+
+    from app.warmup import warm_worker
 
     importlib.import_module("app.jobs.runner")
-    for name in ("solvers.linear_svc", "solvers.linear_svr", "solvers.structural"):
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name)
+    warm_worker(log)
 
 
 def run_worker(settings: Settings, *, on_ready: Callable[[], None] | None = None) -> None:

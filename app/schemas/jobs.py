@@ -44,9 +44,16 @@ class JobOut(BaseModel):
     status: JobStatusName
     progress: ProgressRecord | None = Field(description="the latest progress record")
     percent: float | None = Field(
-        description="log-scale position of the gap between the first full pass's gap and tol"
+        description="how far the solve has come, on a log scale of its optimality gap: 0 at the "
+        "first full pass's gap, 100 at `tol` (reached when it converges). It estimates the share "
+        "of the remaining gap reduction done, not of the time; it never moves back (the gap of "
+        "a one-vs-rest or shrinking solve may rise for a while). A job that ends at max_iter or "
+        "time_limit keeps the percent it reached."
     )
-    eta_s: float | None
+    eta_s: float | None = Field(
+        description="seconds left if the gap keeps falling at its average rate so far (null "
+        "while unknown)"
+    )
     elapsed_s: float | None
     tol: float | None
     converged: bool | None

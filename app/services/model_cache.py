@@ -88,12 +88,13 @@ class ModelCache:
 def model_from_row(row) -> LinearModel:
     """Unpack a ``tables.Model`` row for prediction."""
     from app.services.model_store import load_weights
+    from app.services.trainers import label_values
 
     weights = load_weights(row.weights)
     return LinearModel(
         id=row.id,
         kind=row.kind,
-        classes=list(row.classes or []),
+        classes=label_values(row.classes or []),  # models stored as floats predict ints too
         n_features=int(row.n_features),
         zero_based=bool(row.zero_based),
         coef=np.ascontiguousarray(weights.coef, dtype=np.float64),

@@ -16,7 +16,7 @@ import numpy as np
 @dataclass
 class Trained:
     kind: str  # "classifier" | "regressor"
-    classes: list[float] | None
+    classes: list[int | float] | None
     coef: np.ndarray  # (n_outputs, n_features)
     intercept: np.ndarray  # (n_outputs,)
     status: str  # the solver's status: converged, max_iter, stopped, time_limit
@@ -25,8 +25,19 @@ class Trained:
     predict: Callable[[Any], np.ndarray]  # labels (classifier) or values (regressor) of X
 
 
-def _labels(value: Any) -> list[float]:
-    return [float(v) for v in np.asarray(value).ravel()]
+def _labels(value: Any) -> list[int | float]:
+    """The classes as the dataset's labels are: integers stay integers (`-1`, not `-1.0`)."""
+    return label_values(np.asarray(value).ravel().tolist())
+
+
+def label_values(values) -> list[int | float]:
+    """Each label as an int when it is integral (as the dataset summary keeps them), else a
+    float; predictions then return labels of the dataset's own type."""
+    out = []
+    for v in values:
+        v = float(v)
+        out.append(int(v) if v.is_integer() and abs(v) < 2**53 else v)
+    return out
 
 
 def _class_weight(weights: Any) -> Any:
