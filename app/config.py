@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     cache_max_mb: float = Field(
         10240, gt=0, description="size of the local dataset cache; least recently used go first"
     )
+    job_retention_days: float | None = Field(
+        None, gt=0, description="ended jobs older than this are deleted with their progress "
+        "(their models stay); unset: kept",
+    )
     worker_shutdown_timeout_s: float = Field(
         20.0, ge=0, description="seconds a stopping worker lets its jobs finish, then hands "
         "them back to the queue",

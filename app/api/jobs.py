@@ -82,6 +82,14 @@ def cancel_job(job_id: str, request: Request, response: Response, db: DatabaseDe
     return service.job_view(job)
 
 
+@router.delete("/jobs/{job_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_job(job_id: str, db: DatabaseDep, settings: SettingsDep):
+    """Delete an ended job with its progress records and history (its model stays, with
+    `job_id` null); 409 while it is queued or running."""
+    service.delete_job(db, settings, job_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
 @router.get("/jobs/{job_id}/events", response_class=EventSourceResponse)
 async def job_events(
     job: JobDep,

@@ -20,7 +20,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from app.db import is_disk_full, is_unavailable
-from app.jobs import lifecycle
+from app.jobs import history, lifecycle
 from app.jobs.lifecycle import Attempt
 from app.services.progress_estimate import estimate
 from app.tables import Job, JobProgress, JobStatus, utcnow
@@ -155,6 +155,7 @@ class Recorder:
         self.first: tuple[float, float] | None = None
         self.latest: dict[str, Any] | None = None
         self.percent: float | None = None  # never moves back (see flush_into)
+        self.since_thinned = 0  # records written since the history was last thinned
         self.last_flush = time.monotonic()
         self._lock = threading.Lock()
 
@@ -228,6 +229,10 @@ class Recorder:
             for r in self.buffer
         ]
         session.execute(insert(JobProgress), rows)
+        self.since_thinned += len(rows)
+        if self.since_thinned >= history.PRUNE_EVERY:
+            history.thin(session, self.attempt.job_id, self.attempt.number)
+            self.since_thinned = 0
         return len(rows)
 
     def committed(self, written: int) -> None:

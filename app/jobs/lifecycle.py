@@ -379,6 +379,22 @@ def reenqueue(session: Session, queue: JobQueue, job: Job, actor: str) -> JobSta
     return QUEUED
 
 
+def remove(session: Session, job_id: str) -> bool:
+    """Remove an ended job with its progress and history (its model stays, without the job).
+    False when the job is queued or running (cancel it first) or gone."""
+    result = session.execute(
+        delete(Job)
+        .where(Job.id == job_id, Job.status.in_([s.value for s in (SUCCEEDED, FAILED, CANCELLED)]))
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:
+        return False
+    # the foreign keys cascade; said explicitly for databases without enforced keys
+    session.execute(delete(JobProgress).where(JobProgress.job_id == job_id))
+    session.execute(delete(JobEvent).where(JobEvent.job_id == job_id))
+    return True
+
+
 def role(actor: str | None) -> str | None:
     """Who made a change, as API clients see it: "api", "worker" or "recovery" (worker and host
     names stay internal)."""

@@ -198,6 +198,27 @@ def cancel_job(db: Database, queue: JobQueue, job_id: str) -> Job:
         return session.get(Job, job_id)
 
 
+def delete_job(db: Database, settings, job_id: str) -> None:
+    """Delete an ended job with its progress and history (its model stays); 409 while it is
+    queued or running."""
+    from app.storage import checkpoint_key, get_storage
+
+    with db.write() as session:
+        job = session.get(Job, job_id, with_for_update=True)
+        if job is None:
+            raise ProblemError(404, "Job not found", f"no job with id {job_id!r}")
+        if not lifecycle.remove(session, job_id):
+            raise ProblemError(
+                409,
+                "Job active",
+                f"job {job_id!r} is {job.status}: cancel it, then delete it once it has ended",
+            )
+    try:
+        get_storage(settings).delete(checkpoint_key(job_id))
+    except Exception:  # a checkpoint left behind is removed with the next retention pass
+        pass
+
+
 def job_view(job: Job) -> dict[str, Any]:
     end = job.finished_at or (utcnow() if job.started_at else None)
     elapsed = (end - job.started_at).total_seconds() if job.started_at and end else None
