@@ -41,6 +41,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            if app.state.job_feeds is not None:
+                app.state.job_feeds.stop()
             app.state.parser.shutdown()
             app.state.db.dispose()
 
@@ -54,12 +56,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         generate_unique_id_function=openapi.operation_id,
     )
     from app.services.datasets import ParserPool
+    from app.services.job_feed import JobFeeds
 
     settings.ensure_dirs()
     app.state.settings = settings
     app.state.db = Database(settings.db_url, pool_timeout=settings.db_pool_timeout_s)
     app.state.queue = get_queue(settings)
     app.state.parser = ParserPool()
+    app.state.job_feeds = None if settings.is_sqlite else JobFeeds(app.state.db)
     install_handlers(app)
     app.add_middleware(limits.BodySizeLimit, limits=limits.RouteLimits(settings))
     auth.install(app, settings, app.state.db)  # outermost: before the body limit and the body

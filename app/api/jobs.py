@@ -26,6 +26,7 @@ from app.services.idempotency import check_key
 from app.tables import TERMINAL_STATUSES, Job, JobProgress
 
 router = APIRouter(tags=["jobs"])
+FEED_SAFETY_S = 15.0  # a watcher reads the database itself after this long without a notice
 
 
 @router.post("/jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)
@@ -115,21 +116,54 @@ async def job_events(
             ).all()
             return rows, current
 
-    async def events():
+    async def polled():  # SQLite: no notifications, so look a few times a second
         after = start
         while True:
             rows, current = await asyncio.to_thread(fetch, after)
             for row in rows:
                 after = row.id
-                yield {"event": "progress", "id": str(row.id), "data": json.dumps(row.as_record())}
+                yield _progress_event(row)
             if current is None or (current.status in TERMINAL_STATUSES and len(rows) < 1000):
-                view = JobOut.model_validate(service.job_view(current)) if current else None
-                yield {"event": "end", "data": view.model_dump_json() if view else "null"}
+                yield _end_event(current)
                 return
             if not rows:
                 await asyncio.sleep(poll)
 
-    return EventSourceResponse(events(), ping=15)
+    async def notified():  # PostgreSQL: woken by LISTEN/NOTIFY, rows read once per process
+        feed = feeds.subscribe(job.id, start)
+        try:
+            after = start
+            rows, current = await asyncio.to_thread(fetch, after)  # what came before
+            while True:
+                for row in rows:
+                    after = row.id
+                    yield _progress_event(row)
+                if current is None or (current.status in TERMINAL_STATUSES and len(rows) < 1000):
+                    yield _end_event(current)
+                    return
+                if len(rows) >= 1000:  # still catching up
+                    rows, current = await asyncio.to_thread(fetch, after)
+                    continue
+                changed = await feed.wait(FEED_SAFETY_S)
+                rows = feed.since(after) if changed else None
+                if rows is None:  # left the feed, or no notice for long: read it directly
+                    rows, current = await asyncio.to_thread(fetch, after)
+                elif feed.current is not None:
+                    current = feed.current
+        finally:
+            feeds.unsubscribe(feed)
+
+    feeds = getattr(request.app.state, "job_feeds", None)
+    return EventSourceResponse(polled() if feeds is None else notified(), ping=15)
+
+
+def _progress_event(row: JobProgress) -> dict:
+    return {"event": "progress", "id": str(row.id), "data": json.dumps(row.as_record())}
+
+
+def _end_event(current: Job | None) -> dict:
+    view = JobOut.model_validate(service.job_view(current)) if current else None
+    return {"event": "end", "data": view.model_dump_json() if view else "null"}
 
 
 @router.get("/jobs/{job_id}/history", response_model=JobHistory)

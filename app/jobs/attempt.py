@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from app.db import is_disk_full, is_unavailable
 from app.jobs import history, lifecycle
 from app.jobs.lifecycle import Attempt
+from app.services.job_feed import notify
 from app.services.progress_estimate import estimate
 from app.tables import Job, JobProgress, JobStatus, utcnow
 
@@ -229,6 +230,7 @@ class Recorder:
             for r in self.buffer
         ]
         session.execute(insert(JobProgress), rows)
+        notify(session, self.attempt.job_id)
         self.since_thinned += len(rows)
         if self.since_thinned >= history.PRUNE_EVERY:
             history.thin(session, self.attempt.job_id, self.attempt.number)

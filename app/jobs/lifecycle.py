@@ -41,6 +41,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.jobs.queue import JobQueue
+from app.services.job_feed import notify
 from app.tables import Job, JobEvent, JobProgress, JobStatus, utcnow
 
 log = logging.getLogger("margin.jobs")
@@ -145,6 +146,7 @@ def transition(
     )
     if to == QUEUED:
         queue.enqueue(session, job_id)
+    notify(session, job_id)  # live streams on PostgreSQL learn of it at commit
     return True
 
 
