@@ -61,7 +61,8 @@ class LinearSVC(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
     callback : callable or None, default=None
         Receives a `solvers.Progress` per outer iteration; returning False stops the fit.
     warm_start : bool, default=False
-        Start from the previous fit's dual variables when the problem's shape matches.
+        Start from the previous fit's dual variables when the problem's shape matches, or from
+        a `dual_coef_` set before the first fit (a stored iterate: a resumed solve).
     multi_class : {"ovr", "crammer_singer", "weston_watkins"}, default="ovr"
     n_jobs : int or None, default=None
         Threads for one-vs-rest with more than two classes (None: every core).
@@ -201,7 +202,10 @@ class LinearSVC(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
         }
 
     def _previous_alpha(self, shape):
-        if not self.warm_start or getattr(self, "_fitted_multi_class", None) != self.multi_class:
+        # no previous fit: a dual_coef_ the caller set is taken as the starting point
+        if not self.warm_start or getattr(self, "_fitted_multi_class", self.multi_class) != (
+            self.multi_class
+        ):
             return None
         alpha = getattr(self, "dual_coef_", None)
         return alpha if alpha is not None and alpha.shape == shape else None

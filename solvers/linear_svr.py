@@ -49,7 +49,8 @@ class LinearSVR(RegressorMixin, BaseEstimator):
     callback : callable or None, default=None
         Receives a `solvers.Progress` per pass; returning False stops the fit.
     warm_start : bool, default=False
-        Start from the previous fit's dual variables when the data shape matches.
+        Start from the previous fit's dual variables when the data shape matches, or from a
+        `dual_coef_` set before the first fit (a stored iterate: a resumed solve).
 
     Attributes
     ----------
