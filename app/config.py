@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     cache_max_mb: float = Field(
         10240, gt=0, description="size of the local dataset cache; least recently used go first"
     )
+    checkpoint_s: float = Field(
+        60.0, ge=0, description="seconds between checkpoints of a running job's iterate in "
+        "storage (a retried job resumes from the last one); 0: none",
+    )
     job_retention_days: float | None = Field(
         None, gt=0, description="ended jobs older than this are deleted with their progress "
         "(their models stay); unset: kept",

@@ -24,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -136,6 +137,8 @@ class Job(Base):
     checkpoint_at: Mapped[datetime | None]
     checkpoint_iteration: Mapped[int | None] = mapped_column(Integer)
     resumed_from: Mapped[int | None] = mapped_column(Integer)
+    # cancel?keep_model=true: the stopped solve's iterate is stored as an unconverged model
+    keep_model: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     model: Mapped[Model | None] = relationship(
         back_populates="job", uselist=False, viewonly=True, lazy="selectin"

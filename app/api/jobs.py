@@ -75,9 +75,18 @@ def job_progress(
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
-def cancel_job(job_id: str, request: Request, response: Response, db: DatabaseDep):
+def cancel_job(
+    job_id: str,
+    request: Request,
+    response: Response,
+    db: DatabaseDep,
+    keep_model: Annotated[
+        bool,
+        Query(description="store the running solve's current iterate as a model (unconverged)"),
+    ] = False,
+):
     """Cancel a queued job, or stop a running one within one outer iteration."""
-    job = service.cancel_job(db, request.app.state.queue, job_id)
+    job = service.cancel_job(db, request.app.state.queue, job_id, keep_model)
     if job.status not in TERMINAL_STATUSES:
         response.status_code = status.HTTP_202_ACCEPTED
     return service.job_view(job)

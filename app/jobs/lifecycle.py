@@ -77,6 +77,7 @@ class Fields(TypedDict, total=False):
     checkpoint_at: datetime | None
     checkpoint_iteration: int | None
     resumed_from: int | None
+    keep_model: bool
 
 
 # What a job going back to the queue forgets of the attempt that ended (its progress records and
@@ -184,9 +185,12 @@ def submit(session: Session, queue: JobQueue, job: Job, actor: str = "api") -> N
     queue.enqueue(session, job.id)
 
 
-def cancel(session: Session, queue: JobQueue, job: Job, actor: str = "api") -> bool:
+def cancel(
+    session: Session, queue: JobQueue, job: Job, actor: str = "api", keep_model: bool = False
+) -> bool:
     """Cancel a queued job at once, or ask a running one to stop (its worker ends it within an
-    iteration). `job` was read in this transaction, locked; False when it had already ended."""
+    iteration, storing its iterate as a model with `keep_model`). `job` was read in this
+    transaction, locked; False when it had already ended."""
     if job.status == QUEUED.value:
         done = transition(
             session,
@@ -206,7 +210,7 @@ def cancel(session: Session, queue: JobQueue, job: Job, actor: str = "api") -> b
         session.execute(
             update(Job)
             .where(Job.id == job.id, Job.status == RUNNING.value)
-            .values(cancel_requested=True)
+            .values(cancel_requested=True, keep_model=keep_model)
             .execution_options(synchronize_session=False)
         )
         queue.cancel(session, job.id)
@@ -246,6 +250,7 @@ def claim(session: Session, job_id: str, worker: str) -> Attempt | None:
         percent=0.0,
         eta_s=None,
         error=None,
+        resumed_from=None,
     )
     return Attempt(job_id, number, worker) if claimed else None
 
@@ -266,6 +271,24 @@ def succeed(session: Session, attempt: Attempt, stop_reason: str, converged: boo
         reason=stop_reason,
         **fields,
     )
+
+
+def resume(session: Session, attempt: Attempt, iteration: int) -> bool:
+    """Record in the job's history that this attempt starts from the checkpoint stored at
+    `iteration` (a warm start), not from scratch."""
+    if not update_running(session, attempt, resumed_from=iteration):
+        return False
+    session.add(
+        JobEvent(
+            job_id=attempt.job_id,
+            attempt=attempt.number,
+            from_status=RUNNING.value,
+            to_status=RUNNING.value,
+            actor=attempt.worker,
+            reason=f"resumed from the checkpoint at iteration {iteration}",
+        )
+    )
+    return True
 
 
 def stop(session: Session, attempt: Attempt) -> bool:

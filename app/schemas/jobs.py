@@ -65,6 +65,13 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     model_id: str | None
     error: str | None
+    checkpoint_iteration: int | None = Field(
+        None, description="the iteration of the latest stored checkpoint (CHECKPOINT_S)"
+    )
+    resumed_from: int | None = Field(
+        None, description="the checkpoint's iteration this attempt resumed from (null: it started"
+        " from scratch)",
+    )
 
 
 class ProgressPage(BaseModel):

@@ -23,6 +23,7 @@ class Trained:
     gap: float | None
     n_iter: int
     predict: Callable[[Any], np.ndarray]  # labels (classifier) or values (regressor) of X
+    dual: np.ndarray | None = None  # the dual variables (resumable estimators: a checkpoint)
 
 
 def _labels(value: Any) -> list[int | float]:
@@ -46,24 +47,39 @@ def _class_weight(weights: Any) -> Any:
     return weights
 
 
-def train_linear_svc(params: dict, X, y, qid, callback, n_jobs: int | None) -> Trained:
+def train_linear_svc(
+    params: dict, X, y, qid, callback, n_jobs: int | None, init_dual=None
+) -> Trained:
+    """`init_dual`: start from these dual variables (a checkpoint), else from zero."""
     from solvers import LinearSVC
 
     est = LinearSVC(
         **{**params, "class_weight": _class_weight(params.get("class_weight"))},
         callback=callback,
         n_jobs=n_jobs,
+        warm_start=init_dual is not None,
     )
+    if init_dual is not None:
+        est.dual_coef_ = init_dual
     est.fit(X, y)
     return _from_estimator(est, "classifier", _labels(est.classes_))
 
 
-def train_linear_svr(params: dict, X, y, qid, callback, n_jobs: int | None) -> Trained:
+def train_linear_svr(
+    params: dict, X, y, qid, callback, n_jobs: int | None, init_dual=None
+) -> Trained:
     from solvers import LinearSVR
 
-    est = LinearSVR(**params, callback=callback)
+    est = LinearSVR(**params, callback=callback, warm_start=init_dual is not None)
+    if init_dual is not None:
+        est.dual_coef_ = init_dual
     est.fit(X, y)
     return _from_estimator(est, "regressor", None)
+
+
+# trainers that start from a given dual point and hand theirs back (app.jobs.checkpoint)
+train_linear_svc.resumable = True
+train_linear_svr.resumable = True
 
 
 def _from_estimator(est, kind: str, classes: list[float] | None) -> Trained:
@@ -83,6 +99,7 @@ def _from_estimator(est, kind: str, classes: list[float] | None) -> Trained:
         gap=gap,
         n_iter=int(n_iter),
         predict=est.predict,
+        dual=getattr(est, "dual_coef_", None),
     )
 
 

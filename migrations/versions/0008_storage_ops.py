@@ -1,6 +1,6 @@
-"""Operations: the queue schema's version label on databases migrated before it was pinned, a
-job's checkpoint (its latest stored iterate) and kept progress count, and an index for pruning
-progress history.
+"""Operations: the queue schema's version label on databases migrated before it was pinned; a
+job's checkpoint (when and at which iteration its iterate was last stored, the iteration an
+attempt resumed from) and whether a cancel keeps the current iterate as a model.
 
 Revision ID: 0008
 Revises: 0006
@@ -29,10 +29,14 @@ def upgrade() -> None:
         batch.add_column(sa.Column("checkpoint_at", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("checkpoint_iteration", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("resumed_from", sa.Integer(), nullable=True))
+        batch.add_column(
+            sa.Column("keep_model", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("keep_model")
         batch.drop_column("resumed_from")
         batch.drop_column("checkpoint_iteration")
         batch.drop_column("checkpoint_at")
