@@ -140,12 +140,13 @@ def _load_demo(settings: Settings) -> None:
 
 
 def _load_demo_child(settings_data: dict) -> None:
+    from app import logs
     from app.config import Settings
     from app.db import Database
     from app.services.datasets import import_file
 
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     settings = Settings(**settings_data)
+    logs.configure(settings.log_format)
     db = Database(settings.db_url)
     try:
         dataset, how = import_file(db, settings, DEMO_FILE, "heart_scale")
@@ -166,6 +167,8 @@ def _run_api(settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         log_level="info",
+        # JSON lines: uvicorn's loggers write through the root handler (app.logs)
+        **({"log_config": None} if settings.log_format == "json" else {}),
         http=guarded_protocol(settings),  # header size and read-time limits, connection cap
     )
 
@@ -203,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings(args)
     except ImportError as exc:
         raise SystemExit(f"margin {args.command} needs margin[service] installed ({exc})") from None
+    from app import logs
+
+    logs.configure(settings.log_format)
     if args.command == "serve":
         cmd_serve(settings, args.demo)
     elif args.command == "migrate":

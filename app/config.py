@@ -98,6 +98,13 @@ class Settings(BaseSettings):
     cache_max_mb: float = Field(
         10240, gt=0, description="size of the local dataset cache; least recently used go first"
     )
+    metrics_token: str | None = Field(
+        None, description="a bearer token for /metrics where keys are required (else: a key "
+        "with the admin scope)",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="log lines as text, or as JSON objects with request and job ids"
+    )
     checkpoint_s: float = Field(
         60.0, ge=0, description="seconds between checkpoints of a running job's iterate in "
         "storage (a retried job resumes from the last one); 0: none",

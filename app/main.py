@@ -9,7 +9,7 @@ from datetime import timedelta
 from fastapi import Depends, FastAPI, Request
 from sqlalchemy import func, select
 
-from app import auth, limits, openapi, ui
+from app import auth, limits, logs, metrics, openapi, ui
 from app.config import Settings, get_settings
 from app.db import Database
 from app.errors import install_handlers, problem_response
@@ -66,7 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.job_feeds = None if settings.is_sqlite else JobFeeds(app.state.db)
     install_handlers(app)
     app.add_middleware(limits.BodySizeLimit, limits=limits.RouteLimits(settings))
-    auth.install(app, settings, app.state.db)  # outermost: before the body limit and the body
+    auth.install(app, settings, app.state.db)  # before the body limit and the body
+    metrics.install(app, settings)  # counts every answer, the gate's too
+    app.add_middleware(logs.RequestId)  # outermost: every log line of a request carries its id
 
     from app.api import datasets, jobs, models, solvers, summaries
 

@@ -110,12 +110,17 @@ async def predict(request: Request) -> Response:
     max_batch = app.state.settings.max_predict_batch
     try:
         if len(body) <= INLINE_BODY_BYTES:
-            content = _predict_bytes(body, content_type, model, max_batch)
+            content, n = _predict_bytes(body, content_type, model, max_batch)
         else:
-            content = await run_in_threadpool(_predict_bytes, body, content_type, model, max_batch)
+            content, n = await run_in_threadpool(
+                _predict_bytes, body, content_type, model, max_batch
+            )
     except InvalidInstances as exc:
         title = _TITLES.get(exc.status, "Invalid request")
         raise ProblemError(exc.status, title, str(exc)) from None
+    metrics = getattr(app.state, "metrics", None)
+    if metrics is not None:
+        metrics.predicted.labels(model.kind).inc(n)
     return Response(content, media_type="application/json")
 
 
@@ -157,8 +162,11 @@ async def read_body(request: Request) -> bytes | bytearray:
     return buffer
 
 
-def _predict_bytes(body: bytes, content_type: str, model, max_batch: int) -> bytes:
-    return dumps(predict_body(body, content_type, model, max_batch))
+def _predict_bytes(body: bytes, content_type: str, model, max_batch: int) -> tuple[bytes, int]:
+    """The response body, and how many instances it predicts."""
+    payload = predict_body(body, content_type, model, max_batch)
+    n = len(payload["values"] if "values" in payload else payload["labels"])
+    return dumps(payload), n
 
 
 # --------------------------------------------------------------------------------------------

@@ -47,12 +47,11 @@ def child_main(settings_data: dict, threads: int, worker_id: str) -> None:
     """A pool process: claim and run jobs until SIGTERM (a running job is released on SIGTERM)."""
     os.environ["NUMBA_NUM_THREADS"] = str(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from app import logs
     from app.jobs.runner import RunContext, run_job
 
     settings = Settings(**settings_data)
+    logs.configure(settings.log_format)
     db = Database(settings.db_url)
     ctx = RunContext(settings, db, worker_id=worker_id, n_jobs=threads, queue=LocalQueue())
     signal.signal(signal.SIGTERM, lambda *_: ctx.shutdown.set())

@@ -259,7 +259,9 @@ def _preload() -> None:
 def run_worker(settings: Settings, *, on_ready: Callable[[], None] | None = None) -> None:
     """Run one distributed worker until SIGINT/SIGTERM (see the module docstring)."""
     _configure_threads(settings)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from app import logs
+
+    logs.configure(settings.log_format)
     asyncio.run(_serve(settings, on_ready))
 
 

@@ -29,6 +29,7 @@ from app.jobs.attempt import DISK_FULL, DiskFull, JobLost, Recorder, Watch, pers
 from app.jobs.lifecycle import Attempt
 from app.jobs.queue import JobQueue, get_queue
 from app.jobs.workers import new_worker_id
+from app.logs import job_context
 from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
@@ -79,7 +80,11 @@ def run_job(job_id: str, ctx: RunContext | None = None) -> str | None:
     watch = Watch(ctx, attempt)
     watch.start()
     try:
-        return _run_claimed(ctx, attempt, watch)
+        with job_context(job_id):
+            log.info("job %s: attempt %d started on %s", job_id, attempt.number, ctx.worker_id)
+            outcome = _run_claimed(ctx, attempt, watch)
+            log.info("job %s: attempt %d ended %s", job_id, attempt.number, outcome)
+            return outcome
     except JobLost:
         log.warning(
             "job %s: attempt %d was taken from worker %s while it ran",
