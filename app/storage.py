@@ -14,6 +14,7 @@ the API answers with 503) instead of hanging it; a worker's download tries again
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Iterator
@@ -89,12 +90,12 @@ class FileStorage:
     def store_file(self, path: Path, key: str) -> None:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, target)
+        _move(Path(path), target)
 
     def store_dir(self, directory: Path, prefix: str) -> None:
         target = self._path(prefix)
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(directory, target)  # one rename: the dataset appears whole or not at all
+        _move(Path(directory), target)  # one rename: the dataset appears whole or not at all
 
     def fetch(self, key: str, path: Path) -> None:
         shutil.copyfile(self._path(key), path)
@@ -140,6 +141,24 @@ class FileStorage:
 
     def ensure_bucket(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+
+
+def _move(source: Path, target: Path) -> None:
+    """Rename `source` to `target`; across file systems, copy next to the target first and
+    rename that, so the target still appears whole or not at all."""
+    try:
+        os.replace(source, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    staging = target.with_name(f".{target.name}.{os.getpid()}.part")
+    if source.is_dir():
+        shutil.copytree(source, staging)
+    else:
+        shutil.copyfile(source, staging)
+    os.replace(staging, target)
+    shutil.rmtree(source) if source.is_dir() else source.unlink()
 
 
 class S3Storage:
