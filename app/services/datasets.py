@@ -1,10 +1,12 @@
 """Datasets: upload (stream, parse in a child process, store atomically), list, show, delete.
 
 The API process never holds a parsed dataset: a child process parses the uploaded file and writes
-the arrays under DATA_DIR/tmp/; the directory is renamed into DATA_DIR/datasets/<id>/ and the row
-committed only when everything succeeded, so a failed upload leaves neither row nor file. A crash
-between the rename and the commit leaves a directory without a row; `sweep_partial_uploads`
-removes such leftovers at start.
+the arrays under DATA_DIR/tmp/; they are stored at `datasets/<id>/` in STORAGE_URL (a rename into
+DATA_DIR/datasets/<id>/ with the default file storage, an upload to the bucket otherwise) and the
+row committed only when everything succeeded, so a failed upload leaves neither row nor arrays.
+A crash between storing and committing leaves arrays without a row; `sweep_partial_uploads`
+(app.services.sweep) removes such leftovers at start. Workers read a dataset through
+`dataset_arrays`: the file storage's own directory, or a local cached copy of the objects.
 """
 
 from __future__ import annotations
@@ -14,11 +16,8 @@ import hashlib
 import json
 import logging
 import multiprocessing
-import os
 import shutil
-import socket
 import threading
-import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -35,12 +34,12 @@ from app.errors import ProblemError
 from app.schemas.common import decode_cursor, page_of
 from app.services import dataset_files, idempotency, quotas
 from app.services.array_cache import ArrayCache
+from app.services.sweep import sweep_partial_uploads  # noqa: F401 - part of this interface
 from app.services.uploads import UploadSink, check_declared_length, receive_into, temp_name
 from app.storage import Storage, dataset_prefix, get_storage
 from app.tables import ACTIVE_STATUSES, Dataset, Job, new_id
 
 log = logging.getLogger("margin.datasets")
-ORPHAN_GRACE_S = 300.0
 PARSE_STOP_S = 5.0  # how long a failed upload waits for its parser to stop and clean up
 _PARSE_TITLES = {413: "Upload too large", 422: "Invalid dataset", 507: "Insufficient storage"}
 
@@ -331,79 +330,6 @@ def load_dataset_as(settings: Settings, dataset: Dataset, n_features: int, zero_
     if dataset.zero_based != zero_based or dataset.n_features != n_features:
         X = dataset_files.align_columns(X, dataset.zero_based, zero_based, n_features)
     return X, y, qid
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _abandoned(path: Path, now: float) -> bool:
-    """A temp entry is abandoned when its maker (same host) is dead, or it is a day old."""
-    parts = path.name.split("-")
-    host, pid = socket.gethostname(), os.getpid()
-    try:
-        mtime = path.stat().st_mtime
-    except FileNotFoundError:
-        return False
-    if now - mtime > 86_400:
-        return True
-    # names are prefix-host-pid-random; the host itself may contain dashes
-    if len(parts) >= 4 and "-".join(parts[1:-2]) == host and parts[-2].isdigit():
-        other = int(parts[-2])
-        return other != pid and not _pid_alive(other)
-    return False
-
-
-def sweep_partial_uploads(settings: Settings, db: Database) -> list[str]:
-    """Remove uploads and parse outputs left by dead processes, and dataset directories without
-    a row (a crash between rename and commit). Returns the removed paths."""
-    removed = []
-    now = time.time()
-    tmp = settings.data_dir / "tmp"
-    for path in sorted(tmp.iterdir()) if tmp.exists() else []:
-        if _abandoned(path, now):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(
-                missing_ok=True
-            )
-            removed.append(str(path))
-    removed += _sweep_orphan_objects(get_storage(settings), db, now)
-    if removed:
-        log.info("removed %d partial uploads: %s", len(removed), ", ".join(removed))
-    return removed
-
-
-def _sweep_orphan_objects(storage: Storage, db: Database, now: float) -> list[str]:
-    """Remove stored datasets without a row (a crash or storage outage between storing the
-    arrays and committing the row, or a delete whose objects could not be removed)."""
-    root = storage.local_path("datasets")
-    newest: dict[str, float] = {}
-    if root is not None:  # a directory per dataset, possibly empty
-        for path in root.iterdir() if root.exists() else []:
-            if path.is_dir():
-                newest[path.name] = path.stat().st_mtime
-    else:
-        for obj in storage.list("datasets/"):
-            dataset_id = obj.key.split("/")[1] if obj.key.count("/") >= 2 else None
-            if dataset_id:
-                newest[dataset_id] = max(newest.get(dataset_id, 0.0), obj.modified.timestamp())
-    if not newest:
-        return []
-    with db.session() as session:
-        known = set(session.scalars(select(Dataset.id).where(Dataset.id.in_(list(newest)))))
-    removed = []
-    for dataset_id, modified in newest.items():
-        if dataset_id not in known and now - modified > ORPHAN_GRACE_S:
-            prefix = dataset_prefix(dataset_id)
-            storage.delete_prefix(prefix)
-            local = storage.local_path(prefix)
-            removed.append(str(local) if local is not None else f"{storage.url}/{prefix}")
-    return removed
 
 
 def dataset_view(dataset: Dataset) -> dict[str, Any]:
