@@ -36,7 +36,7 @@ def write_file(path: Path, rows: int, seed: int) -> int:
     with open(path, "w") as f:
         for start in range(0, rows, 10_000):
             n = min(10_000, rows - start)
-            cols = np.sort(rng.choice(1000, size=(n, 20)), axis=1) + 1
+            cols = np.arange(20) * 50 + rng.integers(0, 50, size=(n, 20)) + 1  # increasing
             vals = rng.random((n, 20))
             labels = np.where(rng.random(n) < 0.5, -1, 1)
             f.writelines(
