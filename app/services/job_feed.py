@@ -115,8 +115,11 @@ class JobFeeds:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._refresh(list(self.feeds))  # whatever changed while not listening
                     while not self._stop.is_set():
-                        changed = {n.payload for n in conn.notifies(timeout=1.0)}
-                        self._refresh([j for j in changed if j in self.feeds])
+                        # each notice at once (waiting up to a second for one, so that a stop
+                        # is seen): a watcher never lags the writes by more than a read
+                        for notice in conn.notifies(timeout=1.0, stop_after=1):
+                            if notice.payload in self.feeds:
+                                self._refresh([notice.payload])
             except Exception as exc:  # the database is away: listen again once it is back
                 log.warning("job feeds: %s; listening again in 1 s", exc)
                 self._stop.wait(1.0)
