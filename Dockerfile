@@ -61,7 +61,10 @@ COPY app ./app
 COPY migrations ./migrations
 COPY margin_client ./margin_client
 COPY scripts/healthcheck.py ./scripts/
-RUN pip install --no-deps --no-build-isolation --editable .
+# The commit the image is built from, for model lineage (docker build --build-arg COMMIT=...).
+ARG COMMIT=""
+RUN printf '%s' "$COMMIT" > app/BUILD_COMMIT \
+    && pip install --no-deps --no-build-isolation --editable .
 USER 10001:10001
 
 VOLUME ["/data"]

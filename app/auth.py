@@ -36,7 +36,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from app import tenancy
 from app.config import Settings
 from app.db import Database
-from app.errors import ProblemError, database_problem, problem_response
+from app.errors import ProblemError, database_problem, error_response, protocol_of
 from app.rate_limits import RateLimiter
 from app.tables import LOCAL_TENANT, ApiKey, Tenant
 from app.tenancy import SCOPES, Principal
@@ -44,7 +44,7 @@ from app.tenancy import SCOPES, Principal
 log = logging.getLogger("margin.auth")
 KEY_PREFIX = "mgn_"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-PREDICT_ACTIONS = frozenset({"predict", "predictions", "evaluate"})
+PREDICT_ACTIONS = frozenset({"predict", "predictions", "evaluate", "invocations"})
 AUTH_HEADER = 'Bearer realm="margin"'
 
 
@@ -76,8 +76,17 @@ def effective_mode(settings: Settings) -> str:
     return mode
 
 
+def gated(path: str) -> bool:
+    """Whether a path needs a key: /v1, and the inference protocol's model routes (/v2/models;
+    its server metadata and health stay open, like /healthz)."""
+    return path.startswith(("/v1/", "/v2/models"))
+
+
 def required_scope(method: str, path: str) -> str:
-    """The scope a /v1 request needs: reads need `read`, model use `predict`, the rest `train`."""
+    """The scope a request needs: model use `predict` (the inference protocol's model routes
+    included, metadata too), other reads `read`, the rest `train`."""
+    if path.startswith("/v2/"):
+        return "predict"
     if method.upper() in READ_METHODS:
         return "read"
     parts = path.strip("/").split("/")
@@ -189,6 +198,11 @@ class Authenticator:
         return principal
 
 
+def _retry(response) -> dict[str, str] | None:
+    after = response.headers.get("retry-after")
+    return {"Retry-After": after} if after else None
+
+
 def unauthorized(detail: str) -> ProblemError:
     return ProblemError(401, "Unauthorized", detail, headers={"WWW-Authenticate": AUTH_HEADER})
 
@@ -227,7 +241,7 @@ class AuthGate:
         self.limiter = limiter
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not gated(scope["path"]):
             await self.app(scope, receive, send)
             return
         request = Request(scope)
@@ -237,13 +251,18 @@ class AuthGate:
             )
             self.limiter.check(principal)
         except ProblemError as exc:
-            response = problem_response(
-                exc.status, exc.title, exc.detail, headers=exc.headers, **exc.extra
+            response = error_response(
+                scope["path"], exc.status, exc.title, exc.detail, headers=exc.headers, **exc.extra
             )
             await response(scope, receive, send)
             return
         except (DBAPIError, PoolTimeout) as exc:
             response = database_problem(exc)
+            if protocol_of(scope["path"]) != "problem":
+                response = error_response(
+                    scope["path"], response.status_code, None,
+                    "the database is unavailable; retry shortly", headers=_retry(response),
+                )  # fmt: skip
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
         None,
         description="default per-key request rate, e.g. '100/second;2000/minute' (unset: none)",
     )
+    alias_cache_s: float = Field(
+        1.0, ge=0, description="seconds a resolved model alias is trusted by an API process"
+    )
     rate_limit_storage: str = Field(
         "memory://", description="where request counts live (a `limits` storage URI)"
     )

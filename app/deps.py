@@ -51,7 +51,11 @@ def job_or_404(job_id: str, session: SessionDep) -> Job:
 
 
 def model_or_404(model_id: str, session: SessionDep) -> Model:
-    row = session.get(Model, model_id)
+    """The model of an id, or of a registry reference (``name@alias``, ``name@vN``)."""
+    from app.services import registry
+
+    resolved = registry.resolve(session, model_id) if registry.is_reference(model_id) else model_id
+    row = session.get(Model, resolved) if resolved else None
     if row is None:
         raise not_found("Model", model_id)
     return row

@@ -56,6 +56,42 @@ def problem_response(
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
+MLFLOW_CODES = {
+    400: "BAD_REQUEST", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+    404: "RESOURCE_DOES_NOT_EXIST", 413: "REQUEST_LIMIT_EXCEEDED", 415: "BAD_REQUEST",
+    422: "INVALID_PARAMETER_VALUE", 429: "REQUEST_LIMIT_EXCEEDED", 503: "TEMPORARILY_UNAVAILABLE",
+}  # fmt: skip
+
+
+def protocol_of(path: str) -> str:
+    """Whose error shape a path answers with: "v2" (the Open Inference Protocol's
+    ``{"error": ...}``), "mlflow" (``{"error_code", "message"}``) or "problem" (RFC 7807)."""
+    if path.startswith("/v2/") or path == "/v2":
+        return "v2"
+    if path.startswith("/v1/models/") and path.endswith("/invocations"):
+        return "mlflow"
+    return "problem"
+
+
+def error_response(
+    path: str,
+    status: int,
+    title: str | None = None,
+    detail: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    """An error in the shape of the path's protocol (see `protocol_of`)."""
+    kind = protocol_of(path)
+    message = detail or title or HTTPStatus(status).phrase
+    if kind == "v2":
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+    if kind == "mlflow":
+        body = {"error_code": MLFLOW_CODES.get(status, "INTERNAL_ERROR"), "message": message}
+        return JSONResponse(body, status_code=status, headers=headers)
+    return problem_response(status, title, detail, headers=headers, **extra)
+
+
 def field_path(loc: tuple | list) -> str:
     """Dotted name of a field from a validation error location, without the 'body' prefix."""
     parts = [str(p) for p in loc]
@@ -102,13 +138,16 @@ def _short_scalar(value: Any) -> bool:
 
 
 async def _problem_error(request: Request, exc: ProblemError) -> JSONResponse:
-    return problem_response(exc.status, exc.title, exc.detail, headers=exc.headers, **exc.extra)
+    return error_response(
+        request.url.path, exc.status, exc.title, exc.detail, headers=exc.headers, **exc.extra
+    )
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     errors = describe_validation_errors(list(exc.errors()), _body_fields(request))
     detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
-    return problem_response(422, "Invalid request", detail, errors=errors)
+    status = 422 if protocol_of(request.url.path) == "problem" else 400
+    return error_response(request.url.path, status, "Invalid request", detail, errors=errors)
 
 
 def _body_fields(request: Request) -> dict[tuple, list[str]]:
@@ -121,7 +160,8 @@ def _body_fields(request: Request) -> dict[tuple, list[str]]:
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     detail = exc.detail if isinstance(exc.detail, str) else None
-    return problem_response(exc.status_code, None, detail, headers=getattr(exc, "headers", None))
+    headers = getattr(exc, "headers", None)
+    return error_response(request.url.path, exc.status_code, None, detail, headers=headers)
 
 
 DB_RETRY_AFTER_S = 5
@@ -167,7 +207,9 @@ async def _storage_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return problem_response(500, "Internal Server Error", "an unexpected error occurred")
+    return error_response(
+        request.url.path, 500, "Internal Server Error", "an unexpected error occurred"
+    )
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
-import json
 import lzma
 import zlib
 
@@ -27,7 +26,6 @@ from app.config import Settings
 
 MULTIPART_SLACK = 1024 * 1024
 MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
-_PROBLEM_HEADERS = [(b"content-type", b"application/problem+json"), (b"connection", b"close")]
 
 
 class BodyTooLarge(HTTPException):
@@ -50,7 +48,9 @@ class RouteLimits:
             return self.default
         if path.rstrip("/") == "/v1/datasets":
             return self.upload
-        if path.endswith("/predict") and path.startswith("/v1/models/"):
+        if path.startswith("/v1/models/") and path.endswith(("/predict", "/invocations")):
+            return self.predict
+        if path.startswith("/v2/models/") and path.endswith("/infer"):
             return self.predict
         return self.default
 
@@ -71,7 +71,9 @@ class BodySizeLimit:
         if declared is None:
             await self.app(scope, _counting(receive, limit), send)
         elif declared < 0:
-            await _reject(send, 400, "Bad Request", "the Content-Length header is not a number")
+            await _reject(
+                send, 400, "Bad Request", "the Content-Length header is not a number", scope
+            )
         elif declared > limit:
             await _reject(
                 send,
@@ -79,6 +81,7 @@ class BodySizeLimit:
                 "Request too large",
                 f"the request body of {declared} bytes exceeds the limit of {limit} bytes "
                 "for this endpoint",
+                scope,
             )
         else:
             await self.app(scope, receive, send)
@@ -106,11 +109,16 @@ def _counting(receive: Receive, limit: int) -> Receive:
     return counted
 
 
-async def _reject(send: Send, status: int, title: str, detail: str) -> None:
-    body = json.dumps(
-        {"type": "about:blank", "title": title, "status": status, "detail": detail}
-    ).encode()
-    headers = [*_PROBLEM_HEADERS, (b"content-length", str(len(body)).encode())]
+async def _reject(send: Send, status: int, title: str, detail: str, scope: Scope) -> None:
+    from app.errors import error_response
+
+    response = error_response(scope["path"], status, title, detail)
+    body = response.body
+    media = response.media_type.encode()
+    headers = [
+        (b"content-type", media), (b"connection", b"close"),
+        (b"content-length", str(len(body)).encode()),
+    ]  # fmt: skip
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

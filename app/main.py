@@ -70,10 +70,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics.install(app, settings)  # counts every answer, the gate's too
     app.add_middleware(logs.RequestId)  # outermost: every log line of a request carries its id
 
-    from app.api import datasets, jobs, models, solvers, summaries
+    from app.api import (
+        datasets,
+        inference,
+        invocations,
+        jobs,
+        models,
+        registry,
+        solvers,
+        summaries,
+    )
 
-    for module in (datasets, jobs, solvers, models, summaries):
+    for module in (datasets, jobs, solvers, models, invocations, registry, summaries):
         app.include_router(module.router, prefix="/v1", dependencies=[Depends(auth.authorize)])
+    app.include_router(inference.router)  # keys checked by auth.AuthGate (/v2/models)
     openapi.install(app, keys_optional=app.state.auth.mode != "required")
     ui.install(app)
 

@@ -8,6 +8,8 @@ one place rather than on every route:
 - the errors each operation really returns, as the `application/problem+json` document that
   `app.errors` sends (`PROBLEM_SCHEMA`), instead of FastAPI's `HTTPValidationError`: the
   statuses every /v1 route can answer (`error_statuses`) plus each operation's own (`EXTRA`);
+  the inference protocol (/v2) and MLflow's invocations keep their protocols' own error
+  shapes, documented on their routes (`app.errors.protocol_of`);
 - the `HTTPBearer` security scheme (optional where the service runs without keys);
 - `text/event-stream` on the live-progress route, and an example on every request body;
 - `/docs` and `/redoc` pages whose scripts come from the package (app/ui/static/vendor), so
@@ -29,7 +31,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from app.errors import PROBLEM_JSON
+from app.errors import PROBLEM_JSON, protocol_of
 
 VENDOR = "/ui/static/vendor"
 SECURITY_SCHEME = "HTTPBearer"
@@ -95,6 +97,8 @@ EXTRA: dict[str, tuple[int, ...]] = {
     "cancel_job": (409,),
     "predict": (415,),
     "delete_model": (409,),
+    "create_registered_model": (409,),
+    "delete_model_version": (409,),
     "get_prediction_run": (409, 410),
     "get_readiness": (503,),
 }
@@ -106,6 +110,11 @@ REQUEST_EXAMPLES: dict[str, Any] = {
         "params": {"C": 1.0, "loss": "hinge", "tol": 0.01},
     },
     "create_prediction_run": {"dataset_id": "ds_01hzx3k9q6m2a7"},
+    "create_registered_model": {"name": "fraud", "description": "card fraud", "tags": {}},
+    "create_model_version": {"model_id": "mdl_01hzx3k9q6m2a7"},
+    "set_model_alias": {"version": 2},
+    "update_registered_model": {"description": "card fraud, EU", "tags": {"team": "risk"}},
+    "update_model_version": {"tags": {"validated": "yes"}},
     "evaluate_model": {"dataset_id": "ds_01hzx3k9q6m2a7"},
 }
 EXAMPLE_BY_MEDIA = {
@@ -193,11 +202,16 @@ def build(app: FastAPI, keys_optional: bool) -> dict[str, Any]:
     for path, item in doc.get("paths", {}).items():
         for operation in item.values():
             op_id = operation["operationId"]
-            if path.startswith("/v1/"):
+            if path.startswith(("/v1/", "/v2/models")):
                 operation["security"] = security
             if op_id == "stream_job_events":
                 _event_stream(operation)
-            _document_errors(op_id, path, operation)
+            if protocol_of(path) == "problem":
+                _document_errors(op_id, path, operation)
+            elif operation.get("responses", {}).get("422", {}).get("description") == (
+                "Validation Error"
+            ):
+                del operation["responses"]["422"]  # FastAPI's; these routes validate no fields
             _add_examples(op_id, operation)
     return doc
 

@@ -96,6 +96,9 @@ class Dataset(Base):
     stored_bytes: Mapped[int | None] = mapped_column(BigInteger)
     # the upload's content hash and parse options: a repeated upload returns this dataset
     content_key: Mapped[str | None] = mapped_column(String(64))
+    # the upload's format and its column names (csv, tsv, dense parquet; migration 0007)
+    format: Mapped[str | None] = mapped_column(String(16))
+    feature_names: Mapped[list[Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (
@@ -158,13 +161,16 @@ class JobProgress(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     iteration: Mapped[int] = mapped_column(Integer)
     elapsed_s: Mapped[float] = mapped_column(Float)
+    # the solver's stopping measure; its own name among the fields below (solvers.Progress)
     gap: Mapped[float | None] = mapped_column(Float)
-    # SQLite column names ignore case, so M and m are stored as max_pg and min_pg.
-    M: Mapped[float | None] = mapped_column("max_pg", Float)
-    m: Mapped[float | None] = mapped_column("min_pg", Float)
+    pg_max: Mapped[float | None] = mapped_column("max_pg", Float)
+    pg_min: Mapped[float | None] = mapped_column("min_pg", Float)
+    pg_range: Mapped[float | None] = mapped_column(Float)  # migration 0005
+    max_violation: Mapped[float | None] = mapped_column(Float)  # migration 0005
     active: Mapped[int | None] = mapped_column(Integer)
     primal: Mapped[float | None] = mapped_column(Float)
     dual: Mapped[float | None] = mapped_column(Float)
+    duality_gap: Mapped[float | None] = mapped_column(Float)  # migration 0005
     lower_bound: Mapped[float | None] = mapped_column(Float)
     upper_bound: Mapped[float | None] = mapped_column(Float)
 
@@ -172,11 +178,14 @@ class JobProgress(Base):
         "iteration",
         "elapsed_s",
         "gap",
-        "M",
-        "m",
+        "pg_max",
+        "pg_min",
+        "pg_range",
+        "max_violation",
         "active",
         "primal",
         "dual",
+        "duality_gap",
         "lower_bound",
         "upper_bound",
     )
@@ -226,9 +235,61 @@ class Model(Base):
     train_time_s: Mapped[float] = mapped_column(Float)
     train_accuracy: Mapped[float | None] = mapped_column(Float)
     validation_accuracy: Mapped[float | None] = mapped_column(Float)
+    # the training dataset's column names, so that predict accepts records by name; and where
+    # the model came from (services.lineage): migration 0007
+    feature_names: Mapped[list[Any] | None] = mapped_column(JSON)
+    lineage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     job: Mapped[Job | None] = relationship(back_populates="model", viewonly=True)
+
+
+class RegisteredModel(Base):
+    """A tenant's name for a line of model versions (services.registry)."""
+
+    __tablename__ = "registered_models"
+    __table_args__ = (Index("ux_registered_models_tenant_name", "tenant", "name", unique=True),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64), server_default="local")
+    name: Mapped[str] = mapped_column(String(128))
+    description: Mapped[str | None] = mapped_column(Text)
+    tags: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    latest_version: Mapped[int] = mapped_column(Integer, default=0)  # versions made so far
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ModelVersion(Base):
+    """Version N of a registered name: one stored model."""
+
+    __tablename__ = "model_versions"
+
+    registered_model_id: Mapped[str] = mapped_column(
+        ForeignKey("registered_models.id", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64), server_default="local")
+    model_id: Mapped[str] = mapped_column(
+        ForeignKey("models.id", ondelete="CASCADE"), index=True
+    )
+    description: Mapped[str | None] = mapped_column(Text)
+    tags: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ModelAlias(Base):
+    """A movable name (``production``, ``staging``, ...) for one version of a registered name."""
+
+    __tablename__ = "model_aliases"
+
+    registered_model_id: Mapped[str] = mapped_column(
+        ForeignKey("registered_models.id", ondelete="CASCADE"), primary_key=True
+    )
+    alias: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64), server_default="local")
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class PredictionRun(Base):

@@ -16,11 +16,20 @@ from dataclasses import dataclass, field
 from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session, with_loader_criteria
 
-from app.tables import LOCAL_TENANT, Dataset, Job, Model, PredictionRun
+from app.tables import (
+    LOCAL_TENANT,
+    Dataset,
+    Job,
+    Model,
+    ModelAlias,
+    ModelVersion,
+    PredictionRun,
+    RegisteredModel,
+)
 
 __all__ = ["LOCAL_TENANT", "OWNED", "SCOPES", "Principal", "current", "current_tenant", "install"]
 SCOPES = ("read", "train", "predict", "admin")
-OWNED = (Dataset, Job, Model, PredictionRun)
+OWNED = (Dataset, Job, Model, PredictionRun, RegisteredModel, ModelVersion, ModelAlias)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def _linear_svc(X, y):
     import solvers
 
     for multi_class in ("ovr", "crammer_singer", "weston_watkins"):
-        if multi_class != "ovr" and not _present(f"solvers.{multi_class}"):
+        if multi_class != "ovr" and not _present(f"solvers.multiclass.{multi_class}"):
             continue  # not in this build
         for loss in ("squared_hinge", "hinge"):
             if multi_class != "ovr" and loss == "hinge":
@@ -95,9 +95,10 @@ def _binary_core(X, y):
 # (name, modules it needs, n_classes of its data, function)
 STEPS = [
     ("binary solver (all losses)", ["solvers.binary"], 0, _binary_core),
-    ("LinearSVC, two classes", ["solvers.linear_svc"], 2, _linear_svc),
-    ("LinearSVC, three classes", ["solvers.linear_svc", "solvers.ovr"], 3, _linear_svc),
-    ("LinearSVR", ["solvers.linear_svr"], 0, _linear_svr),
+    ("LinearSVC, two classes", ["solvers.estimators.linear_svc"], 2, _linear_svc),
+    ("LinearSVC, three classes", ["solvers.estimators.linear_svc", "solvers.multiclass"], 3,
+     _linear_svc),
+    ("LinearSVR", ["solvers.estimators.linear_svr"], 0, _linear_svr),
     ("structural", ["solvers.structural"], 0, _structural),
 ]
 

@@ -1,8 +1,9 @@
 """Helpers shared by the benchmark scripts: data, synthetic sets, timing, peak memory, LIBLINEAR.
 
-Peak memory is measured in a forked child: the child resets the kernel's high-water mark
+Peak memory is measured in a child process: the child resets the kernel's high-water mark
 (/proc/self/clear_refs), runs the function and reports VmHWM minus its resident size before the
 call, so the figure is what the call itself added on top of the data it was given.
+`peak_net_of_noop` is the method of the solver comparisons (binary and multi-class alike).
 
 A forked child inherits the parent's heap, and allocations below glibc's (adaptive) mmap
 threshold reuse pages that are already resident there, so small working sets read low or not at
@@ -196,6 +197,19 @@ def run_measured(fn):
     return _measure_in(mp.get_context("fork"), fn, (), None)
 
 
+def _noop(*args):
+    return None
+
+
+def peak_net_of_noop(fn, *args, warmup_args=None):
+    """`peak_in_fresh_process` of ``fn(*args)`` minus that of a call doing nothing on the same
+    arguments (measured the same way): what the call itself adds, net of the measurement's own
+    cost. Returns (the result, extra peak resident bytes, at least 0)."""
+    out, peak = peak_in_fresh_process(fn, *args, warmup_args=warmup_args)
+    _, baseline = peak_in_fresh_process(_noop, *args, warmup_args=warmup_args)
+    return out, max(0, peak - baseline)
+
+
 def peak_in_fresh_process(fn, *args, warmup_args=None):
     """Run ``fn(*args)`` in a new interpreter; return (its result, extra peak resident bytes).
 
@@ -276,3 +290,84 @@ def liblinear_binary_w(X, y, solver, C, tol, bias):
     if labels[0] != 1:
         w, b = -w, -b
     return w, b, convert, train
+
+
+# --- results fragments --------------------------------------------------------------------------
+
+
+class _Tee:
+    def __init__(self, stream):
+        self.stream, self.lines = stream, []
+
+    def write(self, text):
+        self.stream.write(text)
+        self.lines.append(text)
+        return len(text)
+
+    def flush(self):
+        self.stream.flush()
+
+
+def command_line() -> str:
+    """The command that runs this script, as BENCHMARKS.md shows it."""
+    script = Path(sys.argv[0]).resolve().relative_to(ROOT)
+    return " ".join([".venv/bin/python", str(script), *sys.argv[1:]])
+
+
+def _markdown(text: str) -> str:
+    """A script's output as Markdown: its ``# ...`` comment lines become plain lines (not
+    headings), tables are set apart from the lines around them by blank lines, and a table that
+    resumes after such a line gets its header again."""
+    lines = [line[2:] if line.startswith("# ") else line for line in text.rstrip().splitlines()]
+    out, header = [], None
+    for k, line in enumerate(lines):
+        is_table = line.startswith("|")
+        if is_table and k + 1 < len(lines) and lines[k + 1].startswith("|---"):
+            header = (line, lines[k + 1])
+        starts_table = is_table and not (out and out[-1].startswith("|"))
+        if out and out[-1] and line and out[-1].startswith("|") != is_table:
+            out.append("")
+        if starts_table and header is not None and not line.startswith("|---"):
+            if line != header[0]:
+                out += list(header)
+        out.append(line)
+    return "\n".join(out)
+
+
+class output_block:
+    """Tee what the script prints into ``fragment`` (a file of benchmarks/results/), between
+    markers naming the command: a later run of the same command replaces its block, so the
+    tables there are always a run's own output. Does nothing when ``fragment`` is None."""
+
+    def __init__(self, fragment):
+        self.fragment = None if fragment is None else Path(fragment)
+
+    def __enter__(self):
+        self.command = command_line()
+        self.tee = _Tee(sys.stdout)
+        if self.fragment is not None:
+            sys.stdout = self.tee
+        return self
+
+    def __exit__(self, *exc):
+        if self.fragment is None:
+            return False
+        sys.stdout = self.tee.stream
+        if exc[0] is not None:
+            return False
+        start = f"<!-- output of `{self.command}` -->"
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        machine = f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the end"
+        body = _markdown("".join(self.tee.lines))
+        block = (
+            f"{start}\n\n`{self.command}` ({stamp}, {machine})\n\n{body}\n\n<!-- end of output -->"
+        )
+        text = self.fragment.read_text() if self.fragment.exists() else ""
+        if start in text:
+            head, rest = text.split(start, 1)
+            tail = rest.split("<!-- end of output -->", 1)[1]
+            text = head + block + tail
+        else:
+            text = text.rstrip() + "\n\n" + block + "\n"
+        self.fragment.write_text(text)
+        return False

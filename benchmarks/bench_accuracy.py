@@ -17,10 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from liblinear import liblinearutil  # noqa: E402
 
-from solvers.crammer_singer import solve_crammer_singer  # noqa: E402
-from solvers.ovr import solve_ovr  # noqa: E402
-from solvers.weston_watkins import solve_weston_watkins  # noqa: E402
-from tests.solvers.multiclass_data import accuracy, liblinear_weights, load_text  # noqa: E402
+from benchmarks._multiclass import accuracy, liblinear_weights, load_text  # noqa: E402
+from solvers import solve_crammer_singer, solve_ovr, solve_weston_watkins  # noqa: E402
 
 COLUMNS = (
     ("ours CS", lambda X, y, k: solve_crammer_singer(X, y, k, C=1.0, bias=1.0)),

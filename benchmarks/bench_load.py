@@ -303,6 +303,18 @@ def report(predict: dict | None, jobs: dict | None, args) -> str:
             f"Authentication cost: {100 * cost:.1f}% of throughput (target at most 10%).",
             "",
         ]
+        sustained = predict["sustained"]
+        held = (
+            f"; {sustained['achieved']:.0f} requests/s for {args.sustain:g} s, "
+            f"{sustained['errors']} errors"
+            if sustained
+            else ""
+        )
+        lines += [
+            "<!-- summary: authentication ≤ 10% of predict throughput; 60 s with zero errors | "
+            f"{100 * cost:.1f}% ({rps['keys']:.0f} vs {rps['off']:.0f} requests/s){held} -->",
+            "",
+        ]
         for p in predict["probes"]:
             lines.append(
                 f"- probe (keys on, 10 s open loop) at {p['offered']:.0f} requests/s: achieved "
@@ -330,6 +342,11 @@ def report(predict: dict | None, jobs: dict | None, args) -> str:
             f"{jobs['retries_429']}",
             f"- GET /v1/jobs/{{id}} during the run: {jobs['get_n']} requests, p50 "
             f"{jobs['get_p50_ms']:.1f} ms, p99 {jobs['get_p99_ms']:.1f} ms (target p99 < 50 ms)",
+            "",
+            "<!-- summary: 50 jobs from 5 tenants, GET job p99 < 50 ms | "
+            f"{jobs['succeeded']} of {jobs['jobs']} succeed, at most "
+            f"{max(jobs['max_active'].values())} active per tenant (quota {jobs['quota']}), "
+            f"p99 {jobs['get_p99_ms']:.1f} ms -->",
             "",
         ]
     return "\n".join(lines)

@@ -6,9 +6,10 @@ training time only (LIBLINEAR's problem is built once per set, timed separately 
 
 LIBLINEAR's dual one-vs-rest solvers stop each class at 300 passes; every one-vs-rest row is
 therefore measured twice: to tol (our default budget of 1,000 passes) and with ``max_iter=300``,
-the same cap. Memory columns: CSR (the input), peak (numpy allocations during our solve, in a run
-of its own under tracemalloc, not timed; LIBLINEAR is not traced), model (W with its bias
-column), α (the dual variables) and mem ratio = (CSR + peak) / (CSR + model).
+the same cap. Memory columns: CSR (the input), peak (the resident high-water mark our solve adds
+in a fresh process, after a warm-up solve on 30 rows, net of a call doing nothing: the method of
+`bench_binary.py`, `benchmarks._common.peak_net_of_noop`; a run of its own, not timed), model
+(W with its bias column), α (the dual variables) and mem ratio = (CSR + peak) / (CSR + model).
 
     .venv/bin/python benchmarks/bench_multiclass.py --datasets news20-l2 sector mnist --tol 0.1
     .venv/bin/python benchmarks/bench_multiclass.py --datasets synthetic --skip ww --threads 1
@@ -28,7 +29,6 @@ import argparse
 import os
 import sys
 import time
-import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,7 +99,7 @@ def timed(f, *a, **kw):
 
 
 def liblinear_primal(kind, model, X, y_idx, classes, C, bias, loss):
-    from tests.solvers.multiclass_data import cs_primal, liblinear_weights
+    from benchmarks._multiclass import cs_primal, liblinear_weights
 
     W, b = liblinear_weights(model, classes, X.shape[1], bias)
     if kind == "cs":
@@ -148,9 +148,7 @@ def bench_dataset(name, args):
     """The rows of one set, each yielded as soon as it is measured."""
     from liblinear import liblinear, liblinearutil
 
-    from solvers.crammer_singer import solve_crammer_singer
-    from solvers.ovr import solve_ovr
-    from solvers.weston_watkins import solve_weston_watkins
+    from solvers import solve_crammer_singer, solve_ovr, solve_weston_watkins
 
     C, bias, tol = args.C, args.bias, args.tol
     X, labels = load(name)
@@ -238,19 +236,30 @@ def bench_dataset(name, args):
                     del r
 
 
-def measured(solve, *a, **kw):
-    """(seconds, result, peak MB of numpy allocations during the solve).
+def _solve(name, X, y, k, options):
+    """One solve by name (it travels to a fresh process); returns nothing."""
+    import solvers
 
-    The peak comes from a run of its own: tracing every allocation slows a solve by a few per
-    cent, so the timed runs go untraced.
+    getattr(solvers, name)(X, y, k, **options)
+
+
+def measured(solve, X, y, k, **options):
+    """(seconds, result, peak MB the solve adds to a fresh process, net of a no-op).
+
+    The peak comes from runs of their own (`benchmarks._common.peak_net_of_noop`), after a
+    warm-up solve on 30 rows with the same options; the timed runs are in this process.
     """
     peak = float("nan")
     if MEMORY:
-        tracemalloc.start()
-        solve(*a, **kw)
-        peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.stop()
-    t, out = timed(solve, *a, **kw)
+        from benchmarks._common import peak_net_of_noop
+
+        head = X[:30]
+        head.indices = head.indices.astype(X.indices.dtype)  # slicing may narrow them
+        head.indptr = head.indptr.astype(X.indptr.dtype)
+        warm = (solve.__name__, head, y[:30] % 2, 2, options)
+        _, added = peak_net_of_noop(_solve, solve.__name__, X, y, k, options, warmup_args=warm)
+        peak = added / 2**20
+    t, out = timed(solve, X, y, k, **options)
     return t, out, peak
 
 
@@ -264,7 +273,17 @@ def main():
     parser.add_argument("--skip", nargs="*", default=[], help="any of cs ovr ww")
     parser.add_argument("--no-memory", action="store_true", help="time only, no traced runs")
     parser.add_argument("--repeat", type=int, default=1, help="best of this many runs")
+    parser.add_argument(
+        "--out", help="also write the output into this benchmarks/results/ fragment"
+    )
     args = parser.parse_args()
+    from benchmarks._common import output_block
+
+    with output_block(args.out):
+        run(args)
+
+
+def run(args):
     global REPEAT, MEMORY
     REPEAT, MEMORY = args.repeat, not args.no_memory
     print(

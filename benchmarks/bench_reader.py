@@ -4,13 +4,14 @@ Both readers parse the same uncompressed files (the shared .bz2 sets are decompr
 temporary directory first, so decompression is not measured), one after the other in this
 process, single-threaded. The synthetic file is also read gzip-compressed (level 1) to show the
 cost of decompression; its MB are those of the text. Reported per file: MB/s from the best-of-N
-CPU time of the process (robust on a shared machine) and from the best-of-N wall time, the speed
-ratios, and the extra peak resident memory of one read (in a fresh interpreter, after imports
-and compiling) over the size of the CSR result.
+CPU time of the process (robust on a shared machine) and from the best-of-N wall time, with the
+same N for both readers, the speed ratios, and the extra peak resident memory of one read (in a
+fresh interpreter, after imports and compiling) over the size of the CSR result.
 Numba compile time of the parser is measured in fresh interpreters: once with an empty cache
 directory (cold) and once more with the cache it filled (cached).
 
-    .venv/bin/python benchmarks/bench_reader.py [--synthetic-mb 200] [--repeat 3] [--out FILE]
+    .venv/bin/python benchmarks/bench_reader.py [--synthetic-mb 200] [--repeat 3]
+        [--out benchmarks/results/reader.md]
 
 Targets (issue 2): at least 5x scikit-learn's MB/s and at least 200 MB/s.
 """
@@ -32,7 +33,7 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import ROOT, SHARED_DATA, csr_nbytes  # noqa: E402
+from benchmarks._common import ROOT, SHARED_DATA, csr_nbytes, output_block  # noqa: E402
 
 FILES = {
     "a9a": ("a9a", "a9a.bz2"),
@@ -150,15 +151,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--synthetic-mb", type=int, default=200, help="0 to skip")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", type=Path, help="also write the Markdown table here")
+    parser.add_argument(
+        "--out", help="also write the output into this benchmarks/results/ fragment"
+    )
     args = parser.parse_args()
+    with output_block(args.out):
+        run(args)
 
-    lines = [
-        "| file | MB | ours MB/s (CPU) | sklearn MB/s (CPU) | speed-up (CPU) | ours MB/s (wall) | "
-        "sklearn MB/s (wall) | speed-up (wall) | extra peak RSS / CSR result: ours | sklearn |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    ours(SHARED_DATA / "heart_scale" / "heart_scale")  # compile outside the timings
+
+def run(args):
+    print(
+        f"# best of {args.repeat} reads each; load average {os.getloadavg()[0]:.2f} at start",
+        flush=True,
+    )
+    # both readers warmed up outside the timings (ours compiles, scikit-learn's imports)
+    ours(SHARED_DATA / "heart_scale" / "heart_scale")
+    sklearn_reader(SHARED_DATA / "heart_scale" / "heart_scale")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         paths = [
@@ -171,28 +179,29 @@ def main():
             paths.append(synthetic(folder, args.synthetic_mb))
             paths.append(gzipped(paths[-1]))
             print(f"# synthetic files written in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            "| file | MB | ours MB/s (CPU) | sklearn MB/s (CPU) | speed-up (CPU) "
+            "| ours MB/s (wall) | sklearn MB/s (wall) | speed-up (wall) "
+            "| extra peak RSS / CSR result: ours | sklearn |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
         for path in paths:
             text = path.with_suffix("") if path.suffix == ".gz" else path
             mb = text.stat().st_size / 1e6  # MB of text, also for the compressed copy
             w_ours, c_ours, result, peak_ours = measure(ours, path, args.repeat)
-            w_sk, c_sk, _, peak_sk = measure(sklearn_reader, path, 1 if mb > 50 else args.repeat)
-            lines.append(
+            w_sk, c_sk, _, peak_sk = measure(sklearn_reader, path, args.repeat)
+            print(
                 f"| {path.name} | {mb:.1f} | {mb / c_ours:.0f} | {mb / c_sk:.0f} | "
                 f"{c_sk / c_ours:.1f}x | {mb / w_ours:.0f} | {mb / w_sk:.0f} | "
-                f"{w_sk / w_ours:.1f}x | {peak_ours / result:.2f} | {peak_sk / result:.2f} |"
+                f"{w_sk / w_ours:.1f}x | {peak_ours / result:.2f} | {peak_sk / result:.2f} |",
+                flush=True,
             )
-            print(lines[-1], flush=True)
     (cold_wall, cold_cpu), (warm_wall, warm_cpu) = compile_times()
-    lines.append("")
-    lines.append(
-        f"Parser start-up in a fresh interpreter (import + first read, float64 and float32 "
+    print(
+        f"\nParser start-up in a fresh interpreter (import + first read, float64 and float32 "
         f"kernels): cold cache {cold_cpu:.2f} s CPU ({cold_wall:.2f} s wall), cached "
         f"{warm_cpu:.2f} s CPU ({warm_wall:.2f} s wall)."
     )
-    print(lines[-1])
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -25,8 +25,16 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.reliability import memory  # noqa: E402
-from tests.reliability.helpers import free_port, wait_for  # noqa: E402
+from benchmarks import _process_memory as memory  # noqa: E402
+from benchmarks._service import free_port  # noqa: E402
+
+
+def wait_for(ready, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not ready after {timeout:g} s")
+        time.sleep(0.2)
 
 
 def libsvm_text(mb: float) -> bytes:

@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    from tests.s3server import MotoServer
+    from benchmarks._s3server import MotoServer
 
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

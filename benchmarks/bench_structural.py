@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import SHARED_DATA, csr_nbytes, read_dataset, run_measured  # noqa: E402
 from solvers import fit_structural, fit_structural_stream, solve_crammer_singer  # noqa: E402
-from solvers.structural_problems import multiclass_problem  # noqa: E402
+from solvers.structural.problems import multiclass_problem  # noqa: E402
 
 
 def synthetic(n_examples, per_example=4, n_features=200, row_nnz=12, seed=0, shift=3.0):

@@ -223,6 +223,15 @@ def report(args, rows) -> None:
             f"{large['per_s'] / base_large:.2f}x | {large['mean_job']:.2f} "
             f"| {load_before:.1f} / {load_after:.1f} |"
         )
+    two = [r for r in rows if r[0] == 2]
+    if two:
+        _, small, large, _ = two[0]
+        lines += [
+            "",
+            "<!-- summary: worker scaling 1, 2, 4 workers | "
+            f"{small['per_s'] / base_small:.2f}x / {large['per_s'] / base_large:.2f}x at 2 "
+            "workers (small / large jobs) -->",
+        ]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.output}")

@@ -104,7 +104,8 @@ make_base_image() {
 build_image() {
     log "docker build (host network) -> $IMAGE"
     local start=$SECONDS
-    $DOCKER build --network host -t "$IMAGE" . >"$ROOT/build.log" 2>&1 \
+    $DOCKER build --network host --build-arg COMMIT="$(git rev-parse HEAD 2>/dev/null || true)" \
+        -t "$IMAGE" . >"$ROOT/build.log" 2>&1 \
         || { tail -n 40 "$ROOT/build.log"; exit 1; }
     grep -E '^(warmed|skipped|[0-9]+ of [0-9]+ steps)' "$ROOT/build.log" | sed 's/^/    /' || true
     log "built in $((SECONDS - start)) s; size $($DOCKER image inspect "$IMAGE" --format '{{.Size}}') bytes"

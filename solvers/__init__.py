@@ -1,25 +1,31 @@
 """Margin's solvers: large-scale linear SVMs in numpy, scipy and Numba.
 
-The public API is what this module exports. Names are loaded lazily so that `import solvers`
-stays light: the estimator classes (which need scikit-learn) load only when first used.
+The public API is what this module exports. Each family lives in a subpackage — `io` (LIBSVM
+files), `binary`, `multiclass`, `regression`, `structural`, `estimators` (scikit-learn
+compatible classes) — over a small shared core, `_core` (the input door, progress and result
+records, compiled row kernels). Names are loaded lazily so that `import solvers` stays light: the
+estimator classes (which need scikit-learn) load only when first used.
 """
 
 from importlib import import_module
 
-from solvers.progress import Callback, Monitor, Progress, SolveResult, Status
+from solvers._core.progress import Callback, Monitor, Progress, SolveResult, Status
 
 _LAZY = {
     "read_libsvm": "solvers.io",
     "write_libsvm": "solvers.io",
     "solve_binary": "solvers.binary",
-    "solve_crammer_singer": "solvers.crammer_singer",
-    "solve_weston_watkins": "solvers.weston_watkins",
-    "solve_ovr": "solvers.ovr",
-    "solve_svr": "solvers.svr",
+    "solve_crammer_singer": "solvers.multiclass",
+    "solve_weston_watkins": "solvers.multiclass",
+    "solve_ovr": "solvers.multiclass",
+    "solve_svr": "solvers.regression",
+    "solve_structural": "solvers.structural",
+    "solve_structural_stream": "solvers.structural",
     "fit_structural": "solvers.structural",
-    "fit_structural_stream": "solvers.structural_stream",
-    "LinearSVC": "solvers.linear_svc",
-    "LinearSVR": "solvers.linear_svr",
+    "fit_structural_stream": "solvers.structural",
+    "LinearSVC": "solvers.estimators",
+    "LinearSVR": "solvers.estimators",
+    "export_onnx": "solvers.io.onnx_export",
 }
 
 __all__ = ["Callback", "Monitor", "Progress", "SolveResult", "Status", *_LAZY]

@@ -1,4 +1,9 @@
-"""Shared fixtures: where the real datasets live, and a skip when they are absent."""
+"""Shared fixtures: where the real datasets live, and what happens when they are absent.
+
+Tests that compare against LIBLINEAR or scikit-learn on the shared LIBSVM datasets skip when the
+data are not on the machine, unless MARGIN_REQUIRE_DATA=1 (set by `.ci/run`): then a missing
+dataset fails the test, and a missing data folder fails the whole run at its start.
+"""
 
 import os
 from pathlib import Path
@@ -8,13 +13,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TEST_DATA = ROOT / "tests" / "data"
 SHARED_DATA = Path(os.environ.get("MARGIN_SHARED_DATA", ROOT.parent / "shared" / "data"))
+REQUIRE_DATA = os.environ.get("MARGIN_REQUIRE_DATA", "") not in ("", "0")
+
+
+def pytest_configure(config):
+    if REQUIRE_DATA and not SHARED_DATA.is_dir():
+        raise pytest.UsageError(
+            f"MARGIN_REQUIRE_DATA is set but the shared datasets are missing: {SHARED_DATA} "
+            "is not a folder (set MARGIN_SHARED_DATA to where they are)"
+        )
 
 
 def shared_file(*parts: str) -> Path:
-    """Path of a file under ../shared/data; skips the test with a reason when it is absent."""
+    """Path of a file under the shared data folder; skips the test when it is absent, or
+    fails it under MARGIN_REQUIRE_DATA=1."""
     path = SHARED_DATA.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"{path} not found: the shared LIBSVM datasets are not on this machine")
+        message = f"{path} not found: the shared LIBSVM datasets are not on this machine"
+        if REQUIRE_DATA:
+            pytest.fail(f"{message} (MARGIN_REQUIRE_DATA=1)", pytrace=False)
+        pytest.skip(message)
     return path
 
 
@@ -26,7 +44,7 @@ def shared_data():
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """moto's S3 server, started once for the session (tests/s3server.py)."""
-    from tests.s3server import MotoServer
+    from benchmarks._s3server import MotoServer
 
     server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")
     yield server

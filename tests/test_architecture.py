@@ -39,6 +39,12 @@ def test_scan_detects_a_forbidden_import(tmp_path):
     assert imported_roots(bad) & FORBIDDEN == {"fastapi", "sqlalchemy"}
 
 
+def test_benchmarks_never_import_the_tests():
+    benchmarks = SOLVERS.parent / "benchmarks"
+    offenders = [p.name for p in sorted(benchmarks.glob("*.py")) if "tests" in imported_roots(p)]
+    assert offenders == []
+
+
 # --- a job's status has one owner ----------------------------------------------------------------
 
 APP = Path(__file__).resolve().parents[1] / "app"

@@ -10,6 +10,7 @@ from app.deps import DatabaseDep, DatasetDep, SessionDep, SettingsDep
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page
 from app.schemas.datasets import DatasetOut
 from app.services import datasets as service
+from app.services.formats import FORMATS
 from app.services.idempotency import check_key
 
 router = APIRouter(tags=["datasets"])
@@ -23,8 +24,11 @@ UPLOAD_DOC = {
                     "type": "object",
                     "required": ["file"],
                     "properties": {
-                        "file": {"type": "string", "format": "binary"},
                         "name": {"type": "string", "maxLength": 255},
+                        "format": {"type": "string", "enum": list(FORMATS)},
+                        "label_column": {"type": "string", "maxLength": 255},
+                        "empty_cells": {"type": "string", "enum": ["error", "zero"]},
+                        "file": {"type": "string", "format": "binary"},
                     },
                 }
             },
@@ -56,16 +60,30 @@ async def upload_dataset(
     ] = None,
     idempotency_key: Annotated[str | None, Header()] = None,
     format: Annotated[
-        Literal["libsvm", "npz"] | None,
-        Query(description="libsvm text, or npz (scipy.sparse.save_npz CSR plus y); default: "
-              "recognised from the file's first bytes"),
+        Literal["libsvm", "csv", "tsv", "parquet", "npz"] | None,
+        Query(description="libsvm text, csv or tsv text with a header row, parquet, or npz "
+              "(scipy.sparse.save_npz CSR plus y); default: from the file name's extension, "
+              "else recognised from the file's first bytes"),
+    ] = None,
+    label_column: Annotated[
+        str | None,
+        Query(max_length=255, description="csv, tsv, parquet: the label column (default "
+              "'label', else the first column)"),
+    ] = None,
+    empty_cells: Annotated[
+        Literal["error", "zero"] | None,
+        Query(description="csv, tsv, parquet: an empty (null) cell is an error (default) or 0"),
     ] = None,
 ):
-    """Upload a LIBSVM/SVMlight file (optionally gzip, bzip2 or xz compressed) or an npz
-    archive, as the multipart field `file` (with an optional field `name`) or as the raw
-    request body."""
+    """Upload a LIBSVM/SVMlight file, a CSV or TSV file with a header row (each optionally
+    gzip, bzip2 or xz compressed), a Parquet file or an npz archive, as the multipart field
+    `file` or as the raw request body. Parse options come in the query string or as multipart
+    fields sent before `file` (the file is parsed while it arrives)."""
+    options = service.UploadOptions(
+        format=format, label_column=label_column, empty_cells=empty_cells
+    )
     dataset, how = await service.create_dataset(
-        request, db, settings, request.app.state.parser, name, check_key(idempotency_key), format
+        request, db, settings, request.app.state.parser, name, check_key(idempotency_key), options
     )
     response.headers["Location"] = f"/v1/datasets/{dataset.id}"
     if how == "replayed":

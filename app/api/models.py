@@ -9,7 +9,6 @@ never blocked for long.
 from __future__ import annotations
 
 import logging
-import threading
 from contextlib import asynccontextmanager
 from itertools import chain
 from typing import Annotated, Literal
@@ -19,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import delete, select
 
+from app.api.model_lookup import ModelNotFound, app_singleton, load_model, model_cache
 from app.auth import authenticate
 from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
 from app.errors import ProblemError
@@ -31,9 +31,12 @@ from app.schemas.models import (
     PredictionRunOut,
     RegressionEvaluation,
 )
+from app.schemas.registry import LineageOut
 from app.services import export as export_service
+from app.services import lineage as lineage_service
 from app.services import prediction_runs as runs
-from app.services.model_cache import ModelCache, fetch_model, model_from_row
+from app.services import registry
+from app.services.model_cache import model_from_row
 from app.services.prediction import InvalidInstances, dumps, predict_body
 from app.services.prediction_runner import PredictionRunner
 from app.storage import get_storage, prediction_key
@@ -60,31 +63,18 @@ router = APIRouter(tags=["models"], lifespan=_lifespan)
 # Bodies up to this size are parsed on the event loop (a single instance takes tens of µs);
 # larger ones go to a worker thread.
 INLINE_BODY_BYTES = 64 * 1024
-_cache_lock = threading.Lock()
 _TITLES = {413: "Batch too large", 415: "Unsupported media type", 422: "Invalid instances"}
 
 
 def prediction_runner(app) -> PredictionRunner:
     """The app's prediction runner (started on first use)."""
-    with _cache_lock:
-        runner = getattr(app.state, "prediction_runner", None)
-        if runner is None:
-            runner = PredictionRunner(app.state.db, app.state.settings)
-            runner.start()
-            app.state.prediction_runner = runner
-    return runner
 
+    def started() -> PredictionRunner:
+        runner = PredictionRunner(app.state.db, app.state.settings)
+        runner.start()
+        return runner
 
-def model_cache(app) -> ModelCache:
-    """The app's model cache (created on first use, sized by MODEL_CACHE_SIZE)."""
-    cache = getattr(app.state, "model_cache", None)
-    if cache is None:
-        with _cache_lock:
-            cache = getattr(app.state, "model_cache", None)
-            if cache is None:
-                cache = ModelCache(app.state.settings.model_cache_size)
-                app.state.model_cache = cache
-    return cache
+    return app_singleton(app, "prediction_runner", started)
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,18 +83,15 @@ def model_cache(app) -> ModelCache:
 
 async def predict(request: Request) -> Response:
     """Predict instances sent in the body: JSON sparse instances (indices in the training
-    file's numbering), JSON dense rows, or ``text/plain`` LIBSVM lines."""
+    file's numbering), JSON dense rows, records by feature name, or ``text/plain`` LIBSVM
+    lines. The model is an id, ``name@alias`` or ``name@vN``."""
     app = request.app
     principal = await authenticate(request, "predict")
-    model_id = request.path_params["model_id"]
-    cache = model_cache(app)
-    model, due = cache.get(model_id)
-    if model is not None and model.info.get("tenant") != principal.tenant:
-        raise not_found("Model", model_id)  # another tenant's: absent, as in every other route
-    if model is None or due:
-        model = await run_in_threadpool(fetch_model, app.state.db, cache, model_id)
-        if model is None:
-            raise not_found("Model", model_id)
+    ref = request.path_params["model_id"]
+    try:
+        model = await load_model(request, principal, ref)
+    except ModelNotFound:
+        raise not_found("Model", ref) from None
     body = await read_body(request)
     content_type = request.headers.get("content-type", "")
     max_batch = app.state.settings.max_predict_batch
@@ -199,13 +186,32 @@ def get_model(model: ModelDep):
     return ModelOut.model_validate(model)
 
 
+@router.get("/models/{model_id}/lineage", response_model=LineageOut)
+def get_model_lineage(model: ModelDep, session: SessionDep):
+    """Where the model came from: its datasets (with content hashes), parameters, solver
+    outcome, metrics, the code's version and commit, and its registered names."""
+    return lineage_service.view(session, model)
+
+
 @router.delete("/models/{model_id}", status_code=204)
 def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: SettingsDep):
-    """Delete a model with its prediction runs and their CSV files (409 while a run is active)."""
+    """Delete a model with its prediction runs and their CSV files (409 while a run is active
+    or while a registry alias points at it; its unaliased registry versions go with it)."""
     with db.write() as session:
-        model = session.get(Model, model_id)
+        ref = model_id
+        model_id = registry.resolve(session, ref) if registry.is_reference(ref) else ref
+        model = session.get(Model, model_id) if model_id else None
         if model is None:
-            raise not_found("Model", model_id)
+            raise not_found("Model", ref)
+        aliases = registry.aliases_pointing_at(session, model_id)
+        if aliases:
+            raise ProblemError(
+                409,
+                "Model in use",
+                f"registry aliases point at this model: {', '.join(aliases)}; move or delete "
+                "them first",
+                aliases=aliases,
+            )
         active = session.scalar(
             select(PredictionRun.id)
             .where(PredictionRun.model_id == model_id, PredictionRun.status.in_(runs.ACTIVE))
@@ -301,7 +307,7 @@ def list_prediction_runs(
     },
 )
 def get_prediction_run(
-    model_id: str,
+    model: ModelDep,
     run_id: str,
     request: Request,
     session: SessionDep,
@@ -311,7 +317,7 @@ def get_prediction_run(
     """The run's CSV once it succeeded (``?format=json`` or ``Accept: application/json`` for its
     status instead); 202 with its status while it is queued or running; 409 if it failed."""
     run = session.get(PredictionRun, run_id)
-    if run is None or run.model_id != model_id:
+    if run is None or run.model_id != model.id:
         raise not_found("Prediction run", run_id)
     wants_json = format == "json" or (
         format is None and "application/json" in request.headers.get("accept", "")
@@ -377,13 +383,41 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
 
 @router.get(
     "/models/{model_id}/export",
-    responses={200: {"content": {"text/plain": {}, "application/json": {}}}},
+    responses={
+        200: {
+            "content": {
+                "text/plain": {},
+                "application/json": {},
+                "application/octet-stream": {},
+            },
+            "description": "the model file",
+        }
+    },
 )
-def export_model(model: ModelDep, format: Literal["liblinear", "json"] = "liblinear"):
-    """The model as a LIBLINEAR model file (``liblinearutil.load_model`` reads it) or as JSON."""
+def export_model(
+    model: ModelDep,
+    format: Literal["liblinear", "json", "onnx", "skops"] = "liblinear",
+    dtype: Annotated[
+        Literal["float64", "float32"], Query(description="onnx: the input's element type")
+    ] = "float64",
+):
+    """The model as a LIBLINEAR model file (``liblinearutil.load_model`` reads it), as JSON, as
+    an ONNX graph (input ``input`` [N, n_features]; outputs ``label`` and
+    ``decision_values``), or as a fitted scikit-learn LinearSVC/LinearSVR in a skops file."""
     loaded = model_from_row(model)
     if format == "json":
         return Response(dumps(export_service.json_document(loaded)), media_type="application/json")
+    if format in ("onnx", "skops"):
+        content = (
+            export_service.onnx_bytes(loaded, dtype)
+            if format == "onnx"
+            else export_service.skops_bytes(loaded)
+        )
+        return Response(
+            content,
+            media_type="application/octet-stream",
+            headers={"Content-Disposition": f'attachment; filename="{model.id}.{format}"'},
+        )
     chunks = export_service.liblinear_chunks(loaded)
     try:
         first = next(chunks)  # the header: whether the model can be written at all

@@ -30,6 +30,7 @@ from app.jobs.lifecycle import Attempt
 from app.jobs.queue import JobQueue, get_queue
 from app.jobs.workers import new_worker_id
 from app.logs import job_context
+from app.services import lineage
 from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
@@ -141,12 +142,11 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
     for warning in caught:
         log.warning("job %s: %s: %s", job.id, warning.category.__name__, warning.message)
     keep = trained.status == "stopped" and _keeps_model(ctx, attempt)
-    scores = {}
-    if trained.status != "stopped" or keep:
-        scores = _scores(ctx, trained, X, y, dataset, valid)
     model = None
     if trained.status != "stopped" or keep:
+        scores = _scores(ctx, trained, X, y, dataset, valid)
         model = _model_row(job, trained, dataset, train_time, scores)
+        model["lineage"] = lineage.record(dataset, valid)
     elif segments is not None and segments.last is not None and ctx.shutdown.is_set():
         _store_checkpoint(ctx, attempt, segments.last)  # the next attempt starts from here
     outcome, written = persist(
@@ -233,6 +233,7 @@ def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores)
         train_time_s=train_time,
         train_accuracy=scores.get("train_accuracy"),
         validation_accuracy=scores.get("validation_accuracy"),
+        feature_names=dataset.feature_names,
     )
 
 

@@ -34,6 +34,10 @@ class DatasetOut(BaseModel):
     nnz: int
     zero_based: bool = Field(description="the file's feature indices start at 0")
     has_qid: bool
+    format: str | None = Field(None, description="libsvm, csv, tsv, parquet or npz")
+    feature_names: list[str] | None = Field(
+        None, description="the columns' names, feature j first (csv, tsv, dense parquet)"
+    )
     labels: ClassLabels | RealTarget = Field(discriminator="kind")
     sha256: str
     size_bytes: int = Field(description="the upload as received")

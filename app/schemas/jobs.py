@@ -23,14 +23,25 @@ class JobCreate(BaseModel):
 
 
 class ProgressRecord(BaseModel):
+    """One solver iteration; the names are those of `solvers.Progress`."""
+
     iteration: int
     elapsed_s: float
-    gap: float | None
-    M: float | None = None
-    m: float | None = None
+    gap: float | None = Field(
+        description="the solver's stopping measure, compared with tol: pg_range for dual "
+        "coordinate descent, max_violation for the sequential dual method, the relative sum of "
+        "violations for SVR, upper_bound - lower_bound for structural"
+    )
+    pg_max: float | None = Field(None, description="largest projected gradient of the pass")
+    pg_min: float | None = Field(None, description="smallest projected gradient of the pass")
+    pg_range: float | None = Field(None, description="pg_max - pg_min")
+    max_violation: float | None = Field(None, description="largest optimality violation")
     active: int | None = None
     primal: float | None = None
     dual: float | None = None
+    duality_gap: float | None = Field(
+        None, description="(primal - dual objective) / max(1, |primal|), when both are known"
+    )
     lower_bound: float | None = None
     upper_bound: float | None = None
 

@@ -22,6 +22,9 @@ class ModelOut(BaseModel):
     classes: list[Any] | None = Field(description="labels in the order of decision_values columns")
     n_features: int = Field(description="the training file's feature count")
     zero_based: bool = Field(description="index base of the training file (and of predict input)")
+    feature_names: list[str] | None = Field(
+        None, description="the training columns' names (predict accepts records by them)"
+    )
     status: str = Field(description="the solver's final status (converged, max_iter, ...)")
     gap: float | None
     n_iter: int
@@ -85,7 +88,7 @@ PREDICT_OPENAPI: dict[str, Any] = {
         "required": True,
         "content": {
             "application/json": {
-                "schema": {
+                "schema": {"oneOf": [{
                     "type": "object",
                     "required": ["instances"],
                     "additionalProperties": False,
@@ -117,7 +120,23 @@ PREDICT_OPENAPI: dict[str, Any] = {
                             },
                         }
                     },
-                },
+                }, {
+                    "type": "object",
+                    "required": ["records"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "records": {
+                            "type": "array",
+                            "minItems": 1,
+                            "description": "rows by the model's feature names (models trained "
+                            "on named columns): a missing name is 0, an unknown one a 422",
+                            "items": {
+                                "type": "object",
+                                "additionalProperties": {"type": "number"},
+                            },
+                        }
+                    },
+                }]},
                 "example": {"instances": [{"indices": [1, 7], "values": [0.5, 1.0]}]},
             },
             "text/plain": {

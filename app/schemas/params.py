@@ -138,7 +138,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
             "LinearSVC",
             "classifier",
             LinearSVCParams,
-            "solvers.linear_svc",
+            "solvers.estimators.linear_svc",
             {
                 "multi_class": ["ovr", "crammer_singer", "weston_watkins"],
                 "loss": ["squared_hinge", "hinge", "squared_error"],
@@ -148,7 +148,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
             "LinearSVR",
             "regressor",
             LinearSVRParams,
-            "solvers.linear_svr",
+            "solvers.estimators.linear_svr",
             {"loss": ["epsilon_insensitive", "squared_epsilon_insensitive"]},
         ),
         EstimatorSpec("structural", "structural", StructuralParams, "solvers.structural"),

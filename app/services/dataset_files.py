@@ -29,6 +29,7 @@ from app.services.dataset_store import (
 
 ARRAYS = ("data", "indices", "indptr", "y")
 CHUNK_ROWS, CHUNK_NNZ = 65536, 1 << 20  # rows and entries the parser holds at a time
+SNIFF_BYTES = 4096  # first bytes that recognise an unnamed format
 
 
 def summarize_labels(y: np.ndarray) -> dict[str, Any]:
@@ -106,10 +107,12 @@ def parse_to_arrays(
     growing: bool = False,
     limits: dict | None = None,
     fmt: str | None = None,
+    options: dict | None = None,
 ) -> dict[str, Any]:
     """Parse an uploaded file into a dataset's arrays in `out_dir` (runs in a child process),
     writing them as it reads: the parser's memory is one chunk, not the dataset. `fmt` is the
-    upload's format (`app.services.formats`; None: recognised from its first bytes).
+    upload's format (`app.services.formats`; None: recognised from its first bytes), `options`
+    its parse options (``label_column``, ``empty_cells``).
 
     With `growing`, the file is still being uploaded and is followed as it grows. `limits`
     (each optional): ``max_expanded`` bytes of decompressed text, ``max_line`` bytes in a line,
@@ -122,7 +125,7 @@ def parse_to_arrays(
     writer = None
     try:
         writer = DatasetWriter(Path(out_dir), StorageBudget(limits.get("budget")))
-        meta = _parse_into(source, writer, growing, limits, fmt)
+        meta = _parse_into(source, writer, growing, limits, fmt, options or {})
     except OSError as exc:
         if writer is not None:
             writer.abort()
@@ -149,7 +152,8 @@ DISK_FULL = "the server's disk is full: the dataset could not be stored; nothing
 
 
 def _parse_into(
-    source: str, writer: DatasetWriter, growing: bool, limits: dict, fmt: str | None
+    source: str, writer: DatasetWriter, growing: bool, limits: dict, fmt: str | None,
+    options: dict,
 ) -> dict[str, Any]:
     from app.limits import ExpansionTooLarge, open_expanded
     from app.services import formats
@@ -159,10 +163,9 @@ def _parse_into(
     try:
         with GrowingFile(source) if growing else open(source, "rb") as stream:
             plain = open_expanded(stream, expanded)
-            kind = formats.resolve(fmt, plain.peek(4)[:4])
-            chunks = formats.chunks(
-                kind, plain, source, {**limits, "max_expanded": expanded}, CHUNK_ROWS, CHUNK_NNZ
-            )
+            kind = formats.resolve(fmt, plain.peek(SNIFF_BYTES)[:SNIFF_BYTES])
+            bounds = {**limits, "max_expanded": expanded}
+            chunks = formats.chunks(kind, plain, source, bounds, CHUNK_ROWS, CHUNK_NNZ, options)
             for chunk in chunks:
                 writer.append(*chunk)
     except UploadAborted as exc:
@@ -186,6 +189,8 @@ def _parse_into(
         "n_features": chunks.n_features,
         "zero_based": bool(chunks.zero_based),
         "has_qid": bool(chunks.has_qid),
+        "format": kind,
+        "feature_names": getattr(chunks, "feature_names", None),
         **stored,
     }
 

@@ -32,8 +32,9 @@ from app.config import Settings
 from app.db import Database
 from app.errors import ProblemError
 from app.schemas.common import decode_cursor, page_of
-from app.services import dataset_files, idempotency, quotas
+from app.services import dataset_files, formats, idempotency, quotas
 from app.services.array_cache import ArrayCache
+from app.services.formats.delimited import EMPTY_POLICIES
 from app.services.sweep import sweep_partial_uploads  # noqa: F401 - part of this interface
 from app.services.uploads import UploadSink, check_declared_length, receive_into, temp_name
 from app.storage import Storage, dataset_prefix, get_storage
@@ -96,6 +97,7 @@ class ParserPool:
         growing: bool = False,
         limits: dict | None = None,
         fmt: str | None = None,
+        options: dict | None = None,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         try:
@@ -107,6 +109,7 @@ class ParserPool:
                 growing,
                 limits,
                 fmt,
+                options,
             )
         except BrokenProcessPool:
             self._executor = None
@@ -132,6 +135,48 @@ def content_key(sha256: str, options: dict | None = None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class UploadOptions:
+    """How an upload is parsed: its format and the options of csv, tsv and parquet, from the
+    query string, completed by multipart fields sent before the file part."""
+
+    FIELDS = ("format", "label_column", "empty_cells")
+
+    def __init__(self, **query: str | None):
+        self.values = {k: v for k, v in query.items() if k in self.FIELDS and v is not None}
+
+    def complete(self, fields: dict[str, str], filename: str | None) -> None:
+        for key in self.FIELDS:
+            if key not in self.values and fields.get(key):
+                self.values[key] = fields[key]
+        fmt = self.values.get("format")
+        if fmt is not None and fmt not in formats.FORMATS:
+            raise ProblemError(
+                422, "Invalid upload", f"format: expected one of {', '.join(formats.FORMATS)}"
+            )
+        if self.values.get("empty_cells", "error") not in EMPTY_POLICIES:
+            raise ProblemError(
+                422, "Invalid upload", f"empty_cells: expected one of {', '.join(EMPTY_POLICIES)}"
+            )
+        if len(self.values.get("label_column", "")) > 255:
+            raise ProblemError(422, "Invalid upload", "label_column: at most 255 characters")
+        if fmt is None and formats.from_name(filename):
+            self.values["format"] = formats.from_name(filename)
+
+    @property
+    def format(self) -> str | None:
+        return self.values.get("format")
+
+    def parse_options(self) -> dict:
+        return {k: v for k, v in self.values.items() if k != "format"}
+
+    def key_options(self) -> dict | None:
+        """The options in the content key (none for a plain LIBSVM upload, as before)."""
+        key = dict(self.values)
+        if key.get("empty_cells") == "error":
+            del key["empty_cells"]
+        return key or None
+
+
 async def create_dataset(
     request: Request,
     db: Database,
@@ -139,31 +184,42 @@ async def create_dataset(
     parser: ParserPool,
     name: str | None,
     idempotency_key: str | None,
-    fmt: str | None = None,
+    options: UploadOptions | None = None,
 ) -> tuple[Dataset, str]:
-    """Receive, parse and store an upload (`fmt`: see app.services.formats). Returns (dataset,
-    how): "created"; "replayed" when the Idempotency-Key had already created it; "duplicate"
-    when the tenant already stores the same bytes parsed the same way (that dataset is
-    returned, nothing is stored twice)."""
+    """Receive, parse and store an upload (`options`: its format and parse options). Returns
+    (dataset, how): "created"; "replayed" when the Idempotency-Key had already created it;
+    "duplicate" when the tenant already stores the same bytes parsed the same way (that dataset
+    is returned, nothing is stored twice)."""
     if idempotency_key:
         existing = _replay(db, idempotency_key)
         if existing is not None:
             return existing, "replayed"
+    options = options or UploadOptions()
     tmp = settings.data_dir / "tmp"
     check_declared_length(request, settings.max_upload_bytes)
     room = await asyncio.to_thread(_storage_room, db)
     sink = UploadSink(tmp / (temp_name("upload") + ".part"), settings.max_upload_bytes)
     out_dir = tmp / temp_name("parsed")
-    # the parser follows the file while it arrives, so receiving and parsing overlap
-    parse = asyncio.ensure_future(
-        parser.parse(
-            sink.path, out_dir, growing=True, limits=settings.upload_limits(room), fmt=fmt
-        )
-    )
+    parse: asyncio.Future | None = None
+
+    def start_parse(filename: str | None, fields: dict[str, str]) -> None:
+        # called when the file begins: its name and the fields before it are known, and the
+        # parser follows the file while it arrives, so receiving and parsing overlap
+        nonlocal parse
+        options.complete(fields, filename)
+        parse = asyncio.ensure_future(
+            parser.parse(
+                sink.path, out_dir, growing=True, limits=settings.upload_limits(room),
+                fmt=options.format, options=options.parse_options(),
+            )
+        )  # fmt: skip
+
     try:
         try:
-            filename, field_name = await receive_into(request, sink)
-            key = content_key(sink.hash.hexdigest(), {"format": fmt} if fmt else None)
+            filename, field_name = await receive_into(
+                request, sink, start_parse, UploadOptions.FIELDS
+            )
+            key = content_key(sink.hash.hexdigest(), options.key_options())
             duplicate = await asyncio.to_thread(_same_content, db, key)
             if duplicate is not None:
                 sink.abort()  # the parser stops; nothing is stored
@@ -189,12 +245,16 @@ async def create_dataset(
         return await asyncio.to_thread(_commit, db, settings, dataset, out_dir, idempotency_key)
     finally:
         sink.close_quietly()
-        if not parse.done():  # the parser stops at the abort marker within a poll or two
-            await asyncio.wait({parse}, timeout=PARSE_STOP_S)
-        if parse.done():
-            _discard(parse, out_dir, sink)
-        else:  # clean up after it, keeping the marker it waits for
-            parse.add_done_callback(lambda task: _discard(task, out_dir, sink))
+        if parse is None:  # the file never began
+            sink.remove()
+            shutil.rmtree(out_dir, ignore_errors=True)
+        else:
+            if not parse.done():  # the parser stops at the abort marker within a poll or two
+                await asyncio.wait({parse}, timeout=PARSE_STOP_S)
+            if parse.done():
+                _discard(parse, out_dir, sink)
+            else:  # clean up after it, keeping the marker it waits for
+                parse.add_done_callback(lambda task: _discard(task, out_dir, sink))
 
 
 def _parse_problem(meta: dict) -> ProblemError:
@@ -346,6 +406,8 @@ def dataset_view(dataset: Dataset) -> dict[str, Any]:
         "nnz": dataset.nnz,
         "zero_based": dataset.zero_based,
         "has_qid": dataset.has_qid,
+        "format": dataset.format,
+        "feature_names": dataset.feature_names,
         "labels": labels,
         "sha256": dataset.sha256,
         "size_bytes": dataset.size_bytes,

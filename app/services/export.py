@@ -1,4 +1,9 @@
-"""Export a stored model as a LIBLINEAR model file or as JSON.
+"""Export a stored model as a LIBLINEAR model file, JSON, ONNX or a scikit-learn object (skops).
+
+ONNX: `solvers.export_onnx` builds the graph (input ``input`` [N, n_features], outputs ``label``
+and ``decision_values``). skops: a fitted scikit-learn ``LinearSVC`` (classifiers) or
+``LinearSVR`` (regressors) whose ``coef_``, ``intercept_`` and ``classes_`` are the model's, so
+that its ``decision_function`` and ``predict`` give the service's values and labels.
 
 LIBLINEAR's model file (what ``save_model`` writes and ``load_model`` reads)::
 
@@ -157,3 +162,48 @@ def _coefficients(model: LinearModel) -> dict:
         "layout": "sparse",
         "coef_sparse": {"columns": model.columns, "values": model.coef},
     }
+
+
+def _classes_array(classes: list) -> np.ndarray:
+    values = np.asarray(classes, dtype=np.float64)
+    return values.astype(np.int64) if np.all(values == np.round(values)) else values
+
+
+def onnx_bytes(model: LinearModel, dtype: str = "float64") -> bytes:
+    """The model as a serialized ONNX graph (`solvers.export_onnx`)."""
+    from types import SimpleNamespace
+
+    import solvers
+
+    parts = SimpleNamespace(coef_=model.dense_coef(), intercept_=model.intercept)
+    if not model.is_regressor:
+        parts.classes_ = _classes_array(model.classes)
+    return solvers.export_onnx(parts, dtype=dtype, name=model.id).SerializeToString()
+
+
+def sklearn_estimator(model: LinearModel):
+    """A fitted scikit-learn LinearSVC / LinearSVR with the model's weights."""
+    from sklearn.svm import LinearSVC, LinearSVR
+
+    params = model.info.get("params") or {}
+    C = float(params.get("C", 1.0))
+    coef = np.ascontiguousarray(model.dense_coef(), dtype=np.float64)
+    if model.is_regressor:
+        est = LinearSVR(C=C)
+        est.coef_ = coef[0].copy()
+        est.intercept_ = model.intercept[:1].copy()
+    else:
+        est = LinearSVC(C=C)
+        est.coef_ = coef
+        est.intercept_ = model.intercept.copy()
+        est.classes_ = _classes_array(model.classes)
+    est.n_features_in_ = model.n_features
+    est.n_iter_ = 0
+    return est
+
+
+def skops_bytes(model: LinearModel) -> bytes:
+    """The scikit-learn estimator as a skops file (``skops.io.load`` with trusted types)."""
+    import skops.io
+
+    return skops.io.dumps(sklearn_estimator(model))

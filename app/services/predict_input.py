@@ -1,8 +1,9 @@
 """Reading a predict request body into rows, counted and bounded while it is read.
 
-Bodies are JSON (``{"instances": [...]}``, sparse objects or dense rows) or ``text/plain`` LIBSVM
-lines. Nothing is built for the whole body at once: instances are found one at a time, each is
-counted before it is parsed, and the reading stops at the first limit crossed —
+Bodies are JSON (``{"instances": [...]}``, sparse objects or dense rows; or ``{"records":
+[{"name": value, ...}]}`` by the feature names of a model trained on named columns) or
+``text/plain`` LIBSVM lines. Nothing is built for the whole body at once: instances are found one
+at a time, each is counted before it is parsed, and the reading stops at the first limit crossed —
 
 - instances: at most MAX_PREDICT_BATCH, and at most MAX_DECISION_VALUES decision values (instances
   times the model's outputs): 413 as soon as one more instance is found;
@@ -211,7 +212,47 @@ def json_dense(where: str, row: list, model: LinearModel) -> Row:
     return cols.astype(np.int32), val[cols]
 
 
-def _instance(where: str, inst, model: LinearModel) -> Row:
+def json_record(where: str, record, model: LinearModel) -> Row:
+    """A record ``{"name": value, ...}`` by the model's feature names: a name left out is 0, an
+    unknown one an error that names it."""
+    if not isinstance(record, dict):
+        raise InvalidInstances(
+            f'{where}: expected an object {{"feature name": value, ...}}, got {json_type(record)}'
+        )
+    index = model.feature_index
+    if index is None:
+        raise InvalidInstances(
+            f"{where}: this model's training data had no column names; send 'instances' "
+            "(sparse or dense rows) instead of 'records'"
+        )
+    if len(record) > row_limit(model):
+        raise _too_many(where, model)
+    cols = np.empty(len(record), dtype=np.int64)
+    val = np.empty(len(record), dtype=np.float64)
+    for pos, (name, value) in enumerate(record.items()):
+        col = index.get(name)
+        if col is None:
+            raise InvalidInstances(
+                f"{where}: unknown feature name {_short(name)!r} (the model's features are "
+                f"{_names_hint(model.feature_names)})"
+            )
+        if type(value) not in _NUMBER_TYPES or not math.isfinite(value):
+            raise InvalidInstances(
+                f"{where}: {_short(name)!r} must be a finite number, got {json_type(value)} "
+                f"{_short(value)}"
+            )
+        cols[pos], val[pos] = col, value
+    return sparse_row(where, cols + model.offset, val, model)
+
+
+def _names_hint(names: list, shown: int = 5) -> str:
+    head = ", ".join(repr(n) for n in names[:shown])
+    return head + (f", ... ({len(names)} in all)" if len(names) > shown else "")
+
+
+def _instance(kind: str, where: str, inst, model: LinearModel) -> Row:
+    if kind == "records":
+        return json_record(where, inst, model)
     if isinstance(inst, dict):
         return json_sparse(where, inst, model)
     if isinstance(inst, list):
@@ -226,38 +267,65 @@ def _instance(where: str, inst, model: LinearModel) -> Row:
 # JSON bodies
 
 
-def json_rows(body: bytes, model: LinearModel, max_batch: int) -> Iterator[Row]:
-    """The rows of a JSON predict body, one instance at a time."""
+V1_KEYS = {"instances": "instances", "records": "records"}
+
+
+def json_rows(
+    body: bytes, model: LinearModel, max_batch: int, keys: dict[str, str] = V1_KEYS
+) -> Iterator[Row]:
+    """The rows of a JSON predict body ``{key: [...]}``, one instance at a time. `keys` maps
+    each accepted top-level key to what its elements are: "instances" (sparse objects or dense
+    rows) or "records" (objects by feature name)."""
     counter = _Counter(model, max_batch)
     if len(body) <= SMALL_JSON:
-        instances = _small_document(body)
-        for i, inst in enumerate(instances):
-            counter.add()
-            yield _instance(f"instances[{i}]", inst, model)
-    else:
-        for i, (start, end) in enumerate(_instance_spans(body)):
-            counter.add()
-            yield _large_instance(f"instances[{i}]", body, start, end, model)
+        key, instances = _small_document(body, keys)
+        yield from items_rows(keys[key], key, instances, model, counter)
+        return
+    head = _HEAD.match(body)
+    key = head.group(1).decode() if head else ""
+    if key not in keys:
+        raise InvalidInstances(
+            f"expected a JSON object {_shapes(keys)} (a body over {SMALL_JSON // 1024} KB must "
+            "start with one of these keys)"
+        )
+    for i, (start, end) in enumerate(_instance_spans(body)):
+        counter.add()
+        yield _large_instance(keys[key], f"{key}[{i}]", body, start, end, model)
     counter.done()
 
 
-def _small_document(body: bytes) -> list:
+def items_rows(kind: str, key: str, items: list, model: LinearModel, counter=None, max_batch=None):
+    """The rows of already parsed instances or records (`kind`), counted against the batch
+    limit; `key` names them in messages."""
+    counter = counter or _Counter(model, max_batch)
+    for i, item in enumerate(items):
+        counter.add()
+        yield _instance(kind, f"{key}[{i}]", item, model)
+    counter.done()
+
+
+def _shapes(keys: dict[str, str]) -> str:
+    return " or ".join(f'{{"{k}": [...]}}' for k in keys)
+
+
+def _small_document(body: bytes, keys: dict[str, str]) -> tuple[str, list]:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         doc = _lenient_json(body, exc)
-    if not isinstance(doc, dict) or "instances" not in doc:
+    key = next((k for k in keys if isinstance(doc, dict) and k in doc), None)
+    if key is None:
         raise InvalidInstances(
-            f'expected a JSON object {{"instances": [...]}}, got {json_type(doc)}'
-            + (" without 'instances'" if isinstance(doc, dict) else "")
+            f"expected a JSON object {_shapes(keys)}, got {json_type(doc)}"
+            + (f" without {' or '.join(map(repr, keys))}" if isinstance(doc, dict) else "")
         )
-    extra = set(doc) - {"instances"}
+    extra = set(doc) - {key}
     if extra:
-        raise InvalidInstances(f"unexpected field '{sorted(extra)[0]}'; expected only 'instances'")
-    instances = doc["instances"]
+        raise InvalidInstances(f"unexpected field '{sorted(extra)[0]}'; expected only '{key}'")
+    instances = doc[key]
     if not isinstance(instances, list):
-        raise InvalidInstances(f"'instances' must be a list, got {json_type(instances)}")
-    return instances
+        raise InvalidInstances(f"'{key}' must be a list, got {json_type(instances)}")
+    return key, instances
 
 
 def _lenient_json(body, error: Exception):
@@ -270,7 +338,7 @@ def _lenient_json(body, error: Exception):
 
 
 _WS = re.compile(rb"[ \t\r\n]*")
-_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"instances"[ \t\r\n]*:[ \t\r\n]*\[')
+_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"([a-z_]{1,32})"[ \t\r\n]*:[ \t\r\n]*\[')
 # Strings (with escapes) and brackets decide where a JSON value ends; numbers, commas and
 # whitespace between them are skipped in C by the search.
 _BRACKET_OR_QUOTE = re.compile(rb'["\[\]{}]')
@@ -279,11 +347,6 @@ def _instance_spans(body: bytes) -> Iterator[tuple[int, int]]:
     """(start, end) of each element of a large body's ``instances`` list, found without parsing
     the elements. Bodies of another shape than ``{"instances": [...]}`` are refused."""
     head = _HEAD.match(body)
-    if head is None:
-        raise InvalidInstances(
-            'expected a JSON object {"instances": [...]} (a body over '
-            f'{SMALL_JSON // 1024} KB must start with {{"instances": [)'
-        )
     pos = _WS.match(body, head.end()).end()
     if body[pos : pos + 1] == b"]":
         return
@@ -299,7 +362,7 @@ def _instance_spans(body: bytes) -> Iterator[tuple[int, int]]:
         pos = _WS.match(body, pos + 1).end()
     pos = _WS.match(body, pos + 1).end()
     if body[pos : pos + 1] == b",":
-        raise InvalidInstances("unexpected field after 'instances'; expected only 'instances'")
+        raise InvalidInstances("unexpected field after the instances; expected only one key")
     if body[pos : pos + 1] != b"}" or _WS.match(body, pos + 1).end() != len(body):
         raise _not_json(pos, "'}' ending the body")
 
@@ -344,7 +407,9 @@ def _escaped(body: bytes, at: int) -> bool:
 _SCALARS = {b'"': "a string", b"t": "a boolean", b"f": "a boolean", b"n": "null"}
 
 
-def _large_instance(where: str, body: bytes, start: int, end: int, model: LinearModel) -> Row:
+def _large_instance(
+    kind: str, where: str, body: bytes, start: int, end: int, model: LinearModel
+) -> Row:
     """Count an instance's values on its bytes, then parse it (its objects are then bounded)."""
     first = body[start : start + 1]
     if start == end:
@@ -368,7 +433,7 @@ def _large_instance(where: str, body: bytes, start: int, end: int, model: Linear
             inst = json.loads(span.tobytes())
         except (ValueError, RecursionError):
             raise InvalidInstances(f"the body is not valid JSON: {exc} (in {where})") from None
-    return _instance(where, inst, model)
+    return _instance(kind, where, inst, model)
 
 
 # --------------------------------------------------------------------------------------------

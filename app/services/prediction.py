@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import chain
 
 import numpy as np
@@ -62,6 +63,14 @@ class LinearModel:
     intercept: np.ndarray
     info: dict = field(default_factory=dict)
     columns: np.ndarray | None = None
+    feature_names: list | None = None  # the training columns' names (csv, tsv, parquet)
+
+    @cached_property
+    def feature_index(self) -> dict[str, int] | None:
+        """Model column of each feature name (None without names)."""
+        if self.feature_names is None:
+            return None
+        return {name: j for j, name in enumerate(self.feature_names)}
 
     @property
     def is_regressor(self) -> bool:

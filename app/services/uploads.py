@@ -125,10 +125,14 @@ def _display_name(raw: bytes | None) -> str | None:
 
 
 class _MultipartReader:
-    """Callbacks for python-multipart's streaming parser: one file part, small text fields."""
+    """Callbacks for python-multipart's streaming parser: one file part, small text fields.
+    `on_file(filename, fields)` is called when the file part begins, with the fields sent
+    before it; a field of `early` sent after the file part is refused (too late to matter)."""
 
-    def __init__(self, sink: UploadSink):
+    def __init__(self, sink: UploadSink, on_file=None, early: tuple[str, ...] = ()):
         self.sink = sink
+        self.on_file = on_file
+        self.early = early
         self.fields: dict[str, bytearray] = {}
         self.filename: str | None = None
         self.saw_file = False
@@ -164,7 +168,16 @@ class _MultipartReader:
                 raise ProblemError(422, "Invalid upload", "file: send exactly one file part")
             self.saw_file = True
             self.filename = _display_name(options.get(b"filename"))
+            if self.on_file is not None:
+                self.on_file(self.filename, self.text_fields())
         else:
+            if self.saw_file and name in self.early:
+                raise ProblemError(
+                    422,
+                    "Invalid upload",
+                    f"{name}: send it before the file part (or in the query string): the "
+                    "upload is parsed as it arrives",
+                )
             self.fields.setdefault(name, bytearray())
         self._target = name
 
@@ -182,6 +195,10 @@ class _MultipartReader:
             )
 
 
+    def text_fields(self) -> dict[str, str]:
+        return {k: bytes(v).decode("utf-8", "replace").strip() for k, v in self.fields.items()}
+
+
 def check_declared_length(request: Request, limit: int) -> None:
     """413 at once when the declared body is over the limit (the stream is checked too)."""
     declared = request.headers.get("content-length")
@@ -189,25 +206,33 @@ def check_declared_length(request: Request, limit: int) -> None:
         raise too_large(limit)
 
 
-async def receive_into(request: Request, sink: UploadSink) -> tuple[str | None, str | None]:
-    """Stream the request's file into `sink`; returns (file name, `name` field) as sent."""
+async def receive_into(
+    request: Request, sink: UploadSink, on_file=None, early: tuple[str, ...] = ()
+) -> tuple[str | None, str | None]:
+    """Stream the request's file into `sink`; returns (file name, `name` field) as sent.
+    `on_file(filename, fields)` is called once, before the file's first byte is written."""
     try:
-        return await _stream_into(request, sink)
+        return await _stream_into(request, sink, on_file, early)
     finally:
         sink.close()
 
 
-async def _stream_into(request: Request, sink: UploadSink) -> tuple[str | None, str | None]:
+async def _stream_into(
+    request: Request, sink: UploadSink, on_file, early: tuple[str, ...]
+) -> tuple[str | None, str | None]:
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     try:
         if content_type != b"multipart/form-data":
+            filename = _display_name(request.query_params.get("filename", "").encode())
+            if on_file is not None:
+                on_file(filename, {})
             async for chunk in request.stream():
                 sink.write(chunk)
-            return _display_name(request.query_params.get("filename", "").encode()), None
+            return filename, None
         boundary = options.get(b"boundary")
         if not boundary:
             raise ProblemError(422, "Invalid upload", "multipart body without a boundary")
-        reader = _MultipartReader(sink)
+        reader = _MultipartReader(sink, on_file, early)
         parser = MultipartParser(boundary, reader.callbacks())
         async for chunk in request.stream():
             parser.write(chunk)

@@ -3,7 +3,7 @@ job's checkpoint (when and at which iteration its iterate was last stored, the i
 attempt resumed from) and whether a cancel keeps the current iterate as a model.
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-11-28
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

@@ -169,7 +169,7 @@ class FakeEstimator:
     def __call__(self, params, X, y, qid, callback, n_jobs):
         import time
 
-        from solvers.progress import Progress
+        from solvers._core.progress import Progress
 
         self.calls += 1
         if self.fail is not None:
@@ -180,7 +180,14 @@ class FakeEstimator:
             time.sleep(self.delay)
             gap = 10.0 * 0.1**it
             progress = Progress(
-                it, time.perf_counter() - start, gap, M=gap / 2, m=-gap / 2, active=10
+                it,
+                time.perf_counter() - start,
+                gap,
+                pg_max=gap / 2,
+                pg_min=-gap / 2,
+                pg_range=gap,
+                active=10,
+                duality_gap=gap / 100,
             )
             if callback(progress) is False:
                 status = "stopped"

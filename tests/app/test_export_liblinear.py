@@ -5,11 +5,10 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from liblinear import liblinearutil
 
 from app.services.export import NotExportable, json_document, liblinear_text
 from app.services.prediction import LinearModel, decision_function, dumps, predict_payload
-
-liblinearutil = pytest.importorskip("liblinear.liblinearutil")
 
 
 def random_problem(n=60, d=25, seed=0):

@@ -25,10 +25,10 @@ class ManyReports:
         self.n = n
 
     def __call__(self, params, X, y, qid, callback, n_jobs):
-        from solvers.progress import Progress
+        from solvers import Progress
 
         for it in range(1, self.n + 1):
-            callback(Progress(it, 1e-4 * it, 10.0 / it, M=1.0, m=-1.0, active=5))
+            callback(Progress(it, 1e-4 * it, 10.0 / it, pg_max=1.0, pg_min=-1.0, pg_range=2.0, active=5))
         return trainers.Trained(
             kind="classifier", classes=[-1, 1], coef=np.zeros((1, X.shape[1])),
             intercept=np.zeros(1), status="max_iter", gap=1e-3, n_iter=self.n,
@@ -56,8 +56,9 @@ def test_history_is_bounded_and_log_spaced_while_the_stream_sees_every_report(
     def watch():
         with client.stream("GET", f"/v1/jobs/{job_id}/events") as events:
             for line in events.iter_lines():
-                if line.startswith("data:") and '"iteration"' in line:
-                    seen.append(json.loads(line[5:])["iteration"])
+                payload = json.loads(line[5:]) if line.startswith("data:") else {}
+                if "iteration" in payload:  # a progress record (not a status change)
+                    seen.append(payload["iteration"])
 
     watcher = threading.Thread(target=watch)
     watcher.start()

@@ -52,7 +52,7 @@ def test_a_model_stored_with_float_classes_predicts_integer_labels():
     row = SimpleNamespace(
         id="m", kind="classifier", classes=[-1.0, 1.0], n_features=2, zero_based=False,
         weights=pack_weights(np.array([[1.0, 0.0]]), np.array([0.0])),
-        estimator="LinearSVC", params={}, tenant="local",
+        estimator="LinearSVC", params={}, tenant="local", feature_names=None,
     )  # fmt: skip
     labels = predict_payload(model_from_row(row), np.array([[2.0, 0.0], [-2.0, 0.0]]))["labels"]
     assert labels == [1, -1] and all(type(v) is int for v in labels)
@@ -64,10 +64,10 @@ class BumpyGap:
     GAPS = [10.0, 1.0, 0.1, 5.0, 2.0, 0.05, 0.02, 0.001]
 
     def __call__(self, params, X, y, qid, callback, n_jobs):
-        from solvers.progress import Progress
+        from solvers import Progress
 
         for it, gap in enumerate(self.GAPS, start=1):
-            callback(Progress(it, 0.01 * it, gap, M=gap, m=-gap, active=1))
+            callback(Progress(it, 0.01 * it, gap, pg_max=gap, pg_min=-gap, pg_range=2 * gap, active=1))
         coef = np.zeros((1, X.shape[1]))
         return trainers.Trained(
             kind="classifier", classes=[-1, 1], coef=coef, intercept=np.zeros(1),

@@ -115,7 +115,11 @@ def test_run_job_records_progress_and_stores_the_model(app, client, db, heart, f
     records = client.get(f"/v1/jobs/{job['id']}/progress").json()["items"]
     assert [r["iteration"] for r in records] == [1, 2, 3, 4, 5]
     gaps = [r["gap"] for r in records]
-    assert gaps == sorted(gaps, reverse=True) and records[0]["M"] == gaps[0] / 2
+    assert gaps == sorted(gaps, reverse=True) and records[0]["pg_max"] == gaps[0] / 2
+    # the explicit names travel with every record, stored and served
+    assert [r["pg_range"] for r in records] == gaps
+    assert [r["duality_gap"] for r in records] == pytest.approx([g / 100 for g in gaps])
+    assert records[0]["max_violation"] is None
     assert done["progress"] == records[-1]
     page = client.get(f"/v1/jobs/{job['id']}/progress?limit=2").json()
     assert len(page["items"]) == 2 and page["next"]
@@ -161,6 +165,9 @@ def test_events_stream_progress_then_end(app, client, heart, fake_trainer):
         if line.startswith("event:")
     ]
     assert kinds == ["progress"] * 4 + ["end"]
+    first = json.loads(events[0].split("data: ", 1)[1])
+    assert first["pg_range"] == first["gap"] and first["pg_max"] == first["gap"] / 2
+    assert first["duality_gap"] == pytest.approx(first["gap"] / 100)
     last = json.loads(events[-1].split("data: ", 1)[1])
     assert last["status"] == "succeeded"
 

@@ -497,7 +497,8 @@ def test_evaluate_maps_a_zero_based_dataset_onto_a_one_based_model(service):
 
 
 def test_export_predicts_like_the_endpoint(service, tmp_path):
-    liblinearutil = pytest.importorskip("liblinear.liblinearutil")
+    from liblinear import liblinearutil
+
     rng = np.random.default_rng(12)
     X = rng_problem(n=60, seed=13)
     for coef, intercept, classes in [

@@ -10,12 +10,11 @@ import io
 
 import numpy as np
 import pytest
+from liblinear import liblinearutil
 
 from app.services.model_store import pack_weights
 from app.tables import Model, new_id
 from tests.app.conftest import HEART, finished_run
-
-liblinearutil = pytest.importorskip("liblinear.liblinearutil")
 
 
 @pytest.fixture
@@ -94,7 +93,7 @@ def test_exported_file_reloads_into_liblinear_with_the_same_predictions(client, 
 def test_stored_estimators_predict_as_the_estimator_does(app, client, multi_class, n_classes):
     """Weights stored as the trainer stores them (coef_, intercept_, classes_) give the
     estimator's own labels and decision values through the endpoint."""
-    solvers = pytest.importorskip("solvers")
+    import solvers
     from solvers.io import load_libsvm
 
     data = load_libsvm(str(HEART))

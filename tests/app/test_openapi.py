@@ -53,7 +53,7 @@ def test_every_v1_error_is_a_problem_document(document):
     assert set(schemas["Problem"]["required"]) == {"type", "title", "status"}
     seen = set()
     for path, method, op in operations(document):
-        if not path.startswith("/v1/"):
+        if not path.startswith("/v1/") or path.endswith("/invocations"):
             continue
         for status, response in op["responses"].items():
             if status.startswith(("4", "5")):
@@ -67,11 +67,29 @@ def test_every_v1_error_is_a_problem_document(document):
     assert ERRORS <= seen
 
 
+def test_protocol_routes_document_their_own_error_shapes(document):
+    """The inference protocol's routes answer {"error"}, MLflow's invocations {"error_code",
+    "message"}; neither is a problem document."""
+    seen = 0
+    for path, _, op in operations(document):
+        v2, mlflow = path.startswith("/v2/models"), path.endswith("/invocations")
+        if not (v2 or mlflow):
+            continue
+        required = ["error"] if v2 else ["error_code", "message"]
+        for status, response in op["responses"].items():
+            if status.startswith(("4", "5")):
+                seen += 1
+                schema = response["content"]["application/json"]["schema"]
+                assert schema["required"] == required, (path, status)
+        assert {"401", "403", "404"} <= set(op["responses"]), path
+    assert seen >= 40
+
+
 def test_bearer_security_scheme_on_every_v1_operation(document):
     scheme = document["components"]["securitySchemes"]["HTTPBearer"]
     assert scheme == {**scheme, "type": "http", "scheme": "bearer"}
     for path, _, op in operations(document):
-        if path.startswith("/v1/"):
+        if path.startswith(("/v1/", "/v2/models")):
             assert {"HTTPBearer": []} in op["security"], path
             assert {} in op["security"]  # the loopback service answers without a key
         else:

@@ -96,7 +96,7 @@ def test_the_queue_schema_is_pinned_and_checked(database, monkeypatch):
             conn.execute(text("COMMENT ON TABLE procrastinate_jobs IS NULL"))
         with pytest.raises(schema.SchemaMismatch, match="no labelled schema"):
             schema.check(db)
-        migrate.downgrade(database.url, "0006")  # 0008 labels a database migrated before
+        migrate.downgrade(database.url, "0007")  # 0008 labels a database migrated before
         migrate.upgrade(database.url)
         schema.check(db)
     finally:

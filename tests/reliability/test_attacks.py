@@ -22,8 +22,8 @@ import pytest
 
 from app.db import Database
 from app.services import keys
+from benchmarks import _process_memory as memory
 from tests.app.conftest import HEART, postgres_url_or_skip
-from tests.reliability import memory
 from tests.reliability.helpers import ROOT, free_port, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
@@ -263,6 +263,56 @@ def test_an_accepted_compressed_upload_is_parsed_to_disk(service):
     assert response.json()["n_rows"] == 1_600_000
     assert service.http.delete(url).status_code == 404  # not acme's
     assert httpx.delete(url, headers=service.limited).status_code == 204
+
+
+def test_an_npz_of_720_mb_expanded_is_read_a_chunk_at_a_time(service):
+    import io
+
+    import numpy as np
+
+    n = 30_000_000  # data, indices, indptr and y of 240 MB each, about 1 MB compressed
+    buffer = io.BytesIO()
+    np.savez_compressed(
+        buffer, data=np.ones(n), indices=np.zeros(n, dtype=np.int64),
+        indptr=np.arange(n + 1, dtype=np.int64), shape=np.array([n, 1]),
+        format=np.array(b"csr"), y=np.ones(n),
+    )  # fmt: skip
+    response = attack(service, upload(service, buffer.getvalue()))
+    assert response.status_code == 429 and "storage quota" in response.json()["detail"]
+
+
+def test_a_csv_line_of_256_mib(service):
+    out = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip: a header, a row, then one long line
+    parts = [out.compress(b"label,a\n1,2\n")]
+    parts += [out.compress(b"0," * (1 << 19)) for _ in range(256)]
+    bomb = b"".join([*parts, out.flush()])
+    response = attack(service, upload(service, bomb, {"Content-Type": "text/csv"}))
+    assert response.status_code == 413 and "MAX_LINE_MB" in response.json()["detail"]
+
+
+def test_a_csv_header_of_a_million_columns(service):
+    header = b"label," + b",".join(b"c%d" % j for j in range(1_000_000)) + b"\n"
+    response = attack(service, upload(service, header + b"1" + b",0" * 1_000_000 + b"\n",
+                                      {"Content-Type": "text/csv"}))  # fmt: skip
+    assert response.status_code == 413 and "columns" in response.json()["detail"]
+
+
+def test_a_parquet_row_group_that_decodes_to_a_gigabyte(service):
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 64_000_000  # two columns of 512 MB of zeros each, 8 MB compressed
+    zeros = pa.array(np.zeros(n))
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"label": zeros, "x": zeros}), buffer, compression="zstd",
+                   row_group_size=n, use_dictionary=False, write_statistics=False,
+                   max_rows_per_page=n, write_batch_size=n)  # fmt: skip
+    del zeros
+    response = attack(service, upload(service, buffer.getvalue()))
+    assert response.status_code == 413 and "row group 0" in response.json()["detail"]
 
 
 # ---------------------------------------------------------------------------------------------

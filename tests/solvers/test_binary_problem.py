@@ -1,16 +1,16 @@
-"""Input validation (solvers.problem) and the compiled CSR row kernels (solvers._sparse)."""
+"""Input checks (solvers._core.problem) and the compiled CSR row kernels (solvers._core.sparse)."""
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from solvers._sparse import (
+from solvers._core.problem import check_csr, csr_arrays, fold_weights_into_C, per_sample_C
+from solvers._core.sparse import (
     row_sq_norms,
     rows_dot,
     unsigned_indices,
     weighted_row_sum,
 )
-from solvers.problem import check_csr, csr_arrays, per_sample_C, sample_C
 from tests.solvers._binary_helpers import augmented
 
 
@@ -76,23 +76,15 @@ def test_check_csr_rejects(X, message):
         check_csr(X)
 
 
-def test_csr_arrays_requires_validated_csr():
-    with pytest.raises(TypeError, match="expected a scipy CSR matrix, got ndarray"):
-        csr_arrays(np.eye(3))
-    with pytest.raises(TypeError, match="expected float32 or float64 values"):
-        csr_arrays(sp.csr_matrix(np.eye(3, dtype=np.int64)))
-
-
 def test_per_sample_C_and_weights():
     np.testing.assert_array_equal(per_sample_C(2.0, 3), [2.0, 2.0, 2.0])
     np.testing.assert_array_equal(per_sample_C(np.array([1.0, 0.0]), 2), [1.0, 0.0])
     with pytest.raises(ValueError, match="finite and >= 0"):
         per_sample_C(np.array([1.0, -1.0]), 2)
-    assert sample_C(0.5, 4) == 0.5
-    np.testing.assert_array_equal(
-        sample_C(0.5, 3, np.array([1.0, 2.0, 0.0]), np.array([3.0, 1.0, 1.0])), [1.5, 1.0, 0.0]
-    )
+    assert fold_weights_into_C(0.5, 4) == 0.5
+    folded = fold_weights_into_C(0.5, 3, np.array([1.0, 2.0, 0.0]), np.array([3.0, 1.0, 1.0]))
+    np.testing.assert_array_equal(folded, [1.5, 1.0, 0.0])
     with pytest.raises(ValueError, match=r"sample_weight must have shape \(3,\)"):
-        sample_C(0.5, 3, np.ones(2))
+        fold_weights_into_C(0.5, 3, np.ones(2))
     with pytest.raises(ValueError, match="finite and >= 0"):
-        sample_C(0.5, 2, np.array([1.0, np.inf]))
+        fold_weights_into_C(0.5, 2, np.array([1.0, np.inf]))

@@ -65,7 +65,8 @@ def test_non_convergence_is_a_status_and_a_warning():
     X, y = scaled_diabetes()
     with pytest.warns(ConvergenceWarning):
         est = LinearSVR(C=10.0, tol=1e-12, max_iter=2).fit(X, y)
-    assert est.status_ == "max_iter" and est.n_iter_ == 2 and len(est.history_) == 2
+    assert est.status_ == "max_iter" and est.n_iter_ == 2 and len(est.history_) == 3
+    assert est.history_[-1]["gap"] == est.gap_ > 1e-12
 
 
 def test_sample_weights_equal_repetition():

@@ -15,10 +15,10 @@ from functools import cache
 import pytest
 from liblinear import liblinearutil
 
-from solvers.crammer_singer import solve_crammer_singer
-from solvers.ovr import solve_ovr
-from solvers.progress import Status
-from solvers.weston_watkins import solve_weston_watkins
+from solvers._core.progress import Status
+from solvers.multiclass.crammer_singer import solve_crammer_singer
+from solvers.multiclass.ovr import solve_ovr
+from solvers.multiclass.weston_watkins import solve_weston_watkins
 from tests.solvers.multiclass_data import accuracy, liblinear_weights, load_text
 
 SETS = ["news20", "sector"]

@@ -1,16 +1,9 @@
 """The multi-class formulations through solvers.LinearSVC: labels, shapes, objectives."""
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 from tests.solvers.multiclass_data import blobs, cs_primal, load, ww_primal
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("solvers.linear_svc") is None,
-    reason="solvers/linear_svc.py (the estimator) is not in this tree yet",
-)
 
 
 def _string_labels(y):

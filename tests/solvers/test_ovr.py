@@ -5,9 +5,9 @@ import pytest
 import scipy.sparse as sp
 from liblinear import liblinearutil
 
+from solvers._core.progress import Status
 from solvers.binary import solve_binary
-from solvers.ovr import solve_ovr
-from solvers.progress import Status
+from solvers.multiclass.ovr import solve_ovr
 from tests.solvers.multiclass_data import accuracy, liblinear_weights, load
 
 
@@ -75,7 +75,8 @@ def test_serial_and_threaded_runs_are_identical(order):
         np.testing.assert_array_equal(r.w, runs[0].w)
         np.testing.assert_array_equal(r.alpha, runs[0].alpha)
         np.testing.assert_array_equal(r.extra["n_iter"], runs[0].extra["n_iter"])
-    assert runs[0].gap < 0.1
+    # the measure of the returned state: every class's own, the largest of them
+    assert all(r.gap == runs[0].gap == runs[0].extra["gap"].max() for r in runs)
 
 
 def test_accuracy_close_to_liblinear():
@@ -92,7 +93,7 @@ def test_behaviour_callback_warm_start_zero_rows_float32():
     X, _, y, _ = load("wine")
     seen = []
     r = solve_ovr(X, y, 3, C=1.0, bias=1.0, tol=1e-4, callback=seen.append, objective_every=2)
-    assert len(seen) == r.n_iter and seen[-1].gap <= 1e-4
+    assert len(seen) in (r.n_iter, r.n_iter + 1) and seen[-1].gap == r.gap <= 1e-4
     assert any(p.primal is not None for p in seen)
     stopped = solve_ovr(X, y, 3, tol=1e-6, callback=lambda p: False)
     assert stopped.status is Status.STOPPED and stopped.n_iter == 1

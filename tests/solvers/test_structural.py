@@ -158,7 +158,9 @@ def test_callback_reports_and_stops():
         return len(seen) < 3
 
     res = fit_structural(X, margins, groups, tol=1e-12, callback=cb)
-    assert res.status is Status.STOPPED and res.n_iter == 3 and len(seen) == 3
+    # three passes, then the exact bounds of the returned state (the callback sees it too)
+    assert res.status is Status.STOPPED and res.n_iter == 3 and len(seen) == 4
+    assert seen[-1].gap == res.gap and seen[-1].upper_bound == res.upper_bound
     assert all(p.lower_bound is not None and p.active is not None for p in seen)
     # UB' is reported for full passes (the first one is; shrunk ones cover fewer rows).
     assert seen[0].approx_upper_bound is not None and seen[0].active == len(margins)

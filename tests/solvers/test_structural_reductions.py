@@ -1,13 +1,11 @@
 """Problems written through the shared-slack solver reach the optima of their dedicated solvers."""
 
-import importlib.util
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from solvers import fit_structural, solve_svr
-from solvers.structural_problems import (
+from solvers.structural.problems import (
     binary_problem,
     multiclass_problem,
     split_classes,
@@ -15,11 +13,6 @@ from solvers.structural_problems import (
 )
 from tests.conftest import shared_file
 from tests.solvers.test_structural import qp_optimum
-
-
-def needs(module):
-    if importlib.util.find_spec(f"solvers.{module}") is None:
-        pytest.skip(f"solvers.{module} is not available yet")
 
 
 def read(*parts):
@@ -36,7 +29,6 @@ def brackets_meet(ours, lb, ub, rel):
 
 @pytest.mark.parametrize("C", [0.5, np.linspace(0.1, 2.0, 270)])
 def test_binary_equals_l1_dual_coordinate_descent(C):
-    needs("binary")
     from solvers import solve_binary
 
     X, y = read("heart_scale", "heart_scale")
@@ -99,7 +91,6 @@ def test_cost_sensitive_multiclass_matches_qp():
     ],
 )
 def test_zero_one_loss_equals_crammer_singer(parts, C, scale, tol):
-    needs("crammer_singer")
     from solvers import solve_crammer_singer
 
     X, y = read(*parts)

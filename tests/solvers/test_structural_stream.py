@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from solvers import Status, fit_structural, fit_structural_stream
-from solvers.structural_chunks import npy_chunks, save_npy_problem
+from solvers.structural.chunks import npy_chunks, save_npy_problem
 
 
 def make_problem(n_examples=3000, per_example=4, n_features=30, seed=0, shift=3.0):

@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from liblinear import liblinearutil
 
 from solvers import Status, solve_svr
-from solvers.svr import svr_objectives
+from solvers.regression.svr import svr_objectives
 from tests.conftest import shared_file
 
 LOSS_OF = {13: "epsilon_insensitive", 12: "squared_epsilon_insensitive"}
@@ -115,8 +115,10 @@ def test_shrinking_same_optimum_and_zero_weights_dropped():
 
 def test_callback_stop_warm_start_and_errors():
     X, y = diabetes()
-    res = solve_svr(X, y, C=1.0, tol=1e-9, callback=lambda p: p.iteration < 2)
-    assert res.status is Status.STOPPED and res.n_iter == 2 and len(res.history) == 2
+    res = solve_svr(X, y, C=100.0, tol=1e-9, callback=lambda p: p.iteration < 2)
+    # two passes, then the measure of the returned β over every sample
+    assert res.status is Status.STOPPED and res.n_iter == 2 and len(res.history) == 3
+    assert res.history[-1].iteration == 2 and res.history[-1].gap == res.gap > 1e-9
     cold = solve_svr(X, y, C=1.0, epsilon=0.5, tol=1e-6, max_iter=20000)
     warm = solve_svr(X, y, C=1.0, epsilon=0.5, tol=1e-3, max_iter=20000, warm_start=cold)
     assert warm.n_iter <= 2

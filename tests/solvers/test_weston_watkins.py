@@ -5,11 +5,11 @@ import osqp
 import pytest
 import scipy.sparse as sp
 
-from solvers._ww_kernels import solve_sub_problem
+from solvers._core.progress import Status
 from solvers.binary import solve_binary
-from solvers.crammer_singer import solve_crammer_singer
-from solvers.progress import Status
-from solvers.weston_watkins import solve_weston_watkins
+from solvers.multiclass.crammer_singer import solve_crammer_singer
+from solvers.multiclass.weston_watkins import solve_weston_watkins
+from solvers.multiclass.ww_kernels import solve_sub_problem
 from tests.solvers.multiclass_data import accuracy, blobs, load, ww_primal
 
 

@@ -7,11 +7,17 @@ ValueError (a 422 naming the problem), `solvers.io.LibsvmLimitError` or
 `app.limits.ExpansionTooLarge` (a 413).
 
 Formats:
-  libsvm  LIBSVM/SVMlight text (gzip, bzip2 or xz compressed as sent), parsed while it streams;
-  npz     a ``scipy.sparse.save_npz`` CSR archive plus a member ``y`` (see `.npz`).
+  libsvm   LIBSVM/SVMlight text, parsed while it streams;
+  csv/tsv  a header row, a label column and numeric features, parsed while it streams
+           (`.delimited`);
+  parquet  a label column and numeric or sparse columns, read row group by row group once the
+           file has arrived (`.parquet`);
+  npz      a ``scipy.sparse.save_npz`` CSR archive plus a member ``y`` (see `.npz`).
+Text formats may be gzip, bzip2 or xz compressed as sent.
 
-A format is named by the upload (`?format=`) or recognised from the first bytes: a zip archive
-is npz, anything else LIBSVM text.
+A format is named by the upload (``format``), else recognised from the file name's extension,
+else from the first bytes: a zip archive is npz, ``PAR1`` Parquet, a first line with commas
+(and no ``index:value`` pair) CSV, with tabs and no colon TSV, anything else LIBSVM text.
 """
 
 from __future__ import annotations
@@ -20,32 +26,74 @@ from typing import BinaryIO
 
 import numpy as np
 
-FORMATS = ("libsvm", "npz")
+FORMATS = ("libsvm", "csv", "tsv", "parquet", "npz")
 ZIP_MAGIC = b"PK\x03\x04"
+PARQUET_MAGIC = b"PAR1"
+EXTENSIONS = {
+    ".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
+    ".npz": "npz", ".svm": "libsvm", ".libsvm": "libsvm", ".svmlight": "libsvm",
+}  # fmt: skip
+COMPRESSED = (".gz", ".bz2", ".xz")
+
+
+def from_name(filename: str | None) -> str | None:
+    """The format a file name's extension names (a compression suffix is looked through)."""
+    if not filename:
+        return None
+    name = filename.lower()
+    for suffix in COMPRESSED:
+        name = name.removesuffix(suffix)
+    dot = name.rfind(".")
+    return EXTENSIONS.get(name[dot:]) if dot >= 0 else None
+
+
+def check(declared: str | None) -> str | None:
+    if declared is not None and declared not in FORMATS:
+        raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {declared!r}")
+    return declared
 
 
 def resolve(declared: str | None, head: bytes) -> str:
-    """The upload's format: the declared one, else npz for a zip archive, else libsvm."""
-    if declared is not None:
-        if declared not in FORMATS:
-            raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {declared!r}")
+    """The upload's format: the declared one, else recognised from its first bytes (`head`)."""
+    if check(declared) is not None:
         return declared
-    return "npz" if head.startswith(ZIP_MAGIC) else "libsvm"
+    if head.startswith(ZIP_MAGIC):
+        return "npz"
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
+    first = head.split(b"\n", 1)[0]
+    if b":" not in first:
+        if b"," in first:
+            return "csv"
+        if b"\t" in first:
+            return "tsv"
+    return "libsvm"
 
 
-def chunks(fmt: str, stream: BinaryIO, source: str, limits: dict, chunk_rows: int, chunk_nnz: int):
+def chunks(fmt: str, stream: BinaryIO, source: str, limits: dict, chunk_rows: int, chunk_nnz: int,
+           options: dict | None = None):
     """The upload in `fmt` as a chunk source for `app.services.dataset_store.DatasetWriter`.
 
     `stream` is the upload's plain bytes, `source` the stored file. Iterating the source yields
     ``(indptr, indices, data, labels, qids)`` row chunks (as `solvers.io.LibsvmChunks` does);
-    once iterated, its ``n_rows``, ``n_features``, ``zero_based`` and ``has_qid`` describe the
-    dataset. `limits` holds ``max_expanded``, ``max_line`` and ``max_features`` (each optional).
+    once iterated, its ``n_rows``, ``n_features``, ``zero_based``, ``has_qid`` and
+    ``feature_names`` (None unless the format names its columns) describe the dataset.
+    `limits` holds ``max_expanded``, ``max_line`` and ``max_features`` (each optional);
+    `options` the parse options ``label_column`` and ``empty_cells`` of csv, tsv and parquet.
     """
+    options = options or {}
     if fmt == "npz":
-        from app.services.formats.npz import read_npz
+        from app.services.formats.npz import NpzChunks
 
-        data = read_npz(stream, source, limits.get("max_expanded") or 2**62)
-        return RowChunks(data, chunk_rows, limits.get("max_features"))
+        return NpzChunks(stream, source, limits, chunk_rows, chunk_nnz)
+    if fmt in ("csv", "tsv"):
+        from app.services.formats.delimited import DelimitedChunks
+
+        return DelimitedChunks(stream, "," if fmt == "csv" else "\t", limits, **options)
+    if fmt == "parquet":
+        from app.services.formats.parquet import ParquetChunks
+
+        return ParquetChunks(stream, source, limits, chunk_rows, **options)
     from solvers.io import LibsvmChunks
 
     return LibsvmChunks(
@@ -59,6 +107,8 @@ def chunks(fmt: str, stream: BinaryIO, source: str, limits: dict, chunk_rows: in
 
 class RowChunks:
     """A dataset already in memory (`solvers.io.LibsvmData`) as row chunks, like LibsvmChunks."""
+
+    feature_names = None
 
     def __init__(self, data, chunk_rows: int, max_features: int | None = None):
         from solvers.io import LibsvmLimitError

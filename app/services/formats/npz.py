@@ -7,43 +7,154 @@ CSR matrix, and ``y`` (n_rows labels). Column j is feature j (a zero-based datas
 
 Nothing in the archive is trusted: at most `MAX_MEMBERS` members; arrays are read with their
 ``.npy`` headers checked (no object dtype, so no pickles; sizes that match the member) and the
-members' expanded sizes count against MAX_EXPANDED_MB before anything is decompressed; the CSR
-structure is checked in full (index range, monotone row pointers, finite values).
+members' expanded sizes count against MAX_EXPANDED_MB before anything is decompressed. The CSR
+arrays are streamed to files beside the upload and read back a chunk of rows at a time, so the
+reader's memory is a chunk, not the archive; each chunk's structure is checked (index range,
+monotone row pointers, finite values, at most MAX_LINE_MB / 4 entries in a row).
 """
 
 from __future__ import annotations
 
+import shutil
 import zipfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 import scipy.sparse as sp
 
 from app.limits import ExpansionTooLarge
-from solvers.io import LibsvmData
+from app.services.uploads import temp_name
+from solvers.io import LibsvmLimitError
 
 MAX_MEMBERS = 8
 REQUIRED = ("data", "indices", "indptr", "shape", "format", "y")
+SMALL = ("shape", "format")  # read in memory; the other members are streamed to files
 MAX_HEADER_BYTES = 4096
+MIN_ROW_ENTRIES = 1 << 16
 
 
-def read_npz(stream: BinaryIO, source: str, max_expanded: int) -> LibsvmData:
-    """Read an npz upload once it has fully arrived (`stream` is drained first: a zip archive
-    is read from its end)."""
-    while stream.read(1 << 20):
-        pass  # waits for the whole upload (and stops if it is abandoned)
-    with open(source, "rb") as raw:
-        if raw.read(4) != b"PK\x03\x04":
-            raise ValueError("npz: expected a zip archive as np.savez writes (do not compress it)")
-    try:
-        with zipfile.ZipFile(source) as archive:
-            arrays = _members(archive, max_expanded)
-    except zipfile.BadZipFile as exc:
-        raise ValueError(f"npz: not a readable zip archive: {exc}") from None
-    return _dataset(arrays)
+class NpzChunks:
+    """Row chunks of an npz upload, for `DatasetWriter`, with the archive's large members
+    extracted to files and read back a chunk of rows at a time (never loaded whole)."""
+
+    zero_based = True
+    has_qid = False
+    feature_names = None
+
+    def __init__(self, stream: BinaryIO, source: str, limits: dict, chunk_rows: int,
+                 chunk_nnz: int):
+        self.stream = stream
+        self.source = source
+        self.max_expanded = limits.get("max_expanded") or 2**62
+        self.max_features = limits.get("max_features")
+        self.max_row = max((limits.get("max_line") or 2**62) // 4, MIN_ROW_ENTRIES)
+        self.chunk_rows = chunk_rows
+        self.chunk_nnz = chunk_nnz
+        self.n_rows = self.n_features = 0
+
+    def __iter__(self):
+        while self.stream.read(1 << 20):
+            pass  # waits for the whole upload (and stops if it is abandoned)
+        with open(self.source, "rb") as raw:
+            if raw.read(4) != b"PK\x03\x04":
+                raise ValueError(
+                    "npz: expected a zip archive as np.savez writes (do not compress it)"
+                )
+        workdir = Path(self.source).parent / temp_name("npz")
+        workdir.mkdir()
+        try:
+            try:
+                with zipfile.ZipFile(self.source) as archive:
+                    arrays = _members(archive, self.max_expanded, workdir)
+            except zipfile.BadZipFile as exc:
+                raise ValueError(f"npz: not a readable zip archive: {exc}") from None
+            yield from self._rows(arrays)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _rows(self, arrays: dict) -> Iterator[tuple]:
+        n_rows, n_features = _check_header(arrays)
+        if self.max_features is not None and n_features > self.max_features:
+            raise LibsvmLimitError(
+                f"{n_features} features, more than the {self.max_features} accepted "
+                "(MAX_FEATURES)",
+                None,
+            )
+        self.n_rows, self.n_features = n_rows, n_features
+        indptr, indices, data, y = (arrays[k] for k in ("indptr", "indices", "data", "y"))
+        nnz = data.length
+        if indptr.length != n_rows + 1 or y.length != n_rows:
+            raise ValueError(
+                f"npz: expected {n_rows + 1} row pointers and {n_rows} labels for "
+                f"shape[0] = {n_rows}"
+            )
+        if indices.length != nnz:
+            raise ValueError("npz: members indices and data differ in length")
+        start, before = 0, 0
+        while start < n_rows:
+            stop = min(start + self.chunk_rows, n_rows)
+            ptr = indptr.read(start, stop + 1)
+            if ptr[0] != before or np.any(np.diff(ptr) < 0):
+                raise ValueError("npz: member indptr: row pointers must not decrease")
+            if ptr[-1] - ptr[0] > self.chunk_nnz and stop - start > 1:
+                fits = int(np.searchsorted(ptr - ptr[0], self.chunk_nnz, "right")) - 1
+                stop = start + max(1, fits)
+                ptr = ptr[: stop - start + 1]
+            widest = int(np.diff(ptr).max()) if len(ptr) > 1 else 0
+            if widest > self.max_row:
+                row = start + int(np.argmax(np.diff(ptr))) + 1
+                raise LibsvmLimitError(
+                    f"row {row}: {widest} entries, more than the {self.max_row} accepted in "
+                    "one row (MAX_LINE_MB / 4, as for a text line)",
+                    row,
+                )
+            if ptr[-1] > nnz:
+                raise ValueError(f"npz: member indptr: row pointers beyond the {nnz} entries")
+            yield self._chunk(arrays, start, stop, ptr, n_features)
+            before, start = int(ptr[-1]), stop
+        if before != nnz:
+            raise ValueError(f"npz: member indptr: expected the last row pointer to be {nnz}")
+
+    def _chunk(self, arrays, start, stop, ptr, n_features):
+        lo, hi = int(ptr[0]), int(ptr[-1])
+        cols = arrays["indices"].read(lo, hi)
+        if cols.size and (cols.min() < 0 or cols.max() >= n_features):
+            raise ValueError(
+                f"npz: member indices: column indices must lie in [0, {n_features})"
+            )
+        values = arrays["data"].read(lo, hi).astype(np.float64)
+        if not np.isfinite(values).all():
+            raise ValueError("npz: member data: values must be finite")
+        labels = arrays["y"].read(start, stop).astype(np.float64)
+        if not np.isfinite(labels).all():
+            bad = start + int(np.flatnonzero(~np.isfinite(labels))[0])
+            raise ValueError(f"row {bad + 1}: the label is not a finite number")
+        X = sp.csr_matrix(
+            (values, cols.astype(np.int32), ptr - lo), shape=(stop - start, n_features)
+        )
+        X.sum_duplicates()  # sorted indices, one entry per (row, column)
+        qids = np.zeros(stop - start, dtype=np.int64)
+        return X.indptr.astype(np.int64), X.indices, X.data, labels, qids
 
 
-def _members(archive: zipfile.ZipFile, max_expanded: int) -> dict[str, np.ndarray]:
+class _Extracted:
+    """A 1-d member written to its own file, read back a slice at a time."""
+
+    def __init__(self, path: Path, dtype: np.dtype, length: int):
+        self.path, self.dtype, self.length = path, dtype, length
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        with open(self.path, "rb") as file:
+            file.seek(start * self.dtype.itemsize)
+            out = np.fromfile(file, dtype=self.dtype, count=stop - start)
+        if out.size != stop - start:
+            raise ValueError("npz: a member is shorter than its header declares")
+        return out
+
+
+def _members(archive: zipfile.ZipFile, max_expanded: int, workdir: Path) -> dict:
     infos = archive.infolist()
     if len(infos) > MAX_MEMBERS:
         raise ValueError(f"npz: expected at most {MAX_MEMBERS} members, got {len(infos)}")
@@ -59,14 +170,15 @@ def _members(archive: zipfile.ZipFile, max_expanded: int) -> dict[str, np.ndarra
     if sum(info.file_size for info in infos) > max_expanded:
         raise ExpansionTooLarge(max_expanded)
     return {
-        name: _read_array(archive, info, name)
+        name: _read_array(archive, info, name, workdir)
         for name, info in zip(names, infos, strict=True)
         if name in REQUIRED
     }
 
 
-def _read_array(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> np.ndarray:
-    """One ``.npy`` member, its header checked before its data is read."""
+def _read_array(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, workdir: Path):
+    """One ``.npy`` member, its header checked before its data is read: small members in
+    memory, the CSR arrays and labels streamed to a file (`_Extracted`)."""
     fmt = np.lib.format
     with archive.open(info) as member:
         try:
@@ -83,11 +195,24 @@ def _read_array(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> n
         nbytes = count * dtype.itemsize
         if nbytes > info.file_size:
             raise ValueError(f"npz: member {name}: its header declares more data than it holds")
-        data = member.read(nbytes)
-    if len(data) != nbytes:
-        raise ValueError(f"npz: member {name}: truncated")
-    array = np.frombuffer(data, dtype=dtype, count=count)
-    return array.reshape(shape, order="F" if fortran else "C")
+        if name in SMALL:
+            data = member.read(min(nbytes, 1024))
+            if len(data) != nbytes:
+                raise ValueError(f"npz: member {name}: truncated or too large")
+            array = np.frombuffer(data, dtype=dtype, count=count)
+            return array.reshape(shape, order="F" if fortran else "C")
+        if len(shape) != 1 or dtype.kind not in "iuf":
+            raise ValueError(f"npz: member {name}: expected a 1-d numeric array")
+        path = workdir / name
+        with open(path, "wb") as out:
+            left = nbytes
+            while left:
+                block = member.read(min(left, 1 << 20))
+                if not block:
+                    raise ValueError(f"npz: member {name}: truncated")
+                out.write(block)
+                left -= len(block)
+    return _Extracted(path, dtype, count)
 
 
 def _integers(array: np.ndarray, name: str, ndim: int = 1) -> np.ndarray:
@@ -103,45 +228,11 @@ def _format_name(array: np.ndarray) -> str | None:
     return value.decode("ascii", "replace") if isinstance(value, bytes) else value
 
 
-def _dataset(arrays: dict[str, np.ndarray]) -> LibsvmData:
+def _check_header(arrays: dict) -> tuple[int, int]:
+    """(n_rows, n_features) from the small members ``format`` and ``shape``."""
     if _format_name(arrays["format"]) != "csr":
         raise ValueError("npz: member format: expected 'csr' (save a CSR matrix)")
     shape = _integers(arrays["shape"], "shape")
     if shape.shape != (2,) or shape.min() < 0 or shape[1] >= 2**31:
         raise ValueError("npz: member shape: expected (n_rows, n_features) below 2**31 features")
-    n_rows, n_features = (int(v) for v in shape)
-    data, y = arrays["data"], arrays["y"]
-    if data.dtype.kind not in "iuf" or data.ndim != 1:
-        raise ValueError("npz: member data: expected a 1-d numeric array")
-    if y.dtype.kind not in "iuf" or y.shape != (n_rows,):
-        raise ValueError(f"npz: member y: expected {n_rows} numeric labels (one per row)")
-    data = data.astype(np.float64)
-    y = y.astype(np.float64)
-    if not np.isfinite(data).all():
-        raise ValueError("npz: member data: values must be finite")
-    if not np.isfinite(y).all():
-        bad = int(np.flatnonzero(~np.isfinite(y))[0])
-        raise ValueError(f"row {bad + 1}: the label is not a finite number")
-    indices = _integers(arrays["indices"], "indices")
-    indptr = _integers(arrays["indptr"], "indptr")
-    _check_structure(indices, indptr, len(data), n_rows, n_features)
-    index_type = np.int32 if len(data) < 2**31 else np.int64
-    X = sp.csr_matrix(
-        (data, indices.astype(index_type), indptr.astype(index_type)),
-        shape=(n_rows, n_features),
-    )
-    X.sum_duplicates()  # sorted indices, one entry per (row, column)
-    return LibsvmData(X=X, y=y, qid=None, zero_based=True, n_features=n_features)
-
-
-def _check_structure(indices, indptr, nnz: int, n_rows: int, n_features: int) -> None:
-    if indptr.shape != (n_rows + 1,) or indptr[0] != 0 or indptr[-1] != nnz:
-        raise ValueError(
-            f"npz: member indptr: expected {n_rows + 1} row pointers from 0 to {nnz}"
-        )
-    if len(indices) != nnz:
-        raise ValueError("npz: members indices and data differ in length")
-    if n_rows and np.any(np.diff(indptr) < 0):
-        raise ValueError("npz: member indptr: row pointers must not decrease")
-    if nnz and (indices.min() < 0 or indices.max() >= n_features):
-        raise ValueError(f"npz: member indices: column indices must lie in [0, {n_features})")
+    return int(shape[0]), int(shape[1])

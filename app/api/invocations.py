@@ -1,0 +1,196 @@
+"""MLflow's scoring protocol: ``POST /v1/models/{model}/invocations``.
+
+Bodies as MLflow's model server reads them — JSON ``{"inputs": ...}`` (rows, records, or
+columns by name), ``{"instances": ...}`` (rows or records), ``{"dataframe_split": {"columns",
+"data"}}``, ``{"dataframe_records": [...]}``, or ``text/csv`` with a header row — answered with
+``{"predictions": [...]}``: labels for classifiers, values for regressors. Named columns are
+matched to the model's feature names (a model trained on a CSV or Parquet file); without names,
+a row holds the model's n_features values in order. ``{model}`` is a model id, ``name@alias`` or
+``name@vN``; authentication, tenancy and limits are those of v1 predict, and errors are MLflow's
+``{"error_code", "message"}``.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from app.api.model_lookup import ModelNotFound, load_model
+from app.auth import authenticate
+from app.errors import ProblemError
+from app.services.predict_input import InvalidInstances, items_rows, json_rows, json_type
+from app.services.prediction import _chunks, decision_function, dumps, labels_from_decision
+from app.services.tensors import decision_dense
+
+router = APIRouter(tags=["models"])
+SMALL_BODY = 1 << 20  # bodies parsed whole; larger ones are read an instance at a time
+STREAMED = {"instances": "instances", "inputs": "instances", "dataframe_records": "records"}
+SHAPES = ("inputs", "instances", "dataframe_split", "dataframe_records")
+
+
+async def invocations(request: Request) -> Response:
+    principal = await authenticate(request, "predict")
+    ref = request.path_params["model_id"]
+    try:
+        model = await load_model(request, principal, ref)
+    except ModelNotFound:
+        raise ProblemError(404, "Model not found", f"no model {ref!r}") from None
+    from app.api.models import read_body
+
+    body = bytes(await read_body(request))
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    max_batch = request.app.state.settings.max_predict_batch
+    try:
+        if len(body) <= 64 * 1024:
+            content = _predict(body, media, model, max_batch)
+        else:
+            content = await run_in_threadpool(_predict, body, media, model, max_batch)
+    except InvalidInstances as exc:
+        status = 400 if exc.status == 422 else exc.status
+        raise ProblemError(status, "Invalid input", str(exc)) from None
+    return Response(content, media_type="application/json")
+
+
+def _predict(body: bytes, media: str, model, max_batch: int) -> bytes:
+    if media == "text/csv":
+        D = decision_dense(model, _csv_matrix(body, model, max_batch))
+    elif media in ("", "application/json") or media.endswith("+json"):
+        rows = _json_rows(body, model, max_batch)
+        parts = [decision_function(model, X) for X in _chunks(rows, model.n_features)]
+        D = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    else:
+        raise InvalidInstances(
+            f"unsupported content type '{media}': send application/json or text/csv", 415
+        )
+    predictions = D[:, 0] if model.is_regressor else labels_from_decision(model, D)
+    return dumps({"predictions": predictions})
+
+
+def _json_rows(body: bytes, model, max_batch: int):
+    if len(body) > SMALL_BODY:
+        return json_rows(body, model, max_batch, STREAMED)
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInstances(f"the body is not valid JSON: {exc}") from None
+    keys = [k for k in SHAPES if isinstance(doc, dict) and k in doc]
+    if len(keys) != 1 or set(doc) - {keys[0], "params"}:
+        raise InvalidInstances(
+            "expected a JSON object with exactly one of 'inputs', 'instances', "
+            "'dataframe_split' or 'dataframe_records'"
+        )
+    key, value = keys[0], doc[keys[0]]
+    if key == "dataframe_split":
+        return _split_rows(value, model, max_batch)
+    if key == "inputs" and isinstance(value, dict):  # columns by name
+        return _columns_rows(value, model, max_batch)
+    if not isinstance(value, list):
+        raise InvalidInstances(f"'{key}' must be a list, got {json_type(value)}")
+    records = key == "dataframe_records" or (bool(value) and isinstance(value[0], dict))
+    return items_rows("records" if records else "instances", key, value, model,
+                      max_batch=max_batch)  # fmt: skip
+
+
+def _split_rows(split, model, max_batch: int):
+    if not isinstance(split, dict) or not isinstance(split.get("data"), list):
+        raise InvalidInstances("'dataframe_split' must be an object with 'data' (and 'columns')")
+    columns, data = split.get("columns"), split["data"]
+    if columns is None or _positional(columns, model):
+        return items_rows("instances", "dataframe_split.data", data, model, max_batch=max_batch)
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise InvalidInstances("dataframe_split.columns: expected a list of names")
+    records = []
+    for i, row in enumerate(data):
+        if not isinstance(row, list) or len(row) != len(columns):
+            raise InvalidInstances(f"dataframe_split.data[{i}]: expected {len(columns)} values")
+        records.append(dict(zip(columns, row, strict=True)))
+    return items_rows("records", "dataframe_split.data", records, model, max_batch=max_batch)
+
+
+def _columns_rows(columns: dict, model, max_batch: int):
+    lengths = {len(v) if isinstance(v, list) else -1 for v in columns.values()}
+    if len(lengths) != 1 or -1 in lengths:
+        raise InvalidInstances("'inputs' by column: every column must be a list of one length")
+    n = lengths.pop()
+    records = [{name: values[i] for name, values in columns.items()} for i in range(n)]
+    return items_rows("records", "inputs", records, model, max_batch=max_batch)
+
+
+def _positional(columns, model) -> bool:
+    """Columns that cannot be feature names: the model has none and they are n_features."""
+    return model.feature_names is None and isinstance(columns, list) and (
+        len(columns) == model.n_features
+    )
+
+
+def _csv_matrix(body: bytes, model, max_batch: int) -> np.ndarray:
+    text = body.decode("utf-8", "replace")
+    header, _, rest = text.partition("\n")
+    names = [c.strip().strip('"') for c in header.strip("\r").split(",")]
+    if model.feature_index is not None and all(n in model.feature_index for n in names):
+        order = [model.feature_index[n] for n in names]
+    elif len(names) == model.n_features:
+        order = list(range(model.n_features))
+    else:
+        unknown = [n for n in names if model.feature_index is None or n not in model.feature_index]
+        raise InvalidInstances(
+            f"text/csv: the header's columns are not the model's features (e.g. {unknown[0]!r})"
+        )
+    if rest.count("\n") + 1 > max_batch + 1:
+        raise InvalidInstances(f"too many rows: at most {max_batch} per request", 413)
+    try:
+        values = np.loadtxt(io.StringIO(rest), delimiter=",", ndmin=2, dtype=np.float64)
+    except ValueError as exc:
+        raise InvalidInstances(f"text/csv: {exc}") from None
+    if values.size == 0:
+        raise InvalidInstances("text/csv: expected at least one row")
+    if values.shape[1] != len(names) or not np.isfinite(values).all():
+        raise InvalidInstances("text/csv: every row needs a finite number in each column")
+    X = np.zeros((values.shape[0], model.n_features))
+    X[:, order] = values
+    return X
+
+
+router.add_route("/models/{model_id}/invocations", invocations, methods=["POST"])
+_MLFLOW_ERROR = {"application/json": {"schema": {
+    "type": "object", "required": ["error_code", "message"],
+    "properties": {"error_code": {"type": "string"}, "message": {"type": "string"}}}}}  # fmt: skip
+INVOCATIONS_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"type": "object"},
+                "example": {"dataframe_split": {"columns": ["age", "chol"],
+                                                "data": [[0.5, 0.2]]}},
+            },
+            "text/csv": {"schema": {"type": "string"}, "example": "age,chol\n0.5,0.2\n"},
+        },
+    },
+}  # fmt: skip
+
+
+@router.post(
+    "/models/{model_id}/invocations",
+    openapi_extra=INVOCATIONS_DOC,
+    response_class=Response,
+    summary="Invocations (MLflow scoring protocol)",
+    name="invocations",
+    responses={
+        200: {"description": "predictions", "content": {"application/json": {"schema": {
+            "type": "object", "required": ["predictions"],
+            "properties": {"predictions": {"type": "array"}}}}}},
+        **{s: {"description": d, "content": _MLFLOW_ERROR} for s, d in (
+            (400, "malformed input"), (401, "no or unknown API key"),
+            (403, "the key lacks the predict scope"), (404, "no such model"),
+            (413, "over a limit"), (415, "neither JSON nor text/csv"),
+            (429, "over the request rate"), (503, "the database is unavailable"))},
+    },
+)  # fmt: skip
+async def _invocations_documented(model_id: str, request: Request) -> Response:
+    """MLflow-shaped scoring: inputs, instances, dataframe_split, dataframe_records or CSV."""
+    return await invocations(request)  # pragma: no cover - shadowed by the route above

@@ -1,0 +1,252 @@
+"""CSV and TSV uploads: a header row, a label column and numeric features, read as they stream.
+
+The header names the columns. The label is the column named `label_column` (default ``label``;
+without such a column, the first column), every other column is a feature, in order: feature j
+(zero-based) is the j-th non-label column, and the names are kept as the dataset's feature names.
+Cells are numbers (quoted or not); an empty cell is an error, or 0 with ``empty_cells="zero"``.
+Zeros are not stored: the rows become the same CSR arrays as a LIBSVM file's.
+
+Bounds, checked while the text streams (the reader never holds more than one block of lines):
+the header's column count (MAX_FEATURES + 1, before it is split), every line's length
+(MAX_LINE_MB), and the decompressed size (by `app.limits.open_expanded`, before this reader).
+Blocks of whole lines are converted by numpy's C reader; a block that fails is read again line by
+line to name the line and column at fault.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from typing import BinaryIO
+
+import numpy as np
+
+from solvers.io import LibsvmLimitError
+
+BLOCK_BYTES = 4 << 20  # text converted at a time
+MAX_COLUMNS = 100_000  # a table's columns: each is a dense column and a kept name
+EMPTY_POLICIES = ("error", "zero")
+
+
+class DelimitedChunks:
+    """Row chunks of a CSV (`sep` ``,``) or TSV (``\\t``) upload, for `DatasetWriter`."""
+
+    zero_based = True
+    has_qid = False
+
+    def __init__(
+        self,
+        stream: BinaryIO,
+        sep: str,
+        limits: dict,
+        label_column: str | None = None,
+        empty_cells: str = "error",
+    ):
+        self.stream = stream
+        self.sep = sep
+        self.max_line = limits.get("max_line") or 2**62
+        self.max_features = limits.get("max_features") or 2**31 - 2
+        self.label_column = label_column
+        self.empty_cells = empty_cells
+        self.n_rows = 0
+        self.names: list[str] = []
+        self.label_at = 0
+        self._tail = b""
+        self._empty = _empty_cell_pattern(sep)
+
+    @property
+    def n_features(self) -> int:
+        return max(len(self.names) - 1, 0)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [n for i, n in enumerate(self.names) if i != self.label_at]
+
+    # ------------------------------------------------------------------------------------
+    def __iter__(self):
+        self._read_header()
+        line = 2  # the file line of the block's first row
+        for block in self._blocks():
+            rows = self._convert(block, line)
+            if rows is None:
+                continue
+            line += block.count(b"\n")
+            self.n_rows += rows.shape[0]
+            yield self._csr(rows)
+        if self.n_rows == 0:
+            raise ValueError("the file has a header but no rows")
+
+    def _read_header(self) -> None:
+        header = self._first_line()
+        text = _decode(header, 1).strip("\r\n\ufeff")
+        if not text.strip():
+            raise ValueError("line 1: expected a header row naming the columns")
+        if text.count(self.sep) > min(self.max_features, MAX_COLUMNS - 1):
+            raise LibsvmLimitError(
+                f"line 1: more than {min(self.max_features + 1, MAX_COLUMNS)} columns (at most "
+                f"MAX_FEATURES features and a label, and {MAX_COLUMNS} columns in a table; "
+                "send wider data as LIBSVM, npz or a sparse Parquet column)",
+                1,
+            )
+        names = [name.strip() for name in next(csv.reader([text], delimiter=self.sep))]
+        for i, name in enumerate(names):
+            if not name:
+                raise ValueError(f"line 1: column {i + 1} has no name")
+        seen: dict[str, int] = {}
+        for i, name in enumerate(names):
+            if name in seen:
+                raise ValueError(
+                    f"line 1: the column name {name!r} appears twice (columns {seen[name] + 1} "
+                    f"and {i + 1})"
+                )
+            seen[name] = i
+        if len(names) < 2:
+            raise ValueError("line 1: expected a label column and at least one feature column")
+        wanted = self.label_column or "label"
+        if wanted in seen:
+            self.label_at = seen[wanted]
+        elif self.label_column is not None:
+            raise ValueError(f"label_column: the header has no column named {wanted!r}")
+        self.names = names
+
+    def _first_line(self) -> bytes:
+        buffer = b""
+        while True:
+            cut = buffer.find(b"\n")
+            if cut >= 0:
+                self._tail = buffer[cut + 1 :]
+                return buffer[:cut]
+            if len(buffer) > self.max_line:
+                raise _line_too_long(1, self.max_line)
+            more = self.stream.read(1 << 16)
+            if not more:
+                if not buffer:
+                    raise ValueError("the file is empty")
+                return buffer
+            buffer += more
+
+    def _blocks(self):
+        """Whole lines, about BLOCK_BYTES at a time; 413 for a line over MAX_LINE_MB."""
+        pending = self._tail
+        line = 2
+        while True:
+            more = self.stream.read(BLOCK_BYTES)
+            pending += more
+            if not more and not pending:
+                return
+            cut = pending.rfind(b"\n") if more else len(pending) - 1
+            if cut < 0:
+                if len(pending) > self.max_line:
+                    raise _line_too_long(line, self.max_line)
+                continue
+            block, pending = pending[: cut + 1], pending[cut + 1 :]
+            if len(block) > self.max_line:
+                _check_lines(block, line, self.max_line)
+            line += block.count(b"\n")
+            if block:
+                yield block
+            if not more:
+                return
+
+    def _convert(self, block: bytes, line: int) -> np.ndarray | None:
+        if self.empty_cells == "zero":
+            block = self._empty.sub(b"0", block)
+        try:
+            rows = np.loadtxt(
+                io.BytesIO(block),
+                delimiter=self.sep,
+                dtype=np.float64,
+                ndmin=2,
+                quotechar='"',
+                encoding="utf-8",
+                comments=None,
+            )
+        except ValueError:
+            raise self._locate(block, line) from None
+        if rows.size == 0:
+            return None
+        if rows.shape[1] != len(self.names):
+            raise self._locate(block, line)
+        if not np.isfinite(rows).all():
+            r, c = np.argwhere(~np.isfinite(rows))[0]
+            value = rows[r, c]
+            raise ValueError(
+                f"line {line + _row_line(block, r)}, column {self.names[c]!r}: {value} is not "
+                "a finite number"
+            )
+        return rows
+
+    def _locate(self, block: bytes, line: int) -> ValueError:
+        """The first bad cell of a block that numpy refused, named by line and column."""
+        for offset, raw in enumerate(block.split(b"\n")):
+            text = _decode(raw, line + offset).rstrip("\r")
+            if not text.strip():
+                continue
+            cells = next(csv.reader([text], delimiter=self.sep))
+            where = f"line {line + offset}"
+            if len(cells) != len(self.names):
+                return ValueError(
+                    f"{where}: expected {len(self.names)} cells (as the header has), "
+                    f"got {len(cells)}"
+                )
+            for name, cell in zip(self.names, cells, strict=True):
+                try:
+                    float(cell)
+                except ValueError:
+                    if not cell.strip():
+                        return ValueError(
+                            f"{where}, column {name!r}: the cell is empty (send empty_cells=zero "
+                            "to read empty cells as 0)"
+                        )
+                    return ValueError(f"{where}, column {name!r}: {cell[:40]!r} is not a number")
+        return ValueError(f"line {line}: the lines cannot be read as numbers")
+
+    def _csr(self, rows: np.ndarray):
+        labels = rows[:, self.label_at].copy()
+        present = rows != 0
+        present[:, self.label_at] = False
+        row_of, col = np.nonzero(present)
+        data = rows[row_of, col]
+        col -= col > self.label_at  # the label column is not a feature
+        indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+        np.cumsum(present.sum(axis=1), out=indptr[1:])
+        qids = np.zeros(rows.shape[0], dtype=np.int64)
+        return indptr, col.astype(np.int32), data, labels, qids
+
+
+def _empty_cell_pattern(sep: str) -> re.Pattern:
+    """Empty cells: a separator at a line's start, or one followed by another or the line end."""
+    d = re.escape(sep.encode())
+    return re.compile(rb"(?m)^(?=" + d + rb")|(?<=" + d + rb")(?=" + d + rb"|\r?$)")
+
+
+def _row_line(block: bytes, row: int) -> int:
+    """Offset (in lines) of the `row`-th non-blank line of a block."""
+    seen = -1
+    for offset, raw in enumerate(block.split(b"\n")):
+        if raw.strip():
+            seen += 1
+            if seen == row:
+                return offset
+    return 0
+
+
+def _decode(raw: bytes, line: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"line {line}: byte {exc.start + 1} is not UTF-8 text") from None
+
+
+def _line_too_long(line: int, limit: int) -> LibsvmLimitError:
+    return LibsvmLimitError(
+        f"line {line}: longer than the limit of {limit / 2**20:g} MB (MAX_LINE_MB)", line
+    )
+
+
+def _check_lines(block: bytes, first_line: int, limit: int) -> None:
+    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+    lengths = np.diff(ends, prepend=-1)
+    if lengths.size and lengths.max() > limit + 1:
+        raise _line_too_long(first_line + int(np.argmax(lengths > limit + 1)), limit)

@@ -1,0 +1,329 @@
+"""Parquet uploads (pyarrow): a label column plus numeric columns, or plus one sparse column.
+
+Layouts:
+  dense   the label column (named `label_column`, default ``label``, else the first column) and
+          numeric (integer, floating or boolean) feature columns; feature j is the j-th
+          non-label column and the column names are the dataset's feature names. A null cell is
+          an error, or 0 with ``empty_cells="zero"``.
+  sparse  the label column and one column of type ``struct<indices: list<integer>, values:
+          list<floating>>`` or ``list<struct<index: integer, value: floating>>``; indices are
+          zero-based, the dataset has max(index) + 1 features.
+
+A Parquet file is read from its footer, so the reader waits for the whole upload. pyarrow
+decodes a row group whole, so the file is checked before anything is decoded: the footer's size
+(MAX_LINE_MB), its column count (MAX_FEATURES), and every page header (`.parquet_pages`): the
+pages' declared sizes must agree with the footer, each row group may take at most
+ROW_GROUP_BYTES decoded, and all of them together at most MAX_EXPANDED_MB. Row groups are then
+read one at a time and handed on in chunks of rows.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import BinaryIO
+
+import numpy as np
+import scipy.sparse as sp
+
+from app.limits import ExpansionTooLarge
+from app.services.formats.delimited import MAX_COLUMNS
+from app.services.formats.parquet_pages import CorruptPages, walk_chunk
+from solvers.io import LibsvmLimitError
+
+MAGIC = b"PAR1"
+ROW_GROUP_BYTES = 64 << 20  # decoded size of one row group (pyarrow holds a row group whole)
+MAX_INDEX = 2**31 - 2
+
+
+class ParquetChunks:
+    """Row chunks of a Parquet upload, for `DatasetWriter` (see the module docstring)."""
+
+    zero_based = True
+    has_qid = False
+
+    def __init__(
+        self,
+        stream: BinaryIO,
+        source: str,
+        limits: dict,
+        chunk_rows: int,
+        label_column: str | None = None,
+        empty_cells: str = "error",
+    ):
+        self.stream = stream
+        self.source = source
+        self.limits = limits
+        self.chunk_rows = chunk_rows
+        self.label_column = label_column
+        self.empty_cells = empty_cells
+        self.n_rows = 0
+        self.n_features = 0
+        self.feature_names: list[str] | None = None
+
+    def __iter__(self):
+        while self.stream.read(1 << 20):
+            pass  # a Parquet file is read from its end: wait for all of it
+        pf = self._open()
+        label, features, sparse = self._layout(pf.schema_arrow)
+        self._check_sizes(pf)
+        columns = [label, *features] if not sparse else [label, sparse]
+        for group in range(pf.metadata.num_row_groups):
+            table = pf.read_row_group(group, columns=columns, use_threads=False)
+            for start in range(0, table.num_rows, self.chunk_rows):
+                part = table.slice(start, self.chunk_rows)
+                labels = self._labels(part.column(0), start)
+                if sparse:
+                    chunk = self._sparse(part.column(1), start)
+                else:
+                    chunk = self._dense(part, features, start)
+                self.n_rows += part.num_rows
+                yield (*chunk, labels, np.zeros(part.num_rows, dtype=np.int64))
+            del table
+        if self.n_rows == 0:
+            raise ValueError("parquet: the file holds no rows")
+
+    # ------------------------------------------------------------------------------------
+    def _open(self):
+        import pyarrow.parquet as pq
+
+        size = os.path.getsize(self.source)
+        with open(self.source, "rb") as raw:
+            head = raw.read(4)
+            raw.seek(max(0, size - 8))
+            tail = raw.read(8)
+        if size < 12 or head != MAGIC or tail[4:] != MAGIC:
+            raise ValueError("parquet: not a Parquet file (send it uncompressed, as written)")
+        footer = struct.unpack("<I", tail[:4])[0]
+        limit = self.limits.get("max_line") or 2**62
+        if footer > min(limit, size - 12):
+            if footer > size - 12:
+                raise ValueError("parquet: the footer is longer than the file")
+            raise LibsvmLimitError(
+                f"parquet: a footer of {footer} bytes, more than the {limit} accepted "
+                "(MAX_LINE_MB)",
+                None,
+            )
+        try:
+            return pq.ParquetFile(
+                self.source,
+                pre_buffer=False,
+                buffer_size=1 << 20,
+                thrift_string_size_limit=footer,
+                thrift_container_size_limit=footer,
+            )
+        except Exception as exc:  # pyarrow's ArrowInvalid, OSError, ...
+            raise ValueError(f"parquet: the file cannot be read: {exc}") from None
+
+    def _layout(self, schema):
+        """(label column, dense feature columns, sparse column or None)."""
+        names = list(schema.names)
+        if len(set(names)) != len(names):
+            raise ValueError("parquet: two columns have the same name")
+        if not names:
+            raise ValueError("parquet: the file has no columns")
+        wanted = self.label_column or "label"
+        if wanted in names:
+            label = wanted
+        elif self.label_column is not None:
+            raise ValueError(f"label_column: the file has no column named {wanted!r}")
+        else:
+            label = names[0]
+        if not _numeric(schema.field(label).type):
+            raise ValueError(f"parquet: the label column {label!r} is not numeric")
+        others = [n for n in names if n != label]
+        sparse = [n for n in others if _sparse_kind(schema.field(n).type)]
+        if sparse:
+            if len(others) != 1:
+                raise ValueError(
+                    "parquet: a sparse column must be the only column beside the label"
+                )
+            return label, [], sparse[0]
+        max_features = min(self.limits.get("max_features") or MAX_INDEX, MAX_COLUMNS - 1)
+        if len(others) > max_features:
+            raise LibsvmLimitError(
+                f"parquet: {len(others)} feature columns, more than the {max_features} "
+                f"accepted (MAX_FEATURES, and {MAX_COLUMNS} columns in a table; send wider "
+                "data as a sparse struct<indices, values> column)",
+                None,
+            )
+        for name in others:
+            kind = schema.field(name).type
+            if not _numeric(kind):
+                raise ValueError(
+                    f"parquet: column {name!r} is {kind}, expected numbers (or a sparse "
+                    "struct<indices, values> column)"
+                )
+        if not others:
+            raise ValueError("parquet: expected feature columns beside the label")
+        self.feature_names = others
+        self.n_features = len(others)
+        return label, others, None
+
+    def _check_sizes(self, pf) -> None:
+        """Walk every page header; refuse row groups over ROW_GROUP_BYTES decoded and files
+        over MAX_EXPANDED_MB."""
+        meta = pf.metadata
+        size = os.path.getsize(self.source)
+        expanded = self.limits.get("max_expanded") or 2**62
+        total = 0
+        with open(self.source, "rb") as raw:
+            for group in range(meta.num_row_groups):
+                rg = meta.row_group(group)
+                decoded = 0
+                for c in range(rg.num_columns):
+                    decoded += _column_cost(raw, rg.column(c), size)
+                if decoded > ROW_GROUP_BYTES:
+                    raise LibsvmLimitError(
+                        f"parquet: row group {group} takes {decoded / 2**20:.0f} MB decoded, "
+                        f"more than the {ROW_GROUP_BYTES >> 20} MB accepted per row group; "
+                        "write the file with smaller row groups (e.g. pyarrow.parquet."
+                        "write_table(..., row_group_size=100_000))",
+                        None,
+                    )
+                total += decoded
+                if total > expanded:
+                    raise ExpansionTooLarge(expanded)
+
+    # ------------------------------------------------------------------------------------
+    def _labels(self, column, start: int) -> np.ndarray:
+        if column.null_count:
+            bad = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+            raise ValueError(f"row {self.n_rows + bad + 1}: the label is missing (null)")
+        labels = column.to_numpy(zero_copy_only=False).astype(np.float64)
+        if not np.isfinite(labels).all():
+            bad = int(np.flatnonzero(~np.isfinite(labels))[0])
+            raise ValueError(f"row {self.n_rows + bad + 1}: the label is not a finite number")
+        return labels
+
+    def _dense(self, part, features: list[str], start: int):
+        rows = np.empty((part.num_rows, len(features)), dtype=np.float64)
+        for j, name in enumerate(features):
+            column = part.column(j + 1)
+            if column.null_count and self.empty_cells != "zero":
+                bad = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+                raise ValueError(
+                    f"row {self.n_rows + bad + 1}, column {name!r}: the cell is empty (null); "
+                    "send empty_cells=zero to read empty cells as 0"
+                )
+            column = column.cast("float64")
+            if column.null_count:
+                column = column.fill_null(0.0)
+            rows[:, j] = column.to_numpy(zero_copy_only=False)
+        if not np.isfinite(rows).all():
+            r, c = np.argwhere(~np.isfinite(rows))[0]
+            raise ValueError(
+                f"row {self.n_rows + r + 1}, column {features[c]!r}: {rows[r, c]} is not a "
+                "finite number"
+            )
+        present = rows != 0
+        row_of, col = np.nonzero(present)
+        indptr = np.zeros(part.num_rows + 1, dtype=np.int64)
+        np.cumsum(present.sum(axis=1), out=indptr[1:])
+        return indptr, col.astype(np.int32), rows[row_of, col]
+
+    def _sparse(self, column, start: int):
+        import pyarrow as pa
+
+        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if column.null_count:
+            bad = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+            raise ValueError(f"row {self.n_rows + bad + 1}: the sparse features are null")
+        indptr, indices, values = _sparse_parts(column)
+        where = self.n_rows
+        if indices.size:
+            low, high = int(indices.min()), int(indices.max())
+            if low < 0 or high > MAX_INDEX:
+                bad = int(np.flatnonzero((indices < 0) | (indices > MAX_INDEX))[0])
+                row = int(np.searchsorted(indptr, bad, side="right"))
+                raise ValueError(f"row {where + row}: feature index {indices[bad]} out of range")
+            max_features = self.limits.get("max_features") or MAX_INDEX + 1
+            if high + 1 > max_features:
+                raise LibsvmLimitError(
+                    f"parquet: feature index {high}, beyond the {max_features} features "
+                    "accepted (MAX_FEATURES)",
+                    None,
+                )
+            self.n_features = max(self.n_features, high + 1)
+        if not np.isfinite(values).all():
+            bad = int(np.flatnonzero(~np.isfinite(values))[0])
+            row = int(np.searchsorted(indptr, bad, side="right"))
+            raise ValueError(f"row {where + row}: a feature value is not a finite number")
+        X = sp.csr_matrix(
+            (values, indices.astype(np.int32), indptr), shape=(len(indptr) - 1, MAX_INDEX + 1)
+        )
+        X.sum_duplicates()  # sorted indices, one entry per (row, column)
+        return X.indptr.astype(np.int64), X.indices, X.data
+
+
+def _numeric(kind) -> bool:
+    import pyarrow.types as pt
+
+    return pt.is_integer(kind) or pt.is_floating(kind) or pt.is_boolean(kind)
+
+
+def _sparse_kind(kind) -> str | None:
+    import pyarrow.types as pt
+
+    if pt.is_struct(kind):
+        names = {kind.field(i).name for i in range(kind.num_fields)}
+        if names == {"indices", "values"}:
+            return "struct"
+    if pt.is_list(kind) or pt.is_large_list(kind):
+        inner = kind.value_type
+        if pt.is_struct(inner):
+            names = {inner.field(i).name for i in range(inner.num_fields)}
+            if names == {"index", "value"}:
+                return "list"
+    return None
+
+
+def _sparse_parts(column):
+    """(indptr, indices, values) of a sparse column (struct of lists, or list of structs)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_struct(column.type):
+        idx_list, val_list = column.field("indices"), column.field("values")
+        idx_off = np.asarray(idx_list.offsets, dtype=np.int64)
+        val_off = np.asarray(val_list.offsets, dtype=np.int64)
+        if not np.array_equal(idx_off - idx_off[0], val_off - val_off[0]):
+            raise ValueError("parquet: a row's indices and values differ in length")
+        indices, values = pc.list_flatten(idx_list), pc.list_flatten(val_list)
+        indptr = idx_off - idx_off[0]
+    else:
+        indptr = np.asarray(column.offsets, dtype=np.int64)
+        indptr = indptr - indptr[0]
+        entries = pc.list_flatten(column)
+        indices, values = entries.field("index"), entries.field("value")
+    if indices.null_count or values.null_count:
+        raise ValueError("parquet: a sparse index or value is null")
+    if not (_numeric(indices.type) and pa.types.is_integer(indices.type)):
+        raise ValueError("parquet: sparse indices must be integers")
+    if not _numeric(values.type):
+        raise ValueError("parquet: sparse values must be numbers")
+    return (
+        indptr,
+        indices.to_numpy(zero_copy_only=False).astype(np.int64),
+        values.to_numpy(zero_copy_only=False).astype(np.float64),
+    )
+
+
+def _column_cost(raw, column, file_size: int) -> int:
+    """Bytes a column chunk may take decoded: its pages' declared uncompressed sizes, or 8 bytes
+    a value (a dictionary or run-length encoding decodes to more than it stores), whichever is
+    more. The pages must agree with the footer."""
+    start = column.data_page_offset
+    if column.has_dictionary_page and column.dictionary_page_offset:
+        start = min(start, column.dictionary_page_offset)
+    declared = column.total_uncompressed_size
+    unpacked = values = 0
+    try:
+        for page in walk_chunk(raw, start, column.total_compressed_size, file_size):
+            unpacked += page.header_bytes + page.uncompressed
+            values += page.num_values
+            if unpacked > declared:
+                raise CorruptPages("the pages declare more data than the footer")
+    except CorruptPages as exc:
+        raise ValueError(f"parquet: column {column.path_in_schema}: {exc}") from None
+    return max(unpacked, 8 * values)

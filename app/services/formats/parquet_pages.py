@@ -1,0 +1,151 @@
+"""The page headers of a Parquet column chunk, read without decompressing anything.
+
+A Parquet file's footer declares each column chunk's sizes, but a reader allocates what each
+*page header* declares (``uncompressed_page_size``) and decodes as many values as it says
+(``num_values``). Both are attacker-controlled in an upload, so before pyarrow reads a row group
+its pages are walked here and their declared sizes checked against the footer and the limits: a
+page cannot then expand to more than the checks allowed (a decompressor writes into a buffer of
+the declared size).
+
+Page headers are Thrift structs in the compact protocol (Parquet's ``PageHeader``: 1 type, 2
+uncompressed_page_size, 3 compressed_page_size, 4 crc, 5 data_page_header, 6 index_page_header,
+7 dictionary_page_header, 8 data_page_header_v2; the first field of 5, 7 and 8 is num_values).
+Only those fields are read; every other field is skipped by its type.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, NamedTuple
+
+MAX_HEADER_BYTES = 1 << 20  # a page header larger than this is refused
+_STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = 0, 1, 2, 3, 4, 5, 6, 7, 8
+_LIST, _SET, _MAP, _STRUCT = 9, 10, 11, 12
+_NESTED_VALUES = {5, 7, 8}  # PageHeader fields whose struct starts with num_values
+
+
+class CorruptPages(ValueError):
+    """A page header that cannot be read, or pages that disagree with the footer."""
+
+
+class Page(NamedTuple):
+    header_bytes: int
+    uncompressed: int
+    compressed: int
+    num_values: int
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data = data
+        self.pos = 0
+
+    def byte(self) -> int:
+        if self.pos >= len(self.data):
+            raise CorruptPages("a page header ends early")
+        value = self.data[self.pos]
+        self.pos += 1
+        return value
+
+    def varint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self.byte()
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise CorruptPages("a page header holds an overlong number")
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def skip(self, kind: int, depth: int = 0) -> None:
+        if depth > 16:
+            raise CorruptPages("a page header nests too deeply")
+        if kind in (_TRUE, _FALSE):
+            return
+        if kind == _BYTE:
+            self.pos += 1
+        elif kind in (_I16, _I32, _I64):
+            self.varint()
+        elif kind == _DOUBLE:
+            self.pos += 8
+        elif kind == _BINARY:
+            length = self.varint()  # read before pos is used: varint() moves it
+            self.pos += length
+        elif kind in (_LIST, _SET):
+            head = self.byte()
+            size = head >> 4 if head >> 4 != 15 else self.varint()
+            for _ in range(size):
+                if head & 0x0F in (_TRUE, _FALSE):
+                    self.byte()  # a boolean element is a byte of its own
+                else:
+                    self.skip(head & 0x0F, depth + 1)
+        elif kind == _MAP:
+            size = self.varint()
+            if size:
+                types = self.byte()
+                for _ in range(size):
+                    self.skip(types >> 4, depth + 1)
+                    self.skip(types & 0x0F, depth + 1)
+        elif kind == _STRUCT:
+            self.struct(lambda field, kind: self.skip(kind, depth + 1))
+        else:
+            raise CorruptPages(f"a page header holds an unknown field type {kind}")
+        if self.pos > len(self.data):
+            raise CorruptPages("a page header ends early")
+
+    def struct(self, on_field) -> None:
+        field = 0
+        while True:
+            head = self.byte()
+            kind = head & 0x0F
+            if kind == _STOP:
+                return
+            delta = head >> 4
+            field = field + delta if delta else self.zigzag()
+            on_field(field, kind)
+
+
+def read_page(data: bytes) -> Page:
+    """The page whose header starts `data` (which holds at least the whole header)."""
+    reader = _Reader(data)
+    found = {"values": 0}
+
+    def nested(field: int, kind: int) -> None:
+        if field == 1 and kind == _I32:
+            found["values"] = reader.zigzag()
+        else:
+            reader.skip(kind)
+
+    def top(field: int, kind: int) -> None:
+        if field in (2, 3) and kind == _I32:
+            found[field] = reader.zigzag()
+        elif field in _NESTED_VALUES and kind == _STRUCT:
+            reader.struct(nested)
+        else:
+            reader.skip(kind)
+
+    reader.struct(top)
+    if 2 not in found or 3 not in found:
+        raise CorruptPages("a page header lacks its sizes")
+    if found[2] < 0 or found[3] < 0 or found["values"] < 0:
+        raise CorruptPages("a page header declares a negative size")
+    return Page(reader.pos, found[2], found[3], found["values"])
+
+
+def walk_chunk(raw: BinaryIO, start: int, length: int, file_size: int):
+    """The pages of the column chunk of `length` bytes at `start` (`raw`: the file)."""
+    end = start + length
+    if start < 4 or length < 0 or end > file_size:
+        raise CorruptPages("a column chunk lies outside the file")
+    pos = start
+    while pos < end:
+        raw.seek(pos)
+        page = read_page(raw.read(min(MAX_HEADER_BYTES, end - pos)))
+        yield page
+        pos += page.header_bytes + page.compressed
+    if pos != end:
+        raise CorruptPages("the pages of a column chunk overrun it")

@@ -1,0 +1,344 @@
+"""Dual coordinate descent for binary linear SVMs and regularized least squares.
+
+Problem (Hsieh, Chang, Lin, Keerthi, Sundararajan, ICML 2008, eq. (4) and section 6): with
+x̃_i = [x_i, bias] (the bias feature is implicit, never appended to X),
+
+    min_α  f(α) = ½ αᵀ(Q + D)α − Σ_i |y_i| α_i,   lower ≤ α_i ≤ U_i,   Q_ij = s_i s_j x̃_iᵀx̃_j,
+
+and w̃ = Σ_i s_i α_i x̃_i solves the primal  min_w̃ ½‖w̃‖² + Σ_i C_i ξ_i(w̃), where s_i is the sign
+of y_i (y_i = ±1 for classification, so |y_i| = 1):
+
+    loss            ξ_i                      U_i   D_ii       lower
+    hinge (L1)      max(0, 1 − y_i w̃ᵀx̃_i)    C_i   0          0
+    squared_hinge   max(0, 1 − y_i w̃ᵀx̃_i)²   +inf  1/(2C_i)   0
+    squared_error   (y_i − w̃ᵀx̃_i)²           +inf  1/(2C_i)   −inf  (α free)
+
+One coordinate step (Algorithm 1): G = s_i w̃ᵀx̃_i − |y_i| + D_ii α_i, α_i ← clip(α_i − G/Q̄_ii),
+w̃ ← w̃ + Δα_i s_i x̃_i. Shrinking is Algorithm 3; the stopping rule is LIBLINEAR's (≥ 2.42):
+M − m ≤ tol and |M| ≤ tol and |m| ≤ tol on a full pass, where M and m are the largest and smallest
+projected gradients seen in the pass. Rows with C_i = 0 are dropped (their α_i is 0).
+
+This module is the driver: it owns the order of the coordinates (seeded RNG), the shrinking
+policy, the stopping rule, the callback and the time budget; `solvers.binary.kernels` runs the
+compiled passes. The measures are named in `solvers._core.progress`: ``gap`` is ``pg_range``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from solvers._core.params import (
+    check_bias,
+    check_choice,
+    check_max_iter,
+    check_objective_every,
+    check_tol,
+)
+from solvers._core.problem import CSRArrays, check_labels, compact_C, csr_arrays
+from solvers._core.progress import (
+    Callback,
+    Monitor,
+    Progress,
+    SolveResult,
+    Status,
+    finite_or_none,
+    objective_interval,
+    relative_duality_gap,
+)
+from solvers._core.sparse import weighted_row_sum
+from solvers.binary import kernels
+
+LOSSES = {
+    "hinge": kernels.HINGE,
+    "squared_hinge": kernels.SQUARED_HINGE,
+    "squared_error": kernels.SQUARED_ERROR,
+}
+ORDERS = ("permute", "cyclic", "random")
+LONG_ROW_ENTRIES = 128
+DEFAULT_OBJECTIVE_EVERY = 10
+
+
+def solve_binary(
+    X,
+    y,
+    *,
+    loss: str = "squared_hinge",
+    C=1.0,
+    bias: float = 0.0,
+    tol: float = 0.1,
+    max_iter: int = 1000,
+    order: str = "permute",
+    shrinking: bool = True,
+    random_state: int | None = 0,
+    time_limit: float | None = None,
+    callback: Callback | None = None,
+    objective_every: int | None = None,
+    warm_start: np.ndarray | None = None,
+) -> SolveResult:
+    """Train a binary linear SVM (or regularized least squares) by dual coordinate descent.
+
+    Parameters
+    ----------
+    X : matrix of shape (n_samples, n_features)
+        Anything the input door takes (`solvers._core.problem`); canonical CSR with float32 or
+        float64 values and int32 or int64 index arrays is used in place.
+    y : array, shape (n_samples,)
+        Labels in {-1, +1}; any real values for ``loss="squared_error"``.
+    loss : {"squared_hinge", "hinge", "squared_error"}
+    C : float or array of shape (n_samples,)
+        Penalty, one per sample when an array (weights folded in); rows with C_i = 0 are dropped.
+    bias : float
+        Value of the implicit constant feature (LIBLINEAR's -B); 0 means no bias.
+    tol : float
+        Absolute tolerance of the stopping rule on the projected gradient.
+    max_iter : int
+        Maximum number of outer iterations (passes).
+    order : {"permute", "cyclic", "random"}
+        A fresh permutation per pass, the natural order, or n_samples picks with replacement per
+        iteration (no shrinking; convergence checked by a full pass at the current α).
+    shrinking : bool
+    random_state : int or None
+        Seed of the generator built for this call.
+    time_limit : float or None
+        Wall-clock budget in seconds.
+    callback : callable or None
+        Called with a `Progress` after each outer iteration; returning False stops the solve.
+    objective_every : int or None
+        Compute the primal and dual objectives (one extra pass over the data) after every this
+        many passes' worth of work: a full pass counts 1, a shrunk pass the fraction of the
+        samples it visited, so the objectives cost at most about 1/objective_every of the solve;
+        1 computes them after every pass. None (the default) means 10 when a callback is given
+        and never otherwise. The result's ``primal``, ``dual`` and ``duality_gap`` are always
+        computed.
+    warm_start : array of shape (n_samples,) or None
+        Initial α (clipped to the bounds); w is rebuilt from it.
+
+    Returns
+    -------
+    SolveResult
+        ``w`` shape (n_features,), ``bias`` = bias · w_bias, ``alpha`` shape (n_samples,);
+        ``gap`` = ``pg_range`` = ``pg_max`` − ``pg_min``. A solve that stops before the rule
+        holds measures them on the returned α by one more (read-only) pass.
+    """
+    monitor = Monitor(callback, time_limit)  # the clock starts with the call
+    check_choice(loss, sorted(LOSSES), "loss")
+    check_choice(order, ORDERS, "order")
+    tol, max_iter, bias = check_tol(tol), check_max_iter(max_iter), check_bias(bias)
+    check_objective_every(objective_every, zero_means_never=False)
+    objective_every = objective_interval(callback, objective_every, DEFAULT_OBJECTIVE_EVERY)
+    csr = csr_arrays(X)
+    y = check_labels(y, csr.n_samples, binary=loss != "squared_error")
+    C_arr = compact_C(C, csr.n_samples)
+    state = _State.build(csr, y, C_arr, loss, bias, warm_start)
+    rng = np.random.default_rng(random_state)
+    status, n_iter, M, m = _run(
+        state, monitor, rng, tol, max_iter, order, shrinking, objective_every
+    )
+    if status is not Status.CONVERGED and n_iter > 0:
+        # the last pass measured the state it started from, or a shrunk set: measure the
+        # state returned, over every sample
+        M, m = state.full_range()
+        if _meets(M, m, tol):
+            status = Status.CONVERGED
+    last = monitor.history[-1] if monitor.history else None
+    if last is not None and last.primal is not None:
+        primal, dual = last.primal, last.dual  # computed after the final pass already
+    else:
+        primal, dual = state.objectives()
+    measured = _progress(monitor, n_iter, M, m, state.index.shape[0])
+    final = monitor.conclude(_with_objectives(measured, primal, dual))
+    n_features = csr.n_features
+    state.index = None  # no longer needed: free it before α is taken out
+    return SolveResult(
+        w=state.w[:n_features],  # a view: w̃ is owned by nothing else
+        bias=float(bias * state.w[n_features]),
+        alpha=state.take_alpha(),
+        n_iter=n_iter,
+        status=status,
+        gap=final.gap,
+        primal=primal,
+        dual=dual,
+        history=monitor.history,
+        duality_gap=relative_duality_gap(primal, -dual),
+        pg_max=final.pg_max,
+        pg_min=final.pg_min,
+        pg_range=final.pg_range,
+    )
+
+
+class _State:
+    """Arrays of one solve: the data, the packed per-sample record, w̃ and the coordinate index.
+
+    ``C`` has shape (1,) when one value is shared by all samples (see `compact_C`).
+    """
+
+    def __init__(self, csr, C, loss, bias, record, w, index):
+        self.csr, self.C, self.loss_code, self.bias = csr, C, LOSSES[loss], bias
+        self.record, self.w, self.index = record, w, index
+        # Rows of many cache lines are prefetched whole; on shorter ones the loop that would do
+        # it costs more than it hides, and their first and last lines are enough.
+        self.long_rows = csr.data.shape[0] >= LONG_ROW_ENTRIES * max(csr.n_samples, 1)
+
+    @classmethod
+    def build(cls, csr: CSRArrays, y, C, loss, bias, warm_start):
+        # Peak memory matters here: the index first (its temporaries die before the record
+        # exists), then the record filled in place, with no n-length temporaries.
+        index = _kept_index(C, csr.n_samples)
+        hinge = loss == "hinge"
+        lower = 0.0 if loss != "squared_error" else -np.inf
+        width = record_width(loss)
+        rec = np.empty(width * csr.n_samples)
+        kernels.fill_record(rec, y, C, hinge, width)
+        if warm_start is None:
+            w = np.zeros(csr.n_features + 1)
+        else:
+            alpha = _initial_alpha(warm_start, csr.n_samples, C, C if hinge else np.inf, lower)
+            rec[0::width] = alpha
+            signed_alpha = np.where(y >= 0, alpha, -alpha)
+            w = weighted_row_sum(
+                signed_alpha, csr.data, csr.indices, csr.indptr, csr.n_features, bias
+            )
+        return cls(csr, C, loss, bias, kernels.Record(rec, width, hinge, lower), w, index)
+
+    def take_alpha(self):
+        """α, moved to the front of the record's buffer, which then shrinks to it (no copy)."""
+        rec, width = self.record.values, self.record.width
+        self.record = None
+        n = rec.shape[0] // width
+        kernels.gather_alpha(rec, width)
+        rec.resize(n, refcheck=False)  # the state held the only reference to the buffer
+        return rec
+
+    def epoch(self, order_index, active_size, M_bar, m_bar):
+        return kernels.dcd_epoch(
+            self.csr, self.bias, self.record, self.w, order_index, active_size, (M_bar, m_bar),
+            self.long_rows,
+        )  # fmt: skip
+
+    def full_range(self):
+        return kernels.projected_gradient_range(self.csr, self.bias, self.record, self.w, self.C)
+
+    def objectives(self):
+        primal, dual = kernels.objectives(
+            self.csr, self.bias, self.record, self.C, self.w, self.loss_code
+        )
+        return float(primal), float(dual)
+
+
+def record_width(loss: str) -> int:
+    """Entries per sample in the record: labels ±1 ride on the sign of a positive term."""
+    return 4 if loss == "squared_error" else 3
+
+
+def _kept_index(C, n_samples):
+    """The samples with C_i > 0, in their original order, as the coordinate index."""
+    # uint32 avoids Numba's negative-index checks; int64 beyond (mixing uint64 and int64
+    # would turn the record offsets into floats)
+    index_dtype = np.uint32 if n_samples < 2**32 else np.int64
+    if C.shape[0] == 1 and C[0] > 0:
+        return np.arange(n_samples, dtype=index_dtype)
+    return np.flatnonzero(C > 0).astype(index_dtype)
+
+
+def _initial_alpha(warm_start, n_samples, C, upper, lower):
+    alpha = np.array(warm_start, dtype=np.float64)  # a copy: the caller's array is left alone
+    if alpha.shape != (n_samples,):
+        raise ValueError(f"warm_start must have shape ({n_samples},), got {alpha.shape}")
+    if not np.isfinite(alpha).all():
+        raise ValueError("warm_start contains NaN or infinite values")
+    np.clip(alpha, lower, upper, out=alpha)
+    alpha[np.broadcast_to(C, alpha.shape) <= 0] = 0.0
+    return alpha
+
+
+def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every):
+    """The outer loop: passes, shrinking policy, stopping rule, progress. Returns the outcome."""
+    n_kept = state.index.shape[0]
+    if n_kept == 0:
+        monitor.report(_progress(monitor, 0, 0.0, 0.0, 0))
+        return Status.CONVERGED, 0, 0.0, 0.0
+    shrinking = shrinking and order != "random"
+    active_size = n_kept
+    M_bar, m_bar = np.inf, -np.inf
+    status, M, m = Status.MAX_ITER, np.inf, -np.inf
+    n_iter = 0
+    work = 0.0  # passes' worth of coordinate steps since the objectives were last computed
+    for n_iter in range(1, max_iter + 1):
+        was_full = active_size == n_kept
+        work += active_size / n_kept
+        order_index = _order(state.index, active_size, order, rng)
+        if order == "random":
+            _, M, m = state.epoch(order_index, n_kept, np.inf, -np.inf)
+        else:
+            bars = (M_bar, m_bar) if shrinking else (np.inf, -np.inf)
+            active_size, M, m = state.epoch(order_index, active_size, *bars)
+        met = _meets(M, m, tol)
+        if order == "random" and met:
+            M, m = state.full_range()
+            met = _meets(M, m, tol)
+            converged = met
+        else:
+            converged = met and was_full and active_size == n_kept
+        with_objectives = objective_every == 1 or work >= objective_every - 1e-9
+        if with_objectives:
+            work = 0.0
+        progress = _progress(monitor, n_iter, M, m, active_size)
+        if with_objectives:
+            progress = _with_objectives(progress, *state.objectives())
+        stop = monitor.report(progress)
+        if converged:
+            status = Status.CONVERGED
+            break
+        if stop is not None:
+            status = stop
+            break
+        if met or active_size == 0:
+            # The shrunk problem is solved (or everything was shrunk): check the full set.
+            active_size = n_kept
+            M_bar, m_bar = np.inf, -np.inf
+        else:
+            M_bar = M if M > 0 else np.inf
+            m_bar = m if m < 0 else -np.inf
+    return status, n_iter, M, m
+
+
+def _order(index, active_size, order, rng):
+    if order == "permute":
+        kernels.shuffle_prefix(index, active_size, int(rng.integers(0, 2**63)))
+        return index
+    if order == "random":
+        return index[rng.integers(0, index.shape[0], size=index.shape[0])]
+    return index
+
+
+def _meets(M, m, tol):
+    return M - m <= tol and abs(M) <= tol and abs(m) <= tol
+
+
+def _gap(M, m):
+    gap = M - m
+    return float(gap) if np.isfinite(gap) else 0.0
+
+
+def _progress(monitor, n_iter, M, m, active_size):
+    gap = _gap(M, m)
+    return Progress(
+        iteration=n_iter,
+        elapsed_s=monitor.elapsed(),
+        gap=gap,
+        pg_max=finite_or_none(M),
+        pg_min=finite_or_none(m),
+        pg_range=gap,
+        active=int(active_size),
+    )
+
+
+def _with_objectives(progress, primal, dual):
+    return replace(
+        progress,
+        primal=primal,
+        dual=dual,
+        duality_gap=relative_duality_gap(primal, -dual),
+    )

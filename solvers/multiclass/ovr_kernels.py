@@ -1,0 +1,287 @@
+"""Compiled fused pass of one-vs-rest dual coordinate descent over a block of classes.
+
+One pass visits each row once and updates every class of the block still active for that row, so
+a row is read from memory once for the whole block instead of once per class. Per class c the
+binary dual is min ½αᵀ(Q + D)α − eᵀα, 0 ≤ α_i ≤ U_i, with y_i = +1 when the row's label is c and
+−1 otherwise; U_i = C_i, D_ii = 0 (hinge) or U_i = ∞, D_ii = 1/(2C_i) (squared hinge).
+
+Arrays of the block (kb classes): alpha (n, kb), W (n_features, kb) feature-major, wb (kb,),
+active (n, kb) uint8 shrinking flags, live (kb,) uint8 (0 once a class has converged), Mbar/mbar
+(kb,) the shrinking thresholds of the previous pass, and the outputs M/m (kb,) (extreme projected
+gradients of this pass) and n_kept (kb,) (variables visited and not shrunk). in_play (n,) uint8
+says whether a row keeps an active variable of a live class; the pass rewrites it for the rows it
+visits, so the driver rescans the flags (`rows_in_play`) only when a class dies or is restored.
+"""
+
+import numpy as np
+from numba import njit
+
+from solvers._core.sparse import prefetch, prefetch_row
+from solvers.multiclass.kernels import row_scores
+
+_TINY = 1e-12
+
+
+@njit(cache=True, nogil=True)
+def ovr_pass(
+    X,
+    bias,
+    labels,
+    classes,
+    Cmat,
+    c_stride,
+    hinge,
+    A,
+    order,
+    alpha,
+    W,
+    wb,
+    active,
+    live,
+    Mbar,
+    mbar,
+    M,
+    m,
+    n_kept,
+    in_play,
+):
+    """One fused pass over the rows in ``order`` for the classes of a block (see module doc)."""
+    data, indices, indptr, _ = X
+    kb = W.shape[1]
+    cls = np.empty(kb, dtype=np.uint32)  # unsigned: no wraparound checks on W[j, cls[r]]
+    s = np.empty(kb)
+    delta = np.empty(kb)
+    for c in range(kb):
+        M[c] = -np.inf
+        m[c] = np.inf
+        n_kept[c] = 0
+    n_order = order.shape[0]
+    for t in range(n_order):
+        if t + 2 < n_order:
+            ahead = order[t + 2]
+            prefetch_row(data, indices, indptr, ahead)
+            prefetch(active[ahead], 0)
+            prefetch(alpha[ahead], 0)
+        i = order[t]
+        # unsigned bounds: no negative-index checks on data[p] and indices[p] below
+        start = np.uint64(indptr[i])
+        end = np.uint64(indptr[i + 1])
+        flags = active[i]
+        na = 0
+        for c in range(kb):
+            if live[c] and flags[c]:
+                cls[na] = c
+                na += 1
+        if na == 0:
+            in_play[i] = 0
+            continue
+        if na == 1:
+            # one class (the common case once shrinking has worked): a register accumulator, not
+            # s[0], whose load-store chain through memory would serialise the loop
+            c0 = cls[0]
+            acc = bias * wb[c0]
+            for p in range(start, end):
+                acc += data[p] * W[indices[p], c0]
+            s[0] = acc
+        elif na == 2:
+            c0 = cls[0]
+            c1 = cls[1]
+            acc = bias * wb[c0]
+            acc1 = bias * wb[c1]
+            for p in range(start, end):
+                v = data[p]
+                j = indices[p]
+                acc += v * W[j, c0]
+                acc1 += v * W[j, c1]
+            s[0] = acc
+            s[1] = acc1
+        elif na <= 4:
+            # three classes run the fourth accumulator on a copy of the third
+            c0 = cls[0]
+            c1 = cls[1]
+            c2 = cls[2]
+            c3 = cls[na - 1]
+            acc = bias * wb[c0]
+            acc1 = bias * wb[c1]
+            acc2 = bias * wb[c2]
+            acc3 = bias * wb[c3]
+            for p in range(start, end):
+                v = data[p]
+                j = indices[p]
+                acc += v * W[j, c0]
+                acc1 += v * W[j, c1]
+                acc2 += v * W[j, c2]
+                acc3 += v * W[j, c3]
+            s[0] = acc
+            s[1] = acc1
+            s[2] = acc2
+            s[na - 1] = acc3
+        else:
+            for r in range(na):
+                s[r] = bias * wb[cls[r]]
+            for p in range(start, end):
+                v = data[p]
+                j = indices[p]
+                for r in range(na):
+                    s[r] += v * W[j, cls[r]]
+        nd = 0
+        kept = 0
+        for r in range(na):
+            c = cls[r]
+            yi = 1.0 if labels[i] == classes[c] else -1.0
+            Ci = Cmat[i, c * c_stride]
+            if hinge:
+                U = Ci
+                Dii = 0.0
+            else:
+                U = np.inf
+                Dii = 0.5 / Ci
+            a = alpha[i, c]
+            G = yi * s[r] - 1.0 + Dii * a
+            PG = 0.0
+            if a == 0.0:
+                if G > Mbar[c]:
+                    flags[c] = 0
+                    continue
+                if G < 0.0:
+                    PG = G
+            elif a == U:
+                if G < mbar[c]:
+                    flags[c] = 0
+                    continue
+                if G > 0.0:
+                    PG = G
+            else:
+                PG = G
+            n_kept[c] += 1
+            kept = 1
+            M[c] = max(M[c], PG)
+            m[c] = min(m[c], PG)
+            if abs(PG) > _TINY:
+                qd = A[i] + Dii
+                if qd > 0.0:
+                    a_new = min(max(a - G / qd, 0.0), U)
+                else:
+                    a_new = U  # a zero row under the hinge loss: G = −1, the step is unbounded
+                alpha[i, c] = a_new
+                cls[nd] = c
+                delta[nd] = (a_new - a) * yi
+                nd += 1
+        in_play[i] = kept
+        if nd == 0:
+            continue
+        for q in range(nd):
+            wb[cls[q]] += delta[q] * bias
+        if nd == 1:
+            c0 = cls[0]
+            d0 = delta[0]
+            for p in range(start, end):
+                W[indices[p], c0] += d0 * data[p]
+        elif nd == 2:
+            c0 = cls[0]
+            c1 = cls[1]
+            d0 = delta[0]
+            d1 = delta[1]
+            for p in range(start, end):
+                v = data[p]
+                j = indices[p]
+                W[j, c0] += d0 * v
+                W[j, c1] += d1 * v
+        else:
+            for p in range(start, end):
+                v = data[p]
+                j = indices[p]
+                for q in range(nd):
+                    W[j, cls[q]] += delta[q] * v
+
+
+@njit(cache=True, nogil=True)
+def ovr_measures(X, bias, labels, classes, Cmat, c_stride, hinge, alpha, W, wb):
+    """Per-class (primal, f(α), M, m) of a block at the current α, four arrays of shape (kb,):
+    the objectives and the largest and smallest projected gradient over the rows with C_i > 0
+    (−inf / +inf when there is none). The scores are computed row by row (O(kb) scratch), never
+    as an (n, kb) matrix."""
+    data, indices, indptr, _ = X
+    n = indptr.shape[0] - 1
+    kb = W.shape[1]
+    s = np.empty(kb)
+    reg = np.empty(kb)
+    loss = np.zeros(kb)
+    lin = np.zeros(kb)
+    M = np.full(kb, -np.inf)
+    m = np.full(kb, np.inf)
+    for c in range(kb):
+        reg[c] = wb[c] * wb[c]
+    for j in range(W.shape[0]):
+        for c in range(kb):
+            reg[c] += W[j, c] * W[j, c]
+    for i in range(n):
+        row_scores(data, indices, np.uint64(indptr[i]), np.uint64(indptr[i + 1]), W, wb, bias, s)
+        for c in range(kb):
+            Ci = Cmat[i, c * c_stride]
+            if Ci <= 0.0:
+                continue
+            yi = 1.0 if labels[i] == classes[c] else -1.0
+            xi = max(0.0, 1.0 - yi * s[c])
+            a = alpha[i, c]
+            if hinge:
+                loss[c] += Ci * xi
+                lin[c] += a
+                U, Dii = Ci, 0.0
+            else:
+                loss[c] += Ci * xi * xi
+                lin[c] += a - 0.25 * a * a / Ci
+                U, Dii = np.inf, 0.5 / Ci
+            G = yi * s[c] - 1.0 + Dii * a
+            PG = min(G, 0.0) if a <= 0.0 else (max(G, 0.0) if a >= U else G)
+            M[c] = max(M[c], PG)
+            m[c] = min(m[c], PG)
+    primal = np.empty(kb)
+    dual = np.empty(kb)
+    for c in range(kb):
+        primal[c] = 0.5 * reg[c] + loss[c]
+        dual[c] = 0.5 * reg[c] - lin[c]
+    return primal, dual, M, m
+
+
+@njit(cache=True, nogil=True)
+def rows_in_play(active, live, out):
+    """out[i] = 1 when row i keeps an active variable of a live class of the block, else 0."""
+    n, kb = active.shape
+    for i in range(n):
+        flag = 0
+        for c in range(kb):
+            if live[c] and active[i, c]:
+                flag = 1
+                break
+        out[i] = flag
+
+
+@njit(cache=True, nogil=True)
+def interleave_regions(buf, rows, k, block_of, slot, starts, sizes):
+    """Rearrange ``buf`` in place from one (rows, size_b) region per block, the regions back to
+    back from ``starts[b]``, into one (rows, k) array in class order.
+
+    Class c lives in block ``block_of[c]`` at column ``slot[c]``. Each position q = r · k + c
+    pulls its value from where it sits now; following these moves around their cycles, with a
+    bitmap of the positions already filled, moves every value once.
+    """
+    total = rows * k
+    done = np.zeros((total + 63) // 64, dtype=np.uint64)
+    one = np.uint64(1)
+    for p0 in range(total):
+        if done[p0 >> 6] & (one << np.uint64(p0 & 63)):
+            continue
+        saved = buf[p0]
+        q = p0
+        while True:
+            done[q >> 6] |= one << np.uint64(q & 63)
+            r = q // k
+            c = q - r * k
+            b = block_of[c]
+            src = starts[b] + r * sizes[b] + slot[c]
+            if src == p0:
+                buf[q] = saved
+                break
+            buf[q] = buf[src]
+            q = src

@@ -1,0 +1,253 @@
+"""Serving a model trained on a CSV upload the ways users' tools expect: predict by feature name,
+the registry (names, versions, aliases, references wherever v1 takes a model id), lineage, ONNX
+(onnxruntime) and skops (scikit-learn) exports that agree with the service, the Open Inference
+Protocol's published request and response shapes, and MLflow's scoring shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import skops.io
+
+from app.jobs.runner import RunContext, run_job
+from solvers.io import read_libsvm
+from tests.app.conftest import HEART
+
+NAMES = ["age", "sex", "cp", "bps", "chol", "fbs", "ecg", "hr", "angina", "op", "slope", "ca",
+         "thal"]  # fmt: skip
+
+
+def heart_csv() -> tuple[bytes, np.ndarray, np.ndarray]:
+    X, y = read_libsvm(str(HEART))
+    X = X.toarray()
+    lines = ["label," + ",".join(NAMES)]
+    lines += [f"{t:g}," + ",".join(f"{v:.17g}" for v in row) for row, t in zip(X, y, strict=True)]
+    return ("\n".join(lines) + "\n").encode(), X, y
+
+
+def train(app, client, dataset_id: str, **params) -> str:
+    body = {"dataset_id": dataset_id, "params": {"tol": 1e-4, **params}}
+    job = client.post("/v1/jobs", json=body)
+    assert job.status_code == 202, job.text
+    assert run_job(job.json()["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
+    return client.get(f"/v1/jobs/{job.json()['id']}").json()["model_id"]
+
+
+@pytest.fixture
+def served(app, client):
+    text, X, y = heart_csv()
+    dataset = client.post("/v1/datasets", files={"file": ("heart.csv", text)}).json()
+    model_id = train(app, client, dataset["id"])
+    return {"X": X, "y": y, "model": model_id, "dataset": dataset}
+
+
+def predict(client, ref, body):
+    response = client.post(f"/v1/models/{ref}/predict", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_predict_by_records_matches_dense_rows(client, served):
+    X, model = served["X"], served["model"]
+    assert client.get(f"/v1/models/{model}").json()["feature_names"] == NAMES
+    dense = predict(client, model, {"instances": X[:20].tolist()})
+    records = [{n: v for n, v in zip(NAMES, row, strict=True) if v != 0} for row in X[:20]]
+    by_name = predict(client, model, {"records": records})  # a missing name is 0
+    assert by_name["labels"] == dense["labels"]
+    np.testing.assert_allclose(by_name["decision_values"], dense["decision_values"], atol=1e-12)
+    unknown = client.post(f"/v1/models/{model}/predict", json={"records": [{"agee": 1.0}]})
+    assert unknown.status_code == 422 and "'agee'" in unknown.json()["detail"]
+    text = client.post(f"/v1/models/{model}/predict", json={"records": [{"age": "old"}]})
+    assert text.status_code == 422 and "'age' must be a finite number" in text.json()["detail"]
+
+
+def test_lineage(client, served):
+    lineage = client.get(f"/v1/models/{served['model']}/lineage").json()
+    assert lineage["dataset"]["sha256"] == served["dataset"]["sha256"]
+    assert lineage["dataset"]["format"] == "csv" and lineage["params"]["tol"] == 1e-4
+    assert lineage["solver"]["status"] == "converged" and lineage["package_version"] == "0.1.0"
+    assert lineage["commit"] is None or len(lineage["commit"]) == 40
+    assert lineage["metrics"]["train_accuracy"] > 0.8
+
+
+def test_registry_names_versions_and_aliases(app, client, served):
+    first = served["model"]
+    second = train(app, client, served["dataset"]["id"], C=0.01)
+    created = {"name": "heart", "description": "d", "tags": {"team": "cardio"}}
+    assert client.post("/v1/registered-models", json=created).status_code == 201
+    assert client.post("/v1/registered-models", json={"name": "heart"}).status_code == 409
+    for bad in ("mdl_x", "a@b", "a/b", ""):
+        assert client.post("/v1/registered-models", json={"name": bad}).status_code == 422
+    v1 = client.post("/v1/registered-models/heart/versions", json={"model_id": first})
+    v2 = client.post("/v1/registered-models/heart/versions", json={"model_id": second})
+    assert (v1.json()["version"], v2.json()["version"]) == (1, 2)
+    put = client.put("/v1/registered-models/heart/aliases/production", json={"version": 1})
+    assert put.status_code == 200 and put.json()["model_id"] == first
+    aliases = "/v1/registered-models/heart/aliases"
+    assert client.put(f"{aliases}/v3", json={"version": 1}).status_code == 422
+    assert client.put(f"{aliases}/x", json={"version": 9}).status_code == 404
+    X = served["X"][:5].tolist()
+    by_id = predict(client, first, {"instances": X})
+    assert predict(client, "heart@production", {"instances": X}) == by_id
+    assert predict(client, "heart@v1", {"instances": X}) == by_id
+    assert client.get("/v1/models/heart@production").json()["id"] == first
+    assert client.get("/v1/models/heart@v2/lineage").json()["model_id"] == second
+    assert client.get("/v1/models/heart@v2/export?format=json").status_code == 200
+    assert client.post("/v1/models/heart@nope/predict", json={"instances": X}).status_code == 404
+    # the alias moves in one step; a model an alias points at cannot be deleted
+    client.put("/v1/registered-models/heart/aliases/production", json={"version": 2})
+    app.state.alias_cache.clear()
+    moved = predict(client, "heart@production", {"instances": X})
+    assert moved == predict(client, second, {"instances": X})
+    blocked = client.delete(f"/v1/models/{second}")
+    assert blocked.status_code == 409 and "heart@production" in blocked.json()["detail"]
+    assert client.delete("/v1/registered-models/heart/versions/2").status_code == 409
+    info = client.get("/v1/registered-models/heart").json()
+    assert info["aliases"] == {"production": 2} and info["latest_version"] == 2
+    assert info["tags"] == {"team": "cardio"}
+    patched = client.patch("/v1/registered-models/heart/versions/1", json={"tags": {"a": "b"}})
+    assert patched.json()["tags"] == {"a": "b"}
+    lineage = client.get(f"/v1/models/{second}/lineage").json()
+    assert lineage["registered"] == [{"name": "heart", "version": 2, "aliases": ["production"]}]
+    assert client.delete(f"/v1/models/{first}").status_code == 204  # its version goes with it
+    versions = client.get("/v1/registered-models/heart/versions").json()["items"]
+    assert [v["version"] for v in versions] == [2]
+
+
+def test_onnx_and_skops_exports_agree_with_the_service(client, served):
+    X, model = served["X"], served["model"]
+    service = predict(client, model, {"instances": X.tolist()})
+    onnx_file = client.get(f"/v1/models/{model}/export", params={"format": "onnx"})
+    assert onnx_file.status_code == 200
+    session = ort.InferenceSession(onnx_file.content, providers=["CPUExecutionProvider"])
+    assert [o.name for o in session.get_outputs()] == ["label", "decision_values"]
+    labels, decision = session.run(None, {"input": X})
+    np.testing.assert_allclose(decision, service["decision_values"], atol=1e-6, rtol=0)
+    assert labels.tolist() == service["labels"]
+    skops_file = client.get(f"/v1/models/{model}/export", params={"format": "skops"}).content
+    estimator = skops.io.loads(skops_file, trusted=skops.io.get_untrusted_types(data=skops_file))
+    assert estimator.predict(X).tolist() == service["labels"]
+    np.testing.assert_allclose(
+        estimator.decision_function(X), np.ravel(service["decision_values"]), atol=1e-9
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# The Open Inference Protocol
+
+
+def test_v2_server_and_model_metadata(client, served):
+    assert client.get("/v2").json()["name"] == "margin"
+    assert client.get("/v2/health/live").json() == {"live": True}
+    assert client.get("/v2/health/ready").status_code == 200
+    client.post("/v1/registered-models", json={"name": "heart"})
+    client.post("/v1/registered-models/heart/versions", json={"model_id": served["model"]})
+    meta = client.get("/v2/models/heart").json()
+    assert meta["inputs"] == [{"name": "input", "datatype": "FP64", "shape": [-1, 13]}]
+    assert [o["name"] for o in meta["outputs"]] == ["label", "decision_values"]
+    assert meta["outputs"][1]["shape"] == [-1, 1]
+    assert client.get("/v2/models/heart/versions/1/ready").json()["ready"] is True
+    missing = client.get("/v2/models/nothing")
+    assert missing.status_code == 404 and list(missing.json()) == ["error"]
+    assert client.get("/v2/models/heart/versions/7").status_code == 404
+
+
+def test_v2_infer_in_the_published_shapes(client, served):
+    X, model = served["X"], served["model"]
+    client.post("/v1/registered-models", json={"name": "heart"})
+    client.post("/v1/registered-models/heart/versions", json={"model_id": model})
+    client.put("/v1/registered-models/heart/aliases/production", json={"version": 1})
+    expected = predict(client, model, {"instances": X[:3].tolist()})
+    # the protocol's example request: a named input, its shape, datatype and flat data
+    request = {"id": "42", "inputs": [{"name": "input0", "shape": [3, 13], "datatype": "FP32",
+                                      "data": X[:3].ravel().tolist()}]}  # fmt: skip
+    for path in ("heart", "heart@production", "heart/versions/1", model):
+        response = client.post(f"/v2/models/{path}/infer", json=request)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["id"] == "42" and body["model_name"] == path.split("/")[0]
+        label, decision = body["outputs"]
+        assert label == {"name": "label", "datatype": "INT64", "shape": [3],
+                         "data": expected["labels"]}  # fmt: skip
+        assert decision["shape"] == [3, 1] and decision["datatype"] == "FP64"
+        np.testing.assert_allclose(decision["data"], np.ravel(expected["decision_values"]),
+                                   atol=1e-5)  # fmt: skip
+    nested = {"inputs": [{"name": "x", "shape": [3, 13], "datatype": "FP64",
+                          "data": X[:3].tolist()}], "outputs": [{"name": "decision_values"}]}
+    only = client.post("/v2/models/heart/infer", json=nested).json()["outputs"]
+    assert [o["name"] for o in only] == ["decision_values"]
+    sparse = {"inputs": [{"name": "x", "shape": [1], "datatype": "FP64",
+                          "parameters": {"sparse": True},
+                          "data": [{"indices": [1, 3], "values": [0.5, -1.0]}]}]}
+    assert client.post("/v2/models/heart/infer", json=sparse).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "fragment"),
+    [
+        ({"shape": [1, 12]}, 400, "expected [N, 13]"),
+        ({"datatype": "BYTES"}, 400, "datatype"),
+        ({"data": [1.0] * 12}, 400, "expected 13 numbers"),
+        ({"data": ["a"] * 13}, 400, "expected a number"),
+        ({"shape": [20000, 13]}, 413, "instances"),
+    ],
+)
+def test_v2_errors_are_the_protocols(client, served, change, status, fragment):
+    tensor = {"name": "input", "shape": [1, 13], "datatype": "FP64", "data": [0.0] * 13, **change}
+    response = client.post(f"/v2/models/{served['model']}/infer", json={"inputs": [tensor]})
+    assert response.status_code == status
+    assert list(response.json()) == ["error"] and fragment in response.json()["error"]
+
+
+def test_a_large_v2_body_is_read_without_python_objects(client, served):
+    rows = np.tile(served["X"], (20, 1))[:5000]
+    request = {"inputs": [{"name": "input", "shape": list(rows.shape), "datatype": "FP64",
+                           "data": rows.tolist()}]}  # fmt: skip
+    response = client.post(f"/v2/models/{served['model']}/infer", json=request)
+    assert response.status_code == 200, response.text
+    expected = predict(client, served["model"], {"instances": rows[:10].tolist()})
+    assert response.json()["outputs"][0]["data"][:10] == expected["labels"]
+
+
+# ------------------------------------------------------------------------------------------
+# MLflow's scoring protocol
+
+
+def test_invocations_in_mlflow_shapes(client, served):
+    X, model = served["X"][:4], served["model"]
+    client.post("/v1/registered-models", json={"name": "heart"})
+    client.post("/v1/registered-models/heart/versions", json={"model_id": model})
+    client.put("/v1/registered-models/heart/aliases/production", json={"version": 1})
+    labels = predict(client, model, {"instances": X.tolist()})["labels"]
+    records = [dict(zip(NAMES, row, strict=True)) for row in X.tolist()]
+    bodies = [
+        {"inputs": X.tolist()},
+        {"instances": X.tolist()},
+        {"instances": records},
+        {"dataframe_records": records},
+        {"dataframe_split": {"columns": NAMES, "data": X.tolist()}},
+        {"dataframe_split": {"columns": NAMES[::-1], "data": X[:, ::-1].tolist()}},
+        {"inputs": {n: X[:, j].tolist() for j, n in enumerate(NAMES)}},
+    ]
+    for body in bodies:
+        response = client.post("/v1/models/heart@production/invocations", json=body)
+        assert response.status_code == 200, (body, response.text)
+        assert response.json() == {"predictions": labels}
+    csv_text = ",".join(NAMES) + "\n" + "\n".join(",".join(map(repr, r)) for r in X.tolist())
+    response = client.post(
+        f"/v1/models/{model}/invocations", content=csv_text, headers={"content-type": "text/csv"}
+    )
+    assert response.json() == {"predictions": labels}
+
+
+def test_invocations_errors_are_mlflows(client, served):
+    url = f"/v1/models/{served['model']}/invocations"
+    bad = client.post(url, json={"dataframe_records": [{"nope": 1}]})
+    assert bad.status_code == 400
+    assert bad.json()["error_code"] == "BAD_REQUEST" and "'nope'" in bad.json()["message"]
+    missing = client.post("/v1/models/nothing@production/invocations", json={"inputs": [[1]]})
+    assert missing.status_code == 404
+    assert missing.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+    media = client.post(url, content=b"x", headers={"content-type": "image/png"})
+    assert media.status_code == 415 and "message" in media.json()

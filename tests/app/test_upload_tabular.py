@@ -1,0 +1,240 @@
+"""CSV, TSV and Parquet uploads: the stored arrays equal the table's non-zeros (checked against
+numpy and pyarrow's own readers), the feature names are kept, the label column and empty-cell
+policy are honoured, errors name the line (row) and column and store nothing, and every bound
+(line length, columns, row group size, a lying page header) answers before memory is spent."""
+
+from __future__ import annotations
+
+import gzip
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+
+from app.services.dataset_files import load_arrays
+from app.services.datasets import dataset_dir
+
+
+def table(seed=0, n=60, d=5):
+    rng = np.random.default_rng(seed)
+    X = np.round(rng.standard_normal((n, d)), 3)
+    X[rng.random((n, d)) < 0.5] = 0
+    y = np.where(X.sum(axis=1) > 0, 1.0, -1.0)
+    return X, y
+
+
+def csv_bytes(X, y, names=None, sep=",", label="label", label_first=True):
+    names = names or [f"f{j}" for j in range(X.shape[1])]
+    header = [label, *names] if label_first else [*names, label]
+    lines = [sep.join(header)]
+    for row, target in zip(X, y, strict=True):
+        cells = [f"{v:g}" for v in row]
+        lines.append(sep.join([f"{target:g}", *cells] if label_first else [*cells, f"{target:g}"]))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def post(client, body: bytes, filename="data.csv", **params):
+    return client.post("/v1/datasets", files={"file": (filename, body)}, params=params)
+
+
+def stored(settings, body):
+    X, y, _ = load_arrays(dataset_dir(settings, body["id"]), body["n_features"])
+    return X, y
+
+
+def nothing_stored(client, settings):
+    assert client.get("/v1/datasets").json()["items"] == []
+    assert not any((settings.data_dir / "datasets").iterdir())
+
+
+def test_csv_upload_stores_the_nonzeros_and_the_feature_names(client, settings):
+    X, y = table()
+    response = post(client, csv_bytes(X, y))
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["format"] == "csv" and body["zero_based"] is True
+    assert body["feature_names"] == ["f0", "f1", "f2", "f3", "f4"]
+    assert (body["n_rows"], body["n_features"], body["nnz"]) == (60, 5, np.count_nonzero(X))
+    Xs, ys = stored(settings, body)
+    reference = np.loadtxt(io.BytesIO(csv_bytes(X, y)), delimiter=",", skiprows=1)
+    assert np.array_equal(Xs.toarray(), reference[:, 1:]) and np.array_equal(ys, reference[:, 0])
+
+
+def test_tsv_by_its_gzip_file_name_with_the_label_last(client, settings):
+    X, y = table(1)
+    body = gzip.compress(csv_bytes(X, y, sep="\t", label_first=False))
+    response = post(client, body, filename="train.tsv.gz")
+    assert response.status_code == 201, response.text
+    assert response.json()["format"] == "tsv"
+    Xs, ys = stored(settings, response.json())
+    assert np.array_equal(Xs.toarray(), X) and np.array_equal(ys, y)
+
+
+def test_label_column_by_query_or_by_a_field_before_the_file(client, settings):
+    X, y = table(2)
+    text = csv_bytes(X, y, label="target", label_first=False)
+    first = post(client, text, filename="a.csv")  # no 'label' column: the first one is it
+    assert first.json()["feature_names"] == ["f1", "f2", "f3", "f4", "target"]
+    by_query = post(client, text, filename="b.csv", label_column="target")
+    assert by_query.status_code == 201 and by_query.json()["id"] != first.json()["id"]
+    assert np.array_equal(stored(settings, by_query.json())[1], y)
+    # multipart fields sent before the file part
+    fields = [("label_column", (None, "target")), ("format", (None, "csv")),
+              ("file", ("noext", text))]
+    by_field = client.post("/v1/datasets", files=fields)
+    assert by_field.status_code == 200, by_field.text  # the same bytes and options: a duplicate
+    assert by_field.json()["id"] == by_query.json()["id"]
+    late = client.post("/v1/datasets", files=[("file", ("c.csv", text)),
+                                                ("label_column", (None, "target"))])
+    assert late.status_code == 422 and "before the file part" in late.json()["detail"]
+    missing = post(client, text, label_column="nope")
+    assert missing.status_code == 422 and "'nope'" in missing.json()["detail"]
+
+
+def test_csv_is_recognised_without_a_name_or_format(client):
+    X, y = table(3)
+    response = client.post(
+        "/v1/datasets", content=csv_bytes(X, y), headers={"content-type": "text/csv"}
+    )
+    assert response.status_code == 201 and response.json()["format"] == "csv"
+
+
+def test_empty_cells_are_an_error_or_zero(client, settings):
+    text = b"label,a,b,c\n1,0.5,,2\n-1,,1,\n"
+    refused = post(client, text)
+    assert refused.status_code == 422
+    assert refused.json()["detail"].startswith("line 2, column 'b': the cell is empty")
+    nothing_stored(client, settings)
+    accepted = post(client, text, empty_cells="zero")
+    assert accepted.status_code == 201, accepted.text
+    Xs, ys = stored(settings, accepted.json())
+    assert Xs.toarray().tolist() == [[0.5, 0, 2], [0, 1, 0]] and ys.tolist() == [1, -1]
+
+
+BAD_CSV = {
+    "a word": (b"label,a,b\n1,2,3\n1,x,3\n", "line 3, column 'a': 'x' is not a number"),
+    "a short row": (b"label,a,b\n1,2,3\n1,2\n", "line 3: expected 3 cells"),
+    "a long row": (b"label,a,b\n1,2,3,4\n", "line 2: expected 3 cells"),
+    "nan": (b"label,a,b\n1,nan,3\n", "line 2, column 'a': nan is not a finite number"),
+    "no rows": (b"label,a,b\n", "no rows"),
+    "duplicate names": (b"label,a,a\n1,2,3\n", "'a' appears twice"),
+    "no feature": (b"label\n1\n", "at least one feature"),
+    "unnamed column": (b"label,,b\n1,2,3\n", "column 2 has no name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CSV))
+def test_malformed_csv_is_422_naming_line_and_column(client, settings, case):
+    text, message = BAD_CSV[case]
+    response = post(client, text)
+    assert response.status_code == 422, response.text
+    assert message in response.json()["detail"]
+    nothing_stored(client, settings)
+
+
+def test_a_line_over_max_line_mb_and_a_header_over_max_features_are_413(app, client, settings):
+    app.state.settings.max_line_mb = 0.01  # 10 kB
+    long_line = b"label,a\n1,2\n" + b"1," + b"0" * 20_000 + b"\n"
+    response = post(client, long_line)
+    assert response.status_code == 413 and "line 3" in response.json()["detail"]
+    app.state.settings.max_line_mb = 16
+    app.state.settings.max_features = 100
+    wide = ("label," + ",".join(f"c{j}" for j in range(101)) + "\n").encode()
+    response = post(client, wide + b"1" + b",0" * 101 + b"\n")
+    assert response.status_code == 413 and "MAX_FEATURES" in response.json()["detail"]
+    nothing_stored(client, settings)
+
+
+# ------------------------------------------------------------------------------------------
+# Parquet
+
+
+def parquet_bytes(tbl: pa.Table, **options) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(tbl, buffer, **options)
+    return buffer.getvalue()
+
+
+def test_dense_parquet_in_several_row_groups(client, settings):
+    X, y = table(4, n=300)
+    columns = {"label": y, **{f"x{j}": X[:, j] for j in range(5)}}
+    columns["x2"] = X[:, 2].astype(np.float32)  # any numeric type
+    columns["x4"] = (X[:, 4] > 0)  # booleans are 0/1
+    data = parquet_bytes(pa.table(columns), row_group_size=70)
+    response = post(client, data, filename="t.parquet")
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["format"] == "parquet" and body["feature_names"] == [f"x{j}" for j in range(5)]
+    stored_table = pq.read_table(io.BytesIO(data))
+    expected = np.column_stack([c.to_numpy().astype(np.float64) for c in stored_table.columns])
+    Xs, ys = stored(settings, body)
+    assert np.array_equal(Xs.toarray(), expected[:, 1:]) and np.array_equal(ys, expected[:, 0])
+
+
+def test_parquet_nulls_follow_the_empty_cell_policy(client, settings):
+    data = parquet_bytes(pa.table({"label": [1.0, -1.0], "a": [0.5, None], "b": [None, 2.0]}))
+    refused = post(client, data, filename="n.parquet")
+    assert refused.status_code == 422
+    assert "row 2, column 'a'" in refused.json()["detail"]
+    nothing_stored(client, settings)
+    accepted = post(client, data, filename="n.parquet", empty_cells="zero")
+    assert stored(settings, accepted.json())[0].toarray().tolist() == [[0.5, 0], [0, 2]]
+
+
+@pytest.mark.parametrize("layout", ["struct", "list"])
+def test_sparse_parquet_columns(client, settings, layout):
+    X = sp.random(40, 30, density=0.2, random_state=5, format="csr")
+    y = np.arange(40) % 3
+    rows = [(X.indices[X.indptr[i]:X.indptr[i + 1]].tolist(),
+             X.data[X.indptr[i]:X.indptr[i + 1]].tolist()) for i in range(40)]
+    if layout == "struct":
+        column = [{"indices": i, "values": v} for i, v in rows]
+    else:
+        column = [[{"index": a, "value": b} for a, b in zip(i, v, strict=True)] for i, v in rows]
+    data = parquet_bytes(pa.table({"y": y, "features": column}), row_group_size=15)
+    response = post(client, data, filename="s.parquet", label_column="y")
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["feature_names"] is None and body["n_features"] == X.indices.max() + 1
+    Xs, ys = stored(settings, body)
+    assert abs(Xs - X[:, : body["n_features"]]).max() == 0 and np.array_equal(ys, y)
+
+
+def test_a_parquet_decompression_bomb_is_413_before_decoding(client, settings):
+    n = 12_000_000  # 96 MB of zeros in one row group, about 10 kB compressed
+    zeros = pa.array(np.zeros(n))
+    data = parquet_bytes(
+        pa.table({"label": zeros, "x": zeros}), compression="zstd", row_group_size=n,
+        use_dictionary=False, write_statistics=False,
+    )
+    assert len(data) < 200_000
+    response = post(client, data, filename="bomb.parquet")
+    assert response.status_code == 413, response.text
+    assert "row group 0" in response.json()["detail"]
+    nothing_stored(client, settings)
+
+
+def test_a_page_header_that_disagrees_with_the_footer_is_422(client, settings):
+    data = bytearray(parquet_bytes(pa.table({"label": [1.0, 2.0], "a": [3.0, 4.0]}),
+                                   compression="none", use_dictionary=False))
+    meta = pq.read_metadata(io.BytesIO(bytes(data))).row_group(0).column(1)
+    start = meta.data_page_offset
+    # the page header's uncompressed size (field 2, zigzag varint) made larger than declared
+    assert data[start] == 0x15 and data[start + 2] == 0x15
+    data[start + 3] = 0x7E  # 63 bytes instead of the real size
+    response = post(client, bytes(data), filename="lie.parquet")
+    assert response.status_code == 422, response.text
+    assert "column a" in response.json()["detail"]
+    nothing_stored(client, settings)
+
+
+def test_parquet_errors(client, settings):
+    strings = parquet_bytes(pa.table({"label": [1.0], "name": ["x"]}))
+    response = post(client, strings, filename="s.parquet")
+    assert response.status_code == 422 and "'name'" in response.json()["detail"]
+    truncated = parquet_bytes(pa.table({"label": [1.0], "a": [2.0]}))[:-20]
+    assert post(client, truncated, format="parquet").status_code == 422
+    nothing_stored(client, settings)
