@@ -28,7 +28,9 @@ class ManyReports:
         from solvers import Progress
 
         for it in range(1, self.n + 1):
-            callback(Progress(it, 1e-4 * it, 10.0 / it, pg_max=1.0, pg_min=-1.0, pg_range=2.0, active=5))
+            callback(
+                Progress(it, 1e-4 * it, 10.0 / it, pg_max=1.0, pg_min=-1.0, pg_range=2.0, active=5)
+            )
         return trainers.Trained(
             kind="classifier", classes=[-1, 1], coef=np.zeros((1, X.shape[1])),
             intercept=np.zeros(1), status="max_iter", gap=1e-3, n_iter=self.n,

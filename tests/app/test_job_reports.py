@@ -67,7 +67,9 @@ class BumpyGap:
         from solvers import Progress
 
         for it, gap in enumerate(self.GAPS, start=1):
-            callback(Progress(it, 0.01 * it, gap, pg_max=gap, pg_min=-gap, pg_range=2 * gap, active=1))
+            callback(
+                Progress(it, 0.01 * it, gap, pg_max=gap, pg_min=-gap, pg_range=2 * gap, active=1)
+            )
         coef = np.zeros((1, X.shape[1]))
         return trainers.Trained(
             kind="classifier", classes=[-1, 1], coef=coef, intercept=np.zeros(1),

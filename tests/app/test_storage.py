@@ -11,35 +11,13 @@ import time
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.jobs.runner import RunContext, run_job
-from app.main import create_app
 from app.storage import FileStorage, StorageUnavailable, open_storage
 from tests.app.conftest import HEART, finished_run, upload
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def s3_settings(tmp_path, db_url, s3_env):
-    server, bucket = s3_env
-    return Settings(
-        data_dir=tmp_path / "data",
-        database_url=db_url,
-        storage_url=f"s3://{bucket}/margin",
-        storage_timeout_s=2,
-        progress_interval_s=0.01,
-    )
-
-
-@pytest.fixture
-def s3_client(s3_settings, shared_parser):
-    application = create_app(s3_settings)
-    application.state.parser = shared_parser
-    with TestClient(application, raise_server_exceptions=False) as client:
-        yield client
 
 
 def _stores(storage, tmp_path):
