@@ -43,7 +43,7 @@ def shared_data():
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    """moto's S3 server, started once for the session (tests/s3server.py)."""
+    """moto's S3 server, started once for the session (benchmarks/_s3server.py)."""
     from benchmarks._s3server import MotoServer
 
     server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")

@@ -16,9 +16,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 WATCHERS = 12
 
 
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # LISTEN/NOTIFY is PostgreSQL's
 def test_watchers_are_fed_by_notifications(app, client, heart, fake_trainer, db_url, request):
-    if not db_url.startswith("postgresql"):
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    assert db_url.startswith("postgresql")
     fake_trainer(n_iter=12, delay=0.25)  # about 3 s of progress, a write every report
     app.state.settings.progress_interval_s = 0.01
     job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-30}})

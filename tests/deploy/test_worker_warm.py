@@ -67,3 +67,14 @@ def test_a_fresh_worker_is_ready_only_when_warm_and_its_first_job_pays_no_compil
     finally:
         procs.close()
         db.dispose()
+
+
+@pytest.mark.timeout(30)
+def test_every_warm_step_names_solver_modules_that_exist():
+    """A renamed solver module would make its warm step skip silently (and the first job pay
+    the compile): every module the steps name is importable."""
+    from app import warmup
+
+    named = [m for _, modules, _, _ in warmup.STEPS for m in modules]
+    named += [f"solvers.multiclass.{name}" for name in ("crammer_singer", "weston_watkins")]
+    assert [m for m in named if not warmup._present(m)] == []
