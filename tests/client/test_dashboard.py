@@ -91,7 +91,11 @@ def test_upload_train_and_use_a_model(page):
     job_id = page.url.rsplit("/", 1)[-1]
     with Client(page.service.url) as client:
         records = client.jobs.get(job_id).progress()
-        assert points(page, "plot-iteration") == len(records) == points(page, "plot-time")
+    plotted = points(page, "plot-iteration")
+    assert plotted == points(page, "plot-time")
+    # the live plot saw every report; the stored history is the same until it grows past
+    # app.jobs.history.PRUNE_EVERY rows, then log-spaced (fewer rows than reports)
+    assert len(records) <= plotted <= records[-1]["iteration"], (len(records), plotted)
     expect(page.locator("#job-cancel")).to_be_disabled()
 
     page.click("#job-model")
