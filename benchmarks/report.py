@@ -32,6 +32,7 @@ SECTIONS = [
     "predict",
     "protocols",
     "formats",
+    "request_memory",
     "workers",
     "load",
     "storage",
