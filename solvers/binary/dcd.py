@@ -49,6 +49,7 @@ from solvers._core.progress import (
 )
 from solvers._core.sparse import weighted_row_sum
 from solvers.binary import kernels
+from solvers.binary import newton as newton_finisher
 
 LOSSES = {
     "hinge": kernels.HINGE,
@@ -76,6 +77,7 @@ def solve_binary(
     callback: Callback | None = None,
     objective_every: int | None = None,
     warm_start: np.ndarray | None = None,
+    newton: bool = True,
 ) -> SolveResult:
     """Train a binary linear SVM (or regularized least squares) by dual coordinate descent.
 
@@ -114,6 +116,11 @@ def solve_binary(
         computed.
     warm_start : array of shape (n_samples,) or None
         Initial α (clipped to the bounds); w is rebuilt from it.
+    newton : bool
+        For the L2 losses, finish by the primal truncated Newton method when the passes stall
+        (`solvers.binary.newton` states when, its stopping rule ε′ and what the result then
+        holds: ``method == "newton"``, ``status == "converged"`` when ‖∇P‖ ≤ ε′‖∇P(0)‖, and
+        the duality gap of (w, α(w)) beside it).
 
     Returns
     -------
@@ -133,9 +140,12 @@ def solve_binary(
     C_arr = compact_C(C, csr.n_samples)
     state = _State.build(csr, y, C_arr, loss, bias, warm_start)
     rng = np.random.default_rng(random_state)
+    stall = newton_finisher.stall_detector(loss, newton)
     status, n_iter, M, m = _run(
-        state, monitor, rng, tol, max_iter, order, shrinking, objective_every
+        state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall
     )
+    if status is None:  # stalled: the primal Newton method finishes
+        return newton_finisher.finish(state, y, tol, n_iter, max_iter, monitor, loss)
     if status is not Status.CONVERGED and n_iter > 0:
         # the last pass measured the state it started from, or a shrunk set: measure the
         # state returned, over every sample
@@ -165,6 +175,7 @@ def solve_binary(
         pg_max=final.pg_max,
         pg_min=final.pg_min,
         pg_range=final.pg_range,
+        method="dcd",
     )
 
 
@@ -253,8 +264,9 @@ def _initial_alpha(warm_start, n_samples, C, upper, lower):
     return alpha
 
 
-def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every):
-    """The outer loop: passes, shrinking policy, stopping rule, progress. Returns the outcome."""
+def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall=None):
+    """The outer loop: passes, shrinking policy, stopping rule, progress. Returns the outcome;
+    status None when ``stall`` (a `StallDetector`) says the passes have stalled."""
     n_kept = state.index.shape[0]
     if n_kept == 0:
         monitor.report(_progress(monitor, 0, 0.0, 0.0, 0))
@@ -294,6 +306,9 @@ def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every):
         if stop is not None:
             status = stop
             break
+        if stall is not None and n_iter < max_iter and stall.stalled(_gap(M, m)):
+            status = None
+            break
         if met or active_size == 0:
             # The shrunk problem is solved (or everything was shrunk): check the full set.
             active_size = n_kept
@@ -332,6 +347,7 @@ def _progress(monitor, n_iter, M, m, active_size):
         pg_min=finite_or_none(m),
         pg_range=gap,
         active=int(active_size),
+        method="dcd",
     )
 
 
