@@ -82,9 +82,7 @@ def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
     alpha = rec[0::width].copy()
     M, m = state.full_range()
     n_iter += outcome.n_iter
-    final = monitor.conclude(
-        _final_progress(monitor, n_iter, outcome, M, m, state.index.shape[0])
-    )
+    final = monitor.conclude(_final_progress(monitor, n_iter, outcome, M, m, state.index.shape[0]))
     w = outcome.w
     d = csr.n_features
     return SolveResult(
