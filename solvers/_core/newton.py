@@ -297,7 +297,7 @@ class StallDetector:
     the ``window`` passes before them (the measure has stopped falling geometrically).
     """
 
-    def __init__(self, cap=100, window=20, ratio=0.5):
+    def __init__(self, cap=300, window=50, ratio=0.5):
         self.cap, self.window, self.ratio = cap, window, ratio
         self.values: list[float] = []
 

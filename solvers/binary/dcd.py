@@ -48,7 +48,7 @@ from solvers._core.progress import (
     relative_duality_gap,
 )
 from solvers._core.sparse import weighted_row_sum
-from solvers.binary import kernels
+from solvers.binary import kernels, parallel
 from solvers.binary import newton as newton_finisher
 
 LOSSES = {
@@ -78,6 +78,8 @@ def solve_binary(
     objective_every: int | None = None,
     warm_start: np.ndarray | None = None,
     newton: bool = True,
+    n_jobs: int | None = 1,
+    deterministic: bool = False,
 ) -> SolveResult:
     """Train a binary linear SVM (or regularized least squares) by dual coordinate descent.
 
@@ -121,6 +123,13 @@ def solve_binary(
         (`solvers.binary.newton` states when, its stopping rule ε′ and what the result then
         holds: ``method == "newton"``, ``status == "converged"`` when ‖∇P‖ ≤ ε′‖∇P(0)‖, and
         the duality gap of (w, α(w)) beside it).
+    n_jobs : int or None
+        Threads for this one problem (None: every available core); fewer are used where the
+        problem is too small to gain from them, and the random order runs on one.
+        `solvers.binary.parallel` states the methods and their guarantees.
+    deterministic : bool
+        With several threads: the block method with verified merges (same seed and thread
+        count give identical results) instead of the faster shared-vector method.
 
     Returns
     -------
@@ -141,9 +150,19 @@ def solve_binary(
     state = _State.build(csr, y, C_arr, loss, bias, warm_start)
     rng = np.random.default_rng(random_state)
     stall = newton_finisher.stall_detector(loss, newton)
-    status, n_iter, M, m = _run(
-        state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall
-    )
+    n_threads = 1
+    if order != "random":
+        n_threads = parallel.threads_for(csr, state.index.shape[0], parallel.check_n_jobs(n_jobs))
+    if n_threads > 1:
+        rules = (_progress, _with_objectives, _meets, _gap)
+        status, n_iter, M, m = parallel.run_parallel(
+            state, monitor, rng, tol, max_iter, shrinking, objective_every, stall, n_threads,
+            rules, deterministic,
+        )  # fmt: skip
+    else:
+        status, n_iter, M, m = _run(
+            state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall
+        )
     if status is None:  # stalled: the primal Newton method finishes
         return newton_finisher.finish(state, y, tol, n_iter, max_iter, monitor, loss)
     if status is not Status.CONVERGED and n_iter > 0:

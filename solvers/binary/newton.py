@@ -33,8 +33,8 @@ from solvers._core.newton import METHOD, L2Loss, StallDetector, newton_finish
 from solvers._core.progress import Progress, SolveResult, relative_duality_gap
 from solvers._core.sparse import weighted_row_sum
 
-STALL_CAP = 100
-STALL_WINDOW = 10
+STALL_CAP = 300
+STALL_WINDOW = 50
 FINISHING_LOSSES = ("squared_hinge", "squared_error")
 
 
