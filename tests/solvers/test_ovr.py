@@ -27,9 +27,10 @@ def test_each_class_equals_binary_solver(name, loss, tol):
         assert r.extra["primal"][c] == pytest.approx(b.primal, rel=1e-6)
         # certified per class: primal + dual ≥ 0 and small
         assert 0 <= r.extra["primal"][c] + r.extra["dual"][c] <= 1e-5 * r.extra["primal"][c]
-    np.testing.assert_allclose(
-        r.w, (X.T @ (r.alpha * np.where(y == np.arange(k)[:, None], 1, -1)).T).T, atol=1e-8
-    )
+    if r.method == "dcd":  # w = w(α); after a Newton finish w is the primal iterate instead
+        np.testing.assert_allclose(
+            r.w, (X.T @ (r.alpha * np.where(y == np.arange(k)[:, None], 1, -1)).T).T, atol=1e-8
+        )
 
 
 def test_per_class_C_matches_binary_with_sample_weights():
