@@ -45,12 +45,13 @@ from solvers._core.progress import (
     objective_passes,
     relative_duality_gap,
 )
-from solvers.multiclass import ovr_newton
+from solvers.multiclass import ovr_newton, ovr_parallel
 from solvers.multiclass.class_blocks import ClassBlocks
 from solvers.multiclass.ovr_kernels import ovr_measures, ovr_pass, rows_in_play
 from solvers.multiclass.problem import check_problem, weights
 
 LOSSES = ("hinge", "squared_hinge")
+WORK_PER_THREAD = 10_000_000  # class-entries of one pass (non-zeros × classes), ~10-20 ms
 ORDERS = ("permute", "cyclic", "random")
 
 
@@ -128,7 +129,10 @@ def solve_ovr(
     warm_start : array of shape (n_classes, n_samples) or None
         Per-class α to start from; W is rebuilt from it.
     n_jobs : int or None
-        Threads (blocks of classes); None uses every available core.
+        The fit's thread budget (None: every available core). With at least two threads per
+        class, the classes run side by side on the parallel binary solver
+        (`solvers.multiclass.ovr_parallel`); otherwise they are split into blocks, one per
+        thread, and fewer blocks are used when a pass is too short to gain from threads.
     objective_every : int or None
         The summed primal and dual objectives are reported every this many passes (0: never).
         None: as the callback's ``objective_every`` attribute says (default 10), never
@@ -156,7 +160,14 @@ def solve_ovr(
     k, n = problem.n_classes, problem.n_samples
     Cfull = _per_class_C(C, k, n)
     n_threads = _n_threads(n_jobs)
-    storage = ClassBlocks(k, min(n_threads, k), problem.n_features, n)
+    inner = ovr_parallel.inner_threads(problem, n_threads, k) if warm_start is None else 1
+    if inner > 1:
+        options = dict(
+            loss=loss, tol=tol, max_iter=max_iter, order=order, shrinking=shrinking,
+            random_state=random_state, newton=newton,
+        )  # fmt: skip
+        return ovr_parallel.solve_by_class(problem, Cfull, k, inner, monitor, options)
+    storage = ClassBlocks(k, _fused_threads(problem, n_threads), problem.n_features, n)
     blocks = [
         _make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b))
         for b, classes in enumerate(storage.classes)
@@ -269,6 +280,16 @@ def _finish_by_newton(problem, blocks, Cfull, tol, max_iter, monitor, n_threads,
     finally:
         if pool is not None:
             pool.shutdown()
+
+
+def _fused_threads(problem, n_threads: int) -> int:
+    """Blocks of classes (threads) for the fused pass: at most one per class, and one per
+    ``WORK_PER_THREAD`` class-entries of a pass, so that small problems (whose passes take a
+    few milliseconds) are not slowed by the per-pass barrier, the straggler thread of a busy
+    machine and the threads' start-up."""
+    k = problem.n_classes
+    work = int(problem.X.data.shape[0]) * k
+    return max(1, min(n_threads, k, work // WORK_PER_THREAD))
 
 
 def _n_threads(n_jobs) -> int:
