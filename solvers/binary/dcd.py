@@ -152,7 +152,8 @@ def solve_binary(
     stall = newton_finisher.stall_detector(loss, newton)
     n_threads = 1
     if order != "random":
-        n_threads = parallel.threads_for(csr, state.index.shape[0], parallel.check_n_jobs(n_jobs))
+        n_jobs = parallel.check_n_jobs(n_jobs)
+        n_threads = parallel.threads_for(csr, state.index.shape[0], n_jobs, deterministic)
     if n_threads > 1:
         rules = (_progress, _with_objectives, _meets, _gap)
         status, n_iter, M, m = parallel.run_parallel(

@@ -84,12 +84,15 @@ def check_n_jobs(n_jobs) -> int:
     return int(n_jobs)
 
 
-def threads_for(csr, n_kept: int, n_jobs: int) -> int:
-    """Threads worth using on this problem: at most n_jobs, fewer when the work is small."""
+def threads_for(csr, n_kept: int, n_jobs: int, deterministic: bool = False) -> int:
+    """Threads worth using on this problem: at most n_jobs, fewer when the work is small
+    (``MIN_NNZ_PER_THREAD``; deterministic rounds also keep their O(K·d) merge under about
+    1/``NNZ_PER_FEATURE_PER_THREAD`` of a round)."""
     nnz = int(csr.data.shape[0]) * n_kept // max(csr.n_samples, 1)
-    by_work = nnz // MIN_NNZ_PER_THREAD
-    by_merge = nnz // (NNZ_PER_FEATURE_PER_THREAD * (csr.n_features + 1) * max(n_jobs, 1) or 1)
-    wanted = min(n_jobs, max(1, by_work), max(1, by_merge), max(1, n_kept // 1000))
+    wanted = min(n_jobs, max(1, nnz // MIN_NNZ_PER_THREAD), max(1, n_kept // 1000))
+    if deterministic:
+        per_merge = NNZ_PER_FEATURE_PER_THREAD * (csr.n_features + 1)
+        wanted = min(wanted, max(1, int(np.sqrt(nnz / per_merge))))
     return max(1, wanted)
 
 

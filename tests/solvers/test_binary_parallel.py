@@ -17,7 +17,7 @@ from tests.solvers.test_binary_optimality import TIGHT, _check_certified
 
 @pytest.fixture
 def forced_threads(monkeypatch):
-    monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs: n_jobs)
+    monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs, *mode: n_jobs)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

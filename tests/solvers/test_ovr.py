@@ -177,7 +177,7 @@ def test_spare_threads_go_inside_the_classes(monkeypatch, loss):
     from solvers.binary import parallel
     from solvers.multiclass import ovr_parallel
 
-    monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs: n_jobs)
+    monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs, *mode: n_jobs)
     used = []
     real = ovr_parallel.solve_by_class
 
