@@ -8,7 +8,7 @@ set -eu
 OUT="${OUT:-benchmarks/out}"
 mkdir -p "$OUT"
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --find-links .whl liblinear-official >/dev/null 2>&1 || true
+    python3 -m pip install -q --no-index --no-build-isolation --find-links .whl liblinear-official >/dev/null 2>&1 || true
 fi
 nproc > "$OUT/cores.txt"
 timeout 500 python3 benchmarks/bench_scaling16.py --out "$OUT/scaling16.md"
