@@ -45,7 +45,6 @@ PRECONDITIONER_WEIGHT = 0.01
 ARMIJO = 0.01
 MAX_BACKTRACKS = 20
 METHOD = "newton"
-TIGHTEN = 4
 
 
 @njit(cache=True, nogil=True)
@@ -239,14 +238,12 @@ def _line_search(objective, w, z, f, grad, s):
 
 
 def newton_finish(
-    csr, bias, loss: L2Loss, w, *, eps, max_iter, monitor, first_iteration, gap_target=None
+    csr, bias, loss: L2Loss, w, *, eps, max_iter, monitor, first_iteration
 ) -> NewtonOutcome:
     """Minimise P from w̃ (``w``, n_features + 1 entries, not modified) until
     ‖∇P‖ ≤ eps ‖∇P(0)‖, ``max_iter`` Newton steps, or the monitor says stop.
 
-    With ``gap_target``, a point that meets the rule but whose relative duality gap with β(w̃)
-    exceeds it goes on under a rule ten times tighter (at most ``TIGHTEN`` times): on raw data
-    the gradient rule alone can hold long before β(w̃) certifies w̃. Each step is reported to
+    Each step is reported to
     ``monitor`` as a `Progress` numbered from ``first_iteration`` with ``gap`` = ‖∇P‖/‖∇P(0)‖,
     the primal objective and ``method="newton"``.
     """
@@ -257,19 +254,10 @@ def newton_finish(
     f, grad, rows = objective.at(w, z)
     status = Status.MAX_ITER
     steps = 0
-    tightened = 0
     while True:
-        ratio = np.sqrt(dot(grad, grad)) / scale
-        if ratio <= eps:
+        if np.sqrt(dot(grad, grad)) / scale <= eps:
             status = Status.CONVERGED
-            if gap_target is None or tightened >= TIGHTEN or steps >= max_iter:
-                break
-            beta = loss.beta(z)
-            gap = relative_duality_gap(f, -loss.dual(beta, objective.transpose_times(beta)))
-            if gap <= gap_target:
-                break
-            eps, tightened = eps / 10, tightened + 1
-            continue
+            break
         if steps >= max_iter:
             break
         s, _ = _conjugate_gradient(objective, rows, grad)

@@ -67,7 +67,7 @@ def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
     _, dual_before = state.objectives()
     outcome = newton_finish(
         csr, state.bias, l2, state.w, eps=eps, max_iter=max(max_iter - n_iter, 1),
-        monitor=monitor, first_iteration=n_iter, gap_target=tol,
+        monitor=monitor, first_iteration=n_iter,
     )  # fmt: skip
     rec, width = state.record.values, state.record.width
     if outcome.dual <= dual_before:

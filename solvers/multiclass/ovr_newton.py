@@ -64,7 +64,7 @@ def finish_class(problem, block, j, C_class, tol, max_iter, monitor, dual_before
     w[-1] = block.wb[j]
     outcome = newton_finish(
         X, bias, loss, w, eps=primal_tolerance(y, C, tol, False), max_iter=max_iter,
-        monitor=_Silent(monitor), first_iteration=0, gap_target=tol,
+        monitor=_Silent(monitor), first_iteration=0,
     )  # fmt: skip
     block.W[:, j] = outcome.w[:-1]
     block.wb[j] = outcome.w[-1]
