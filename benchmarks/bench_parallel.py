@@ -48,7 +48,7 @@ from solvers._core.problem import csr_arrays  # noqa: E402
 from solvers.binary import parallel, solve_binary  # noqa: E402
 
 SOLVER = {"squared_hinge": 1, "hinge": 3}
-MULTICORE_LIMIT = 120  # seconds for all of one set's -m runs (OpenMP spin-waits on a busy machine)
+MULTICORE_LIMIT = 20  # seconds for all of one row's -m runs (OpenMP spin-waits on a busy machine)
 MULTICORE = """
 import sys, time, numpy as np, scipy.sparse as sp
 from liblinear.liblinear import liblinear, parameter, problem
