@@ -65,7 +65,7 @@ from solvers.binary import parallel_kernels as pk
 MIN_NNZ_PER_THREAD = 300_000
 NNZ_PER_FEATURE_PER_THREAD = 8  # a round's merge costs K·d: keep it under ~1/8 of the pass
 RELAX_AFTER = 10
-RESYNC_EVERY = 20
+RESYNC_EVERY = 100
 GROW, RELAX = 1.5, 1.25
 
 
