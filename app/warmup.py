@@ -92,6 +92,35 @@ def _binary_core(X, y):
     solvers.solve_binary(X, y, loss="squared_error", **FAST)
 
 
+def _newton_finish(X, y):
+    """Fits that stall on purpose (a tolerance no pass meets): after the stall detector's cap of
+    passes the primal Newton finish runs, for the binary, one-vs-rest and SVR squared losses."""
+    import solvers
+
+    stall = {"max_iter": 320, "tol": 1e-15, "C": 1e3}
+    signs = np.where(y > np.median(y), 1.0, -1.0)
+    solvers.solve_binary(X, signs, loss="squared_hinge", **stall)
+    classes = np.arange(X.shape[0]) % 3
+    solvers.LinearSVC(loss="squared_hinge", **stall).fit(X, classes)
+    solvers.LinearSVR(loss="squared_epsilon_insensitive", **stall).fit(X, y)
+
+
+def _parallel_binary(X, y):
+    """The parallel kernels run only on problems large enough for two threads: one pass of each
+    mode on such a problem."""
+    import solvers
+    from solvers.binary import parallel
+
+    n_rows = 2 * parallel.MIN_NNZ_PER_THREAD // 40 + 2_000
+    rng = np.random.default_rng(0)
+    big = sp.random(n_rows, 1_000, density=0.04, format="csr", random_state=rng)
+    signs = np.where(rng.random(n_rows) < 0.5, 1.0, -1.0)
+    for deterministic in (False, True):
+        for loss in ("squared_hinge", "hinge"):
+            solvers.solve_binary(big, signs, loss=loss, n_jobs=2, deterministic=deterministic,
+                                 max_iter=2, tol=0.5)  # fmt: skip
+
+
 # (name, modules it needs, n_classes of its data, function)
 STEPS = [
     ("binary solver (all losses)", ["solvers.binary"], 0, _binary_core),
@@ -100,6 +129,8 @@ STEPS = [
      _linear_svc),
     ("LinearSVR", ["solvers.estimators.linear_svr"], 0, _linear_svr),
     ("structural", ["solvers.structural"], 0, _structural),
+    ("Newton finish", ["solvers._core.newton"], 0, _newton_finish),
+    ("parallel binary solver", ["solvers.binary.parallel"], 0, _parallel_binary),
 ]
 
 

@@ -48,7 +48,8 @@ from solvers._core.progress import (
     relative_duality_gap,
 )
 from solvers._core.sparse import weighted_row_sum
-from solvers.binary import kernels
+from solvers.binary import kernels, parallel
+from solvers.binary import newton as newton_finisher
 
 LOSSES = {
     "hinge": kernels.HINGE,
@@ -76,6 +77,9 @@ def solve_binary(
     callback: Callback | None = None,
     objective_every: int | None = None,
     warm_start: np.ndarray | None = None,
+    newton: bool = True,
+    n_jobs: int | None = 1,
+    deterministic: bool = False,
 ) -> SolveResult:
     """Train a binary linear SVM (or regularized least squares) by dual coordinate descent.
 
@@ -114,6 +118,18 @@ def solve_binary(
         computed.
     warm_start : array of shape (n_samples,) or None
         Initial α (clipped to the bounds); w is rebuilt from it.
+    newton : bool
+        For the L2 losses, finish by the primal truncated Newton method when the passes stall
+        (`solvers.binary.newton` states when, its stopping rule ε′ and what the result then
+        holds: ``method == "newton"``, ``status == "converged"`` when ‖∇P‖ ≤ ε′‖∇P(0)‖, and
+        the duality gap of (w, α(w)) beside it).
+    n_jobs : int or None
+        Threads for this one problem (None: every available core); fewer are used where the
+        problem is too small to gain from them, and the random order runs on one.
+        `solvers.binary.parallel` states the methods and their guarantees.
+    deterministic : bool
+        With several threads: the block method with verified merges (same seed and thread
+        count give identical results) instead of the faster shared-vector method.
 
     Returns
     -------
@@ -133,9 +149,23 @@ def solve_binary(
     C_arr = compact_C(C, csr.n_samples)
     state = _State.build(csr, y, C_arr, loss, bias, warm_start)
     rng = np.random.default_rng(random_state)
-    status, n_iter, M, m = _run(
-        state, monitor, rng, tol, max_iter, order, shrinking, objective_every
-    )
+    stall = newton_finisher.stall_detector(loss, newton)
+    n_threads = 1
+    if order != "random":
+        n_jobs = parallel.check_n_jobs(n_jobs)
+        n_threads = parallel.threads_for(csr, state.index.shape[0], n_jobs, deterministic)
+    if n_threads > 1:
+        rules = (_progress, _with_objectives, _meets, _gap)
+        status, n_iter, M, m = parallel.run_parallel(
+            state, monitor, rng, tol, max_iter, shrinking, objective_every, stall, n_threads,
+            rules, deterministic,
+        )  # fmt: skip
+    else:
+        status, n_iter, M, m = _run(
+            state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall
+        )
+    if status is None:  # stalled: the primal Newton method finishes
+        return newton_finisher.finish(state, y, tol, n_iter, max_iter, monitor, loss)
     if status is not Status.CONVERGED and n_iter > 0:
         # the last pass measured the state it started from, or a shrunk set: measure the
         # state returned, over every sample
@@ -165,6 +195,7 @@ def solve_binary(
         pg_max=final.pg_max,
         pg_min=final.pg_min,
         pg_range=final.pg_range,
+        method="dcd",
     )
 
 
@@ -253,8 +284,9 @@ def _initial_alpha(warm_start, n_samples, C, upper, lower):
     return alpha
 
 
-def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every):
-    """The outer loop: passes, shrinking policy, stopping rule, progress. Returns the outcome."""
+def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall=None):
+    """The outer loop: passes, shrinking policy, stopping rule, progress. Returns the outcome;
+    status None when ``stall`` (a `StallDetector`) says the passes have stalled."""
     n_kept = state.index.shape[0]
     if n_kept == 0:
         monitor.report(_progress(monitor, 0, 0.0, 0.0, 0))
@@ -294,6 +326,9 @@ def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every):
         if stop is not None:
             status = stop
             break
+        if stall is not None and n_iter < max_iter and stall.stalled(_gap(M, m)):
+            status = None
+            break
         if met or active_size == 0:
             # The shrunk problem is solved (or everything was shrunk): check the full set.
             active_size = n_kept
@@ -332,6 +367,7 @@ def _progress(monitor, n_iter, M, m, active_size):
         pg_min=finite_or_none(m),
         pg_range=gap,
         active=int(active_size),
+        method="dcd",
     )
 
 

@@ -65,7 +65,9 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         a `dual_coef_` set before the first fit (a stored iterate: a resumed solve).
     multi_class : {"ovr", "crammer_singer", "weston_watkins"}, default="ovr"
     n_jobs : int or None, default=None
-        Threads for one-vs-rest with more than two classes (None: every core).
+        The fit's whole thread budget (None: every core): one-vs-rest spends it on classes
+        first, then inside each binary problem; two classes use it inside their one problem
+        (`solvers.binary.parallel`). Problems too small to gain use fewer threads.
 
     Attributes
     ----------
@@ -79,12 +81,19 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         Weston–Watkins: (n_samples, n_classes).
     n_iter_ : int
     status_ : str
-        "converged", "max_iter", "stopped" or "time_limit", of the returned model.
+        "converged", "max_iter", "stopped" or "time_limit", of the returned model. After a
+        finish by primal Newton (``method_ == "newton"``), "converged" means its rule held:
+        ‖∇P(w)‖ ≤ ε′‖∇P(0)‖ with ε′ = 0.01 · tol · max(1, min(n₊, n₋)) / n
+        (`solvers.binary.newton`), and ``duality_gap_`` certifies the pair (w, α(w)).
+    method_ : str or None
+        "dcd", or "newton" when the squared hinge's dual passes stalled and the primal
+        truncated Newton method finished the fit; None for the other formulations.
     gap_ : float
         The solver's stopping measure on the returned model (the last record of
         ``history_`` carries the same): the projected-gradient range M − m (``pg_range``) for
         two classes and one-vs-rest, the largest violation (``max_violation``) for
-        Crammer–Singer and Weston–Watkins; compared with ``tol``.
+        Crammer–Singer and Weston–Watkins, ‖∇P‖/‖∇P(0)‖ after a Newton finish; compared with
+        ``tol`` (with ε′ after a Newton finish).
     duality_gap_ : float
         (P − D) / max(1, |P|) of the returned model: the primal objective's relative distance
         from the optimum is at most this.
@@ -245,6 +254,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 C=C,
                 order=self.order,
                 warm_start=self._previous_alpha((n,)),
+                n_jobs=self.n_jobs,
                 **common,
             )
         if self.multi_class == "ovr":
@@ -293,6 +303,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         self.dual_coef_ = result.alpha
         self.n_iter_ = int(result.n_iter)
         self.status_ = Status(result.status).value
+        self.method_ = result.method
         self.gap_ = float(result.gap)
         self.duality_gap_ = result.duality_gap
         self.objective_ = None if result.primal is None else float(result.primal)

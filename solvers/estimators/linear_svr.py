@@ -60,7 +60,11 @@ class LinearSVR(RegressorMixin, BaseEstimator):
     intercept_ : ndarray of shape (1,)
     n_iter_ : int
     status_ : str
-        "converged", "max_iter", "stopped" or "time_limit".
+        "converged", "max_iter", "stopped" or "time_limit". After a finish by primal Newton
+        (``method_ == "newton"``, the squared loss only), "converged" means ‖∇P(w)‖ ≤
+        ε′‖∇P(0)‖ with ε′ = 0.01 · tol (`solvers.regression.svr_newton`).
+    method_ : str
+        "dcd", or "newton" when the dual passes stalled and primal Newton finished the fit.
     gap_ : float
         Relative violation of the returned model (sum of violations over that of the first
         pass), compared with ``tol``; the last record of ``history_`` carries the same.
@@ -172,6 +176,7 @@ class LinearSVR(RegressorMixin, BaseEstimator):
         self.intercept_ = np.array([res.bias if self.fit_intercept else 0.0])
         self.n_iter_ = int(res.n_iter)
         self.status_ = str(res.status)
+        self.method_ = res.method
         self.gap_ = float(res.gap)
         self.duality_gap_ = res.duality_gap
         self.objective_ = float(res.primal)

@@ -35,6 +35,7 @@ from solvers._core.progress import (
 )
 from solvers._core.sparse import row_sq_norms, rows_dot
 from solvers.regression import kernels as K
+from solvers.regression import svr_newton
 
 LOSSES = ("epsilon_insensitive", "squared_epsilon_insensitive")
 
@@ -72,6 +73,7 @@ def solve_svr(
     time_limit=None,
     callback: Callback | None = None,
     warm_start=None,
+    newton=True,
 ) -> SolveResult:
     """Fit a linear SVR by dual coordinate descent.
 
@@ -96,6 +98,9 @@ def solve_svr(
         gap = (sum of violations) / (that of the first pass) and max_violation = the largest.
     warm_start : array of shape (n_samples,) or SolveResult, optional
         Previous beta.
+    newton : bool
+        L2 loss: when the passes stall, finish by the primal truncated Newton method
+        (`solvers.regression.svr_newton` states when, its stopping rule and the result).
 
     Returns
     -------
@@ -120,7 +125,13 @@ def solve_svr(
     if warm_start is not None:
         scale = float(np.maximum(np.abs(y[index]) - epsilon, 0.0).sum())
     run = _Run(X, bias, terms, beta, w, index, monitor, scale)
-    status = run.passes(tol, max_iter, shrinking, np.random.default_rng(random_state))
+    stall = svr_newton.stall_detector(loss, newton)
+    status = run.passes(tol, max_iter, shrinking, np.random.default_rng(random_state), stall)
+    if status is None:  # stalled: the primal Newton method finishes
+        _, dual = svr_objectives(X, y, w, beta, loss=loss, epsilon=epsilon, C=c, bias=bias)
+        return svr_newton.finish(
+            X, y, c, epsilon, bias, beta, w, tol, run.n_iter, max_iter, monitor, dual
+        )
     if status is not Status.CONVERGED:
         status = run.measure_returned_state(tol, status)
     primal, dual = svr_objectives(X, y, w, beta, loss=loss, epsilon=epsilon, C=c, bias=bias)
@@ -138,6 +149,7 @@ def solve_svr(
         history=monitor.history,
         duality_gap=relative_duality_gap(primal, -dual),
         max_violation=final.max_violation,
+        method="dcd",
     )
 
 
@@ -173,7 +185,8 @@ class _Run:
         self.index, self.monitor, self.scale = index, monitor, scale
         self.n_iter = 0
 
-    def passes(self, tol, max_iter, shrinking, rng) -> Status:
+    def passes(self, tol, max_iter, shrinking, rng, stall=None) -> Status | None:
+        """The passes; None when ``stall`` (a `StallDetector`) says they have stalled."""
         total = active = len(self.index)
         gmax_old = np.inf
         while self.n_iter < max_iter:
@@ -195,6 +208,9 @@ class _Run:
                 gmax_old = gmax_new
             if stop is not None:
                 return stop
+            if stall is not None and self.n_iter < max_iter:
+                if stall.stalled(self._relative(violation_sum)):
+                    return None
         return Status.MAX_ITER
 
     def measure_returned_state(self, tol, status) -> Status:

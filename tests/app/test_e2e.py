@@ -202,7 +202,9 @@ def test_multiclass_on_dna(server, multi_class):
 
 
 def long_job(server, dataset_id) -> str:
-    body = {"estimator": "LinearSVC", "params": {"C": 1000.0, "tol": 1e-12, "max_iter": 10**7}}
+    # the hinge loss: a stalled squared hinge would be finished by primal Newton in moments
+    params = {"loss": "hinge", "C": 1000.0, "tol": 1e-12, "max_iter": 10**7}
+    body = {"estimator": "LinearSVC", "params": params}
     response = server.http.post("/v1/jobs", json={"dataset_id": dataset_id, **body})
     assert response.status_code == 202, response.text
     return response.json()["id"]
