@@ -34,7 +34,7 @@ from solvers._core.params import (
     check_objective_every,
     check_tol,
 )
-from solvers._core.problem import per_sample_C
+from solvers._core.problem import check_rows, per_sample_C, restrict_C
 from solvers._core.progress import (
     Callback,
     Monitor,
@@ -95,6 +95,7 @@ def solve_ovr(
     warm_start: np.ndarray | None = None,
     n_jobs: int | None = None,
     objective_every: int | None = None,
+    rows: np.ndarray | None = None,
 ) -> SolveResult:
     """Train k one-vs-rest binary linear SVMs by fused dual coordinate descent.
 
@@ -124,18 +125,25 @@ def solve_ovr(
     time_limit, callback
         Wall-clock budget in seconds; called with a `Progress` after every pass (False stops).
     warm_start : array of shape (n_classes, n_samples) or None
-        Per-class α to start from; W is rebuilt from it.
+        Per-class α to start from (the ``alpha`` of an earlier result: a solve at a smaller C,
+        feasible here as the bounds only widen with C, or a checkpoint to resume); W is rebuilt
+        from it. With ``rows``, shape (n_classes, len(rows)) in the order of ``rows``.
     n_jobs : int or None
         Threads (blocks of classes); None uses every available core.
     objective_every : int or None
         The summed primal and dual objectives are reported every this many passes (0: never).
         None: as the callback's ``objective_every`` attribute says (default 10), never
         without a callback.
+    rows : int array or None
+        Solve on these rows only (distinct indices into X), without copying X: the problem of
+        ``X[rows]``, ``y[rows]`` and ``C[..., rows]`` (y and an array C stay whole). With
+        increasing rows the iterates equal those on the copied rows.
 
     Returns
     -------
     SolveResult
-        w (n_classes, n_features), bias (n_classes,), alpha (n_classes, n_samples), status
+        w (n_classes, n_features), bias (n_classes,), alpha (n_classes, n_samples) (with
+        ``rows``: (n_classes, len(rows))), status
         (converged when every class has), gap = pg_range (the largest per-class M − m: of the
         pass that converged a class, else of the returned α), pg_max, pg_min, primal and dual
         (sums over classes), duality_gap, history; ``extra`` holds per-class ``primal``,
@@ -149,7 +157,10 @@ def solve_ovr(
     check_choice(order, ORDERS, "order")
     problem = check_problem(X, y, n_classes, 1.0, bias)
     k, n = problem.n_classes, problem.n_samples
-    Cfull = _per_class_C(C, k, n)
+    rows = check_rows(rows, n)
+    Cfull = restrict_C(_per_class_C(C, k, n), n, rows)
+    if warm_start is not None and rows is not None:
+        warm_start = _scattered(warm_start, k, n, rows)
     storage = ClassBlocks(k, min(_n_threads(n_jobs), k), problem.n_features, n)
     blocks = [
         _make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b))
@@ -240,7 +251,20 @@ def solve_ovr(
     finally:
         if pool is not None:
             pool.shutdown()
-    return _result(problem, blocks, storage, hinge, status, iteration, monitor, tol)
+    result = _result(problem, blocks, storage, hinge, status, iteration, monitor, tol)
+    if rows is not None:
+        result.alpha = result.alpha[:, rows]
+    return result
+
+
+def _scattered(warm_start, k, n, rows):
+    """A subset's (k, len(rows)) warm start placed in its rows of a (k, n) array."""
+    given = np.asarray(warm_start, dtype=np.float64)
+    if given.shape != (k, rows.shape[0]):
+        raise ValueError(f"warm_start must have shape ({k}, {rows.shape[0]}), got {given.shape}")
+    full = np.zeros((k, n))
+    full[:, rows] = given
+    return full
 
 
 def _n_threads(n_jobs) -> int:

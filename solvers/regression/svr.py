@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from solvers._core.params import check_bias, check_choice, check_max_iter, check_tol
-from solvers._core.problem import check_vector, csr_arrays, per_sample_C
+from solvers._core.problem import check_rows, check_vector, csr_arrays, per_sample_C, restrict_C
 from solvers._core.progress import (
     Callback,
     Monitor,
@@ -72,6 +72,7 @@ def solve_svr(
     time_limit=None,
     callback: Callback | None = None,
     warm_start=None,
+    rows=None,
 ) -> SolveResult:
     """Fit a linear SVR by dual coordinate descent.
 
@@ -95,12 +96,19 @@ def solve_svr(
         As for the other solvers; the callback receives a `Progress` per pass with
         gap = (sum of violations) / (that of the first pass) and max_violation = the largest.
     warm_start : array of shape (n_samples,) or SolveResult, optional
-        Previous beta.
+        Previous beta (clipped to the bounds), e.g. of a solve at a smaller C or another ε
+        (feasible: the bounds only widen with C and do not depend on ε), or a checkpoint to
+        resume. With ``rows``, shape (len(rows),) in the order of ``rows``.
+    rows : int array or None
+        Solve on these rows only (distinct indices into X), without copying X: the problem of
+        ``X[rows]``, ``y[rows]``, ``C[rows]`` (y and an array C stay whole). With increasing
+        rows the iterates equal those on the copied rows.
 
     Returns
     -------
     SolveResult
-        w (n_features,), bias (the intercept, bias · w_bias), alpha = beta (n_samples,),
+        w (n_features,), bias (the intercept, bias · w_bias), alpha = beta (n_samples,) (with
+        ``rows``: (len(rows),)),
         primal and dual (minimization) objectives, duality_gap, gap and max_violation.
     """
     monitor = Monitor(callback, time_limit)  # the clock starts with the call
@@ -110,10 +118,11 @@ def solve_svr(
     tol, max_iter, bias = check_tol(tol), check_max_iter(max_iter), check_bias(bias)
     X = csr_arrays(X)
     y = check_vector(y, X.n_samples, "y")
-    c = per_sample_C(C, X.n_samples)
+    rows = check_rows(rows, X.n_samples)
+    c = restrict_C(per_sample_C(C, X.n_samples), X.n_samples, rows)
     terms = _terms(X, y, c, loss, float(epsilon), bias)
-    beta, w = _initial_beta(X, warm_start, terms.upper, bias)
-    index = np.flatnonzero(c > 0).astype(np.int64)
+    beta, w = _initial_beta(X, warm_start, terms.upper, bias, rows)
+    index = np.flatnonzero(c > 0).astype(np.int64) if rows is None else rows[c[rows] > 0]
     # LIBLINEAR's reference scale is the first pass's sum of violations; a warm start would make
     # it tiny, so it then uses the violations of beta = 0 (what a cold start's first pass sees).
     scale = None
@@ -129,7 +138,7 @@ def solve_svr(
     return SolveResult(
         w=w[:d].copy(),
         bias=float(bias * w[d]),
-        alpha=beta,
+        alpha=beta if rows is None else beta[rows],
         n_iter=run.n_iter,
         status=status,
         gap=final.gap,
@@ -151,14 +160,21 @@ def _terms(X, y, c, loss, epsilon, bias) -> K.Terms:
     return K.Terms(y, lam, upper, row_sq_norms(X.data, X.indptr, bias), epsilon)
 
 
-def _initial_beta(X, warm_start, upper, bias):
+def _initial_beta(X, warm_start, upper, bias, rows=None):
     n, d = X.shape
     beta = np.zeros(n)
     w = np.zeros(d + 1)
     if warm_start is not None:
-        beta = np.array(getattr(warm_start, "alpha", warm_start), dtype=np.float64)
-        if beta.shape != (n,) or not np.all(np.isfinite(beta)):
-            raise ValueError(f"warm_start must be finite with shape ({n},), got {beta.shape}")
+        given = np.array(getattr(warm_start, "alpha", warm_start), dtype=np.float64)
+        expected = n if rows is None else rows.shape[0]
+        if given.shape != (expected,) or not np.all(np.isfinite(given)):
+            raise ValueError(
+                f"warm_start must be finite with shape ({expected},), got {given.shape}"
+            )
+        if rows is None:
+            beta = given
+        else:
+            beta[rows] = given
         beta = np.clip(beta, -upper, upper)
         w[:d] = X.to_scipy().T @ beta
         w[d] = bias * beta.sum()
