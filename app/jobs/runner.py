@@ -172,6 +172,8 @@ def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores)
         train_accuracy=scores.get("train_accuracy"),
         validation_accuracy=scores.get("validation_accuracy"),
         feature_names=dataset.feature_names,
+        calibration=trained.calibration,
+        selection=trained.selection,
     )
 
 

@@ -44,6 +44,16 @@ class ProgressRecord(BaseModel):
     )
     lower_bound: float | None = None
     upper_bound: float | None = None
+    stage: Literal["path", "refit"] | None = Field(
+        None, description="a search job: solving the folds along the C path, or the refit"
+    )
+    fold: int | None = Field(None, description="a search job: the fold being solved")
+    c_index: int | None = Field(None, description="a search job: the index of C on the path")
+    C: float | None = Field(None, description="a search job: the C being solved")
+    solves_done: int | None = Field(None, description="a search job: solves finished")
+    solves_total: int | None = Field(
+        None, description="a search job: solves on the whole path, the refit included"
+    )
 
 
 class JobOut(BaseModel):
@@ -55,7 +65,8 @@ class JobOut(BaseModel):
     status: JobStatusName
     progress: ProgressRecord | None = Field(description="the latest progress record")
     percent: float | None = Field(
-        description="log-scale position of the gap between the first full pass's gap and tol"
+        description="log-scale position of the gap between the first full pass's gap and tol; "
+        "for a search job, the share of the path's solves finished"
     )
     eta_s: float | None
     elapsed_s: float | None

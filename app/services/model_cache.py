@@ -101,6 +101,7 @@ def model_from_row(row) -> LinearModel:
         info={"estimator": row.estimator, "params": dict(row.params or {}), "tenant": row.tenant},
         columns=weights.columns,
         feature_names=list(row.feature_names) if row.feature_names else None,
+        calibration=row.calibration,
     )
 
 
