@@ -36,6 +36,7 @@ SECTIONS = [
     "load",
     "image",
     "quiet16",
+    "model_selection",
 ]
 INTRO = """\
 # Benchmarks

@@ -425,6 +425,15 @@ def test_a_search_job_reports_its_path_stores_its_table_and_predicts_probabiliti
     export = server.http.get(f"/v1/models/{job['model_id']}/export?format=json").json()
     assert export["calibration"] == model["calibration"]
 
+    from sklearn.metrics import log_loss
+
+    scores = server.http.post(f"/v1/models/{job['model_id']}/evaluate",
+                              json={"dataset_id": a9a["id"]})  # fmt: skip
+    assert scores.status_code == 200, scores.text
+    expected = log_loss(y, direct.predict_proba(X), labels=direct.classes_)
+    assert scores.json()["log_loss"] == pytest.approx(expected, rel=0.02)
+    assert 0 < scores.json()["brier_score"] < 0.5
+
     plain = server.http.post("/v1/jobs", json={"dataset_id": a9a["id"], "params": {"C": 0.1}})
     done = wait_for(server, plain.json()["id"], lambda j: j["status"] in TERMINAL)[-1]
     refused = server.http.post(f"/v1/models/{done['model_id']}/predict?probabilities=true",
