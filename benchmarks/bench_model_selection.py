@@ -25,6 +25,8 @@ against ``CalibratedClassifierCV(LinearSVC, method="sigmoid")`` on a9a.t and dna
         --datasets sector news20 --multi-class ovr crammer_singer
     .venv/bin/python benchmarks/bench_model_selection.py liblinear \
         --datasets a9a news20-binary rcv1-like
+    .venv/bin/python benchmarks/bench_model_selection.py grid \
+        --datasets a9a rcv1-like --memory --no-reference
     .venv/bin/python benchmarks/bench_model_selection.py calibration
 """
 
@@ -129,7 +131,7 @@ def run_grid(args):
                       multi_class=multi_class, n_jobs=2).fit(X, y)  # fmt: skip
             cold_s = time.perf_counter() - start
             ref_s, ref_C, ref_acc = float("nan"), float("nan"), float("nan")
-            if multi_class == "ovr" or args.reference_joint:
+            if not args.no_reference and (multi_class == "ovr" or args.reference_joint):
                 reference = GridSearchCV(
                     svm.LinearSVC(dual=True, tol=args.tol, max_iter=args.max_iter,
                                   fit_intercept=False, multi_class=multi_class),
@@ -263,7 +265,9 @@ def main():
                         help="also run GridSearchCV for crammer_singer (slow)")  # fmt: skip
     parser.add_argument("--tol", type=float, default=0.1)
     parser.add_argument("--max-iter", type=int, default=1000)
-    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--memory", action="store_true",
+                        help="measure the search's peak memory (runs it twice more)")  # fmt: skip
+    parser.add_argument("--no-reference", action="store_true", help="skip GridSearchCV")
     parser.add_argument("--out", default=None, help="a results fragment to write the output to")
     args = parser.parse_args()
     with output_block(args.out):

@@ -65,12 +65,27 @@ class LinearSVCCV(LinearSVC):
     calibration : {"auto", "sigmoid", "softmax", "isotonic"} or None, default="auto"
         Probabilities from the held-out decision values at ``C_`` (no extra training).
     n_jobs : int or None
-        Total threads of one fit: folds first, then classes inside a fold.
+        Total threads of one fit: folds first, then classes inside a fold (None: every core).
+    callback : callable or None
+        Receives a `solvers.selection.search.SearchProgress` per solver pass (fold, C index,
+        the solver's `Progress`), from the worker threads one at a time; False stops the search.
+    time_limit : float or None
+        Applies to each solve (each fold at each C, and the refit).
 
     Attributes
     ----------
-    C_, best_score_, best_params_, cv_results_, scores_ (n_points, n_folds), calibration_, and
-    LinearSVC's fitted attributes (of the refit).
+    C_ : float
+        The C of the best mean score (ties: the smaller C).
+    best_score_, best_params_ : the best mean score and its grid point.
+    cv_results_ : dict of arrays
+        Per grid point that every fold finished: ``param_C``, ``mean_test_score``,
+        ``std_test_score``, ``rank_test_score``, ``mean_fit_time`` and per fold f
+        ``split{f}_test_score``, ``_n_iter``, ``_fit_time``, ``_status``, ``_duality_gap``.
+    scores_ : ndarray (n_points, n_folds)
+    Cs_ : the grid searched (ascending).
+    search_status_ : "complete", or "stopped" by the callback.
+    calibration_ : `solvers.selection.Calibration` or None
+    and LinearSVC's fitted attributes, of the refit.
     """
 
     _classifier = True
@@ -216,7 +231,6 @@ class LinearSVRCV(LinearSVR):
         self._labels = y
         state = search.run()
         best, alpha0 = finish(search, state, row_axis=0, calibrate=None)
-        del self.calibration_
         self.epsilon_ = float(best["epsilon"])
         if self.refit:
             est = search.template(best, "refit", None, None)

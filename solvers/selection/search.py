@@ -182,7 +182,7 @@ def finish(search: Search, state, *, row_axis: int, calibrate: str | None):
     owner = search.owner
     table, scores, rows = cv_table(search, state)
     owner.cv_results_, owner.scores_ = table, scores
-    owner.status_search_ = "stopped" if search.stop.is_set() else "complete"
+    owner.search_status_ = "stopped" if search.stop.is_set() else "complete"
     if search.best is None:
         best_index, oof, steps = 0, None, None
     else:
@@ -191,7 +191,8 @@ def finish(search: Search, state, *, row_axis: int, calibrate: str | None):
     owner.best_params_ = best
     owner.C_ = float(best["C"])
     owner.best_score_ = float(search.means[best_index]) if search.means else float("nan")
-    owner.calibration_ = None
+    if owner._classifier:
+        owner.calibration_ = None
     if calibrate and oof is not None:
         seen = ~np.isnan(oof if oof.ndim == 1 else oof[:, 0])
         owner.calibration_ = fit_calibration(oof[seen], search.target[seen], calibrate)

@@ -140,7 +140,7 @@ def test_a_callback_returning_false_stops_the_search():
         return False
 
     search = LinearSVCCV(Cs=[0.1, 1.0], cv=3, callback=stop).fit(X, y)
-    assert search.status_search_ == "stopped" and search.status_ == "stopped"
+    assert search.search_status_ == "stopped" and search.status_ == "stopped"
     assert len(search.cv_results_["mean_test_score"]) == 0
 
 
