@@ -117,7 +117,10 @@ class LinearSVCCV(LinearSVC):
         self.classes_, y_index = np.unique(y, return_inverse=True)
         k = len(self.classes_)
         if k < 2:
-            raise ValueError(f"LinearSVCCV needs at least 2 classes, got {self.classes_!r}")
+            raise ValueError(
+                "LinearSVCCV needs samples of at least 2 classes in the data, got one class: "
+                f"{self.classes_[0]!r}"
+            )
         X = csr_arrays(X)
         bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
         fold_list = grid.folds(self.cv, y, True, P.seed_of(self.random_state))

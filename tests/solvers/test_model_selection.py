@@ -10,13 +10,16 @@ on the path is certified by its duality gap.
 from __future__ import annotations
 
 import threading
+import warnings
 from functools import cache
 
 import numpy as np
 import pytest
 from sklearn import svm
 from sklearn.datasets import load_svmlight_file
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_validate
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from solvers import LinearSVC, LinearSVCCV, LinearSVR, LinearSVRCV
 from solvers.selection.search import thread_budget
@@ -37,6 +40,26 @@ def _multiclass(name, n):
     X, labels, _, _ = multiclass_data.load(name)
     rows = np.random.default_rng(1).permutation(X.shape[0])[:n]
     return X[rows], labels[rows]
+
+
+# Inherent, not defects: the folds of repeated rows differ from those of weighted rows; and
+# Platt's sigmoid is not centred at a zero decision value (LIBSVM's probabilities share this),
+# so the most probable class can differ from the predicted one near the boundary.
+EXPECTED_FAILED_CHECKS = {
+    "check_sample_weight_equivalence_on_dense_data": "folds of repeated rows differ",
+    "check_sample_weight_equivalence_on_sparse_data": "folds of repeated rows differ",
+    "check_classifiers_train": "Platt's argmax may differ from predict near the boundary",
+}
+
+
+@parametrize_with_checks(
+    [LinearSVCCV(Cs=[0.1, 1.0], cv=2), LinearSVRCV(Cs=[0.1, 1.0], cv=2)],
+    expected_failed_checks=lambda e: EXPECTED_FAILED_CHECKS,
+)
+def test_scikit_learn_conformance(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
 
 
 def _near_ties(decisions) -> np.ndarray:
