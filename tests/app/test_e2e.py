@@ -424,6 +424,7 @@ def test_a_search_job_reports_its_path_stores_its_table_and_predicts_probabiliti
 
     export = server.http.get(f"/v1/models/{job['model_id']}/export?format=json").json()
     assert export["calibration"] == model["calibration"]
+    assert export["params"]["C"] == selection["C"]  # the chosen C, not the ignored one
 
     from sklearn.metrics import log_loss
 
