@@ -33,6 +33,8 @@ against ``CalibratedClassifierCV(LinearSVC, method="sigmoid")`` on a9a.t and dna
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import re
 import sys
@@ -177,8 +179,8 @@ def liblinear_search(X, y, start_C):
     from liblinear import liblinearutil
 
     prob = liblinearutil.problem(np.asarray(y, dtype=np.float64), X)
-    with _CapturedStdout() as out:
-        begin = time.perf_counter()
+    with _CapturedStdout() as out, contextlib.redirect_stdout(io.StringIO()):
+        begin = time.perf_counter()  # (the Python wrapper prints its "Best C" line itself)
         best_C, _, best_score = liblinearutil.train(prob, f"-s 2 -C -v 5 -c {start_C!r} -e 0.01")
         seconds = time.perf_counter() - begin
     visited = sorted({float(2.0 ** float(v)) for v in re.findall(r"log2c=\s*([-\d.]+)", out.text)})
