@@ -145,8 +145,10 @@ def _sets():
 def test_log_loss_and_brier_match_calibrated_classifier_cv():
     for name, X, y, Xt, yt in _sets():
         ours = LinearSVC(C=0.1, probability=True, tol=1e-3).fit(X, y)
-        reference = CalibratedClassifierCV(svm.LinearSVC(C=0.1, dual=True, tol=1e-3),
-                                           method="sigmoid", cv=5).fit(X, y)  # fmt: skip
+        # a fixed seed: scikit-learn's liblinear reseeds the C library's rand(), which
+        # LIBLINEAR's own solvers in later tests of this process also draw from
+        plain = svm.LinearSVC(C=0.1, dual=True, tol=1e-3, random_state=0)
+        reference = CalibratedClassifierCV(plain, method="sigmoid", cv=5).fit(X, y)
         p, q = ours.predict_proba(Xt), reference.predict_proba(Xt)
         np.testing.assert_array_equal(ours.classes_, reference.classes_)
         yi = np.searchsorted(ours.classes_, yt)

@@ -112,7 +112,7 @@ def test_chosen_C_matches_grid_search_over_scikit_learn(name):
     Cs = [0.001, 0.01, 0.1, 1.0, 10.0]
     folds = list(StratifiedKFold(5, shuffle=True, random_state=3).split(X, y))
     ours = LinearSVCCV(Cs=Cs, cv=folds, tol=1e-5, max_iter=20_000, n_jobs=2, **options).fit(X, y)
-    reference = GridSearchCV(svm.LinearSVC(dual=True, tol=1e-5, max_iter=100_000),
+    reference = GridSearchCV(svm.LinearSVC(dual=True, tol=1e-5, max_iter=100_000, random_state=0),
                              {"C": Cs}, cv=folds).fit(X, y)  # fmt: skip
     if ours.C_ != reference.best_params_["C"]:
         assert abs(ours.best_score_ - reference.best_score_) <= 0.002
@@ -196,7 +196,7 @@ def test_svr_searches_C_and_epsilon_like_cross_validate():
         np.testing.assert_allclose([table[f"split{f}_test_score"][i] for f in range(4)],
                                    cold["test_score"], rtol=2e-3)  # fmt: skip
         assert all(table[f"split{f}_status"][i] == "converged" for f in range(4))
-    reference = GridSearchCV(svm.LinearSVR(dual=True, tol=1e-5, max_iter=100_000),
+    reference = GridSearchCV(svm.LinearSVR(dual=True, tol=1e-5, max_iter=100_000, random_state=0),
                              {"C": Cs, "epsilon": epsilons}, cv=folds,
                              scoring="neg_mean_squared_error").fit(X, y)  # fmt: skip
     assert (search.C_, search.epsilon_) == (reference.best_params_["C"],
