@@ -239,6 +239,10 @@ class Model(Base):
     # the model came from (services.lineage): migration 0007
     feature_names: Mapped[list[Any] | None] = mapped_column(JSON)
     lineage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # probabilities (solvers.selection.Calibration.to_dict) and the search that chose C: its
+    # cross-validation table and choice (migration 0009)
+    calibration: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    selection: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     job: Mapped[Job | None] = relationship(back_populates="model", viewonly=True)

@@ -41,6 +41,7 @@ SECTIONS = [
     "storage",
     "image",
     "quiet16",
+    "model_selection",
 ]
 INTRO = """\
 # Benchmarks

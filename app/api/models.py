@@ -95,13 +95,15 @@ async def predict(request: Request) -> Response:
     body = await read_body(request)
     content_type = request.headers.get("content-type", "")
     max_batch = app.state.settings.max_predict_batch
+    flag = request.query_params.get("probabilities", "false").lower()
+    if flag not in ("true", "false", "1", "0"):
+        raise ProblemError(422, "Invalid request", "probabilities must be true or false")
+    args = (body, content_type, model, max_batch, flag in ("true", "1"))
     try:
         if len(body) <= INLINE_BODY_BYTES:
-            content, n = _predict_bytes(body, content_type, model, max_batch)
+            content, n = _predict_bytes(*args)
         else:
-            content, n = await run_in_threadpool(
-                _predict_bytes, body, content_type, model, max_batch
-            )
+            content, n = await run_in_threadpool(_predict_bytes, *args)
     except InvalidInstances as exc:
         title = _TITLES.get(exc.status, "Invalid request")
         raise ProblemError(exc.status, title, str(exc)) from None
@@ -126,7 +128,16 @@ router.add_route("/models/{model_id}/predict", predict, methods=["POST"])
     summary="Predict",
     name="predict",
 )
-async def _predict_documented(model_id: str, request: Request) -> Response:
+async def _predict_documented(
+    model_id: str,
+    request: Request,
+    probabilities: bool = Query(
+        False,
+        description="also return `probabilities` (rows sum to 1, columns in the order of the "
+        "model's classes) for a calibrated model; 422 for one without calibration. A JSON body "
+        'may say `"probabilities": true` instead.',
+    ),
+) -> Response:
     """Predict instances sent in the body: JSON sparse instances (indices in the training
     file's numbering), JSON dense rows, or ``text/plain`` LIBSVM lines."""
     return await predict(request)  # pragma: no cover - shadowed by the route above
@@ -149,9 +160,11 @@ async def read_body(request: Request) -> bytes | bytearray:
     return buffer
 
 
-def _predict_bytes(body: bytes, content_type: str, model, max_batch: int) -> tuple[bytes, int]:
+def _predict_bytes(
+    body: bytes, content_type: str, model, max_batch: int, probabilities: bool
+) -> tuple[bytes, int]:
     """The response body, and how many instances it predicts."""
-    payload = predict_body(body, content_type, model, max_batch)
+    payload = predict_body(body, content_type, model, max_batch, probabilities)
     n = len(payload["values"] if "values" in payload else payload["labels"])
     return dumps(payload), n
 

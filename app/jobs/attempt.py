@@ -138,6 +138,9 @@ class Watch:
                 self.lost.set()
 
 
+SEARCH_FIELDS = ("stage", "fold", "c_index", "C", "solves_done", "solves_total")
+
+
 class Recorder:
     """The solver's callback: buffers progress records (whatever fields `JobProgress` stores),
     writes them every PROGRESS_INTERVAL_S, and returns False (stop) once a cancel or shutdown is
@@ -174,7 +177,8 @@ class Recorder:
         if self.first is None and record.get("gap") is not None:
             self.first = (record["gap"], record["elapsed_s"])
         self.buffer.append(record)
-        self.latest = record
+        # a search's records also say where on the path it is (kept in the job's latest record)
+        self.latest = {**record, **{k: values[k] for k in SEARCH_FIELDS if k in values}}
         if len(self.buffer) > MAX_BUFFERED_RECORDS:  # keep the latest and every other before it
             self.buffer = self.buffer[::-2][::-1]
         if time.monotonic() - self.last_flush >= self.ctx.settings.progress_interval_s:
@@ -206,7 +210,9 @@ class Recorder:
         if not self.buffer:
             return 0
         latest, percent, eta = self.latest, None, None
-        if self.first is not None:
+        if latest.get("solves_total"):  # a search: the share of the path's solves finished
+            percent = 100.0 * latest["solves_done"] / latest["solves_total"]
+        elif self.first is not None:
             percent, eta = estimate(
                 self.first[0], self.first[1], latest.get("gap"), latest["elapsed_s"], self.tol
             )

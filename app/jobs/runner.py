@@ -34,7 +34,7 @@ from app.services import lineage
 from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
-from app.services.trainers import TRAINERS, Trained, streams
+from app.services.trainers import TRAINERS, Trained, resumable, streams
 from app.storage import checkpoint_key, get_storage
 from app.tables import Dataset, Job, JobStatus, Model, new_id, utcnow
 
@@ -128,7 +128,7 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
         X, y, qid = map_arrays(dataset_arrays(ctx.settings, dataset), dataset.n_features)
     else:
         X, y, qid = load_dataset(ctx.settings, dataset)
-    segments = _segments(ctx, attempt, job) if getattr(trainer, "resumable", False) else None
+    segments = _segments(ctx, attempt, job) if resumable(trainer, job.params) else None
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -234,6 +234,8 @@ def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores)
         train_accuracy=scores.get("train_accuracy"),
         validation_accuracy=scores.get("validation_accuracy"),
         feature_names=dataset.feature_names,
+        calibration=trained.calibration,
+        selection=trained.selection,
     )
 
 

@@ -149,7 +149,20 @@ def json_document(model: LinearModel) -> dict:
         "decision_rule": decision,
         **_coefficients(model),
         "intercept": model.intercept,
+        "calibration": model.calibration,
+        "probability_rule": None if model.calibration is None else PROBABILITY_RULES.get(
+            model.calibration.get("method")),
     }
+
+
+# how the JSON export's calibration turns decision values into probabilities
+PROBABILITY_RULES = {
+    "sigmoid": "p_k = 1 / (1 + exp(A[k] * d_k + B[k])), normalized to sum to 1 (two classes: "
+    "p(classes[1]) from the one decision value, p(classes[0]) = 1 - p(classes[1]))",
+    "softmax": "p = softmax(d / temperature) (two classes: d = (-d0 / 2, d0 / 2))",
+    "isotonic": "p_k = interpolate(d_k, x[k], y[k]) (clipped at the ends), normalized to sum to "
+    "1 (two classes as for sigmoid)",
+}
 
 
 def _coefficients(model: LinearModel) -> dict:

@@ -34,7 +34,7 @@ from solvers._core.params import (
     check_objective_every,
     check_tol,
 )
-from solvers._core.problem import per_sample_C
+from solvers._core.problem import check_rows, per_sample_C, restrict_C
 from solvers._core.progress import (
     Callback,
     Monitor,
@@ -98,6 +98,7 @@ def solve_ovr(
     n_jobs: int | None = None,
     objective_every: int | None = None,
     newton: bool = True,
+    rows: np.ndarray | None = None,
 ) -> SolveResult:
     """Train k one-vs-rest binary linear SVMs by fused dual coordinate descent.
 
@@ -127,7 +128,9 @@ def solve_ovr(
     time_limit, callback
         Wall-clock budget in seconds; called with a `Progress` after every pass (False stops).
     warm_start : array of shape (n_classes, n_samples) or None
-        Per-class α to start from; W is rebuilt from it.
+        Per-class α to start from (the ``alpha`` of an earlier result: a solve at a smaller C,
+        feasible here as the bounds only widen with C, or a checkpoint to resume); W is rebuilt
+        from it. With ``rows``, shape (n_classes, len(rows)) in the order of ``rows``.
     n_jobs : int or None
         The fit's thread budget (None: every available core). With at least two threads per
         class, the classes run side by side on the parallel binary solver
@@ -140,11 +143,16 @@ def solve_ovr(
     newton : bool
         Squared hinge: when the passes stall, finish each running class by the primal
         truncated Newton method (`solvers.multiclass.ovr_newton`).
+    rows : int array or None
+        Solve on these rows only (distinct indices into X), without copying X: the problem of
+        ``X[rows]``, ``y[rows]`` and ``C[..., rows]`` (y and an array C stay whole). With
+        increasing rows the iterates equal those on the copied rows.
 
     Returns
     -------
     SolveResult
-        w (n_classes, n_features), bias (n_classes,), alpha (n_classes, n_samples), status
+        w (n_classes, n_features), bias (n_classes,), alpha (n_classes, n_samples) (with
+        ``rows``: (n_classes, len(rows))), status
         (converged when every class has), gap = pg_range (the largest per-class M − m: of the
         pass that converged a class, else of the returned α), pg_max, pg_min, primal and dual
         (sums over classes), duality_gap, history; ``extra`` holds per-class ``primal``,
@@ -158,7 +166,10 @@ def solve_ovr(
     check_choice(order, ORDERS, "order")
     problem = check_problem(X, y, n_classes, 1.0, bias)
     k, n = problem.n_classes, problem.n_samples
-    Cfull = _per_class_C(C, k, n)
+    rows = check_rows(rows, n)
+    Cfull = restrict_C(_per_class_C(C, k, n), n, rows)
+    if warm_start is not None and rows is not None:
+        warm_start = _scattered(warm_start, k, n, rows)
     n_threads = _n_threads(n_jobs)
     inner = ovr_parallel.inner_threads(problem, n_threads, k) if warm_start is None else 1
     if inner > 1:
@@ -166,7 +177,8 @@ def solve_ovr(
             loss=loss, tol=tol, max_iter=max_iter, order=order, shrinking=shrinking,
             random_state=random_state, newton=newton,
         )  # fmt: skip
-        return ovr_parallel.solve_by_class(problem, Cfull, k, inner, monitor, options)
+        result = ovr_parallel.solve_by_class(problem, Cfull, k, inner, monitor, options)
+        return _subset_alpha(result, rows)
     storage = ClassBlocks(k, _fused_threads(problem, n_threads), problem.n_features, n)
     blocks = [
         _make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b))
@@ -266,7 +278,8 @@ def solve_ovr(
     finally:
         if pool is not None:
             pool.shutdown()
-    return _result(problem, blocks, storage, hinge, status, iteration, monitor, tol, finished)
+    result = _result(problem, blocks, storage, hinge, status, iteration, monitor, tol, finished)
+    return _subset_alpha(result, rows)
 
 
 def _finish_by_newton(problem, blocks, Cfull, tol, max_iter, monitor, n_threads, hinge):
@@ -290,6 +303,23 @@ def _fused_threads(problem, n_threads: int) -> int:
     k = problem.n_classes
     work = int(problem.X.data.shape[0]) * k
     return max(1, min(n_threads, k, work // WORK_PER_THREAD))
+
+
+def _subset_alpha(result, rows):
+    """A subset solve returns the α of its own rows (the others have C_i = 0, so α_i = 0)."""
+    if rows is not None:
+        result.alpha = result.alpha[:, rows]
+    return result
+
+
+def _scattered(warm_start, k, n, rows):
+    """A subset's (k, len(rows)) warm start placed in its rows of a (k, n) array."""
+    given = np.asarray(warm_start, dtype=np.float64)
+    if given.shape != (k, rows.shape[0]):
+        raise ValueError(f"warm_start must have shape ({k}, {rows.shape[0]}), got {given.shape}")
+    full = np.zeros((k, n))
+    full[:, rows] = given
+    return full
 
 
 def _n_threads(n_jobs) -> int:

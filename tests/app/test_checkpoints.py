@@ -113,3 +113,23 @@ def test_cancel_with_keep_model_stores_the_iterate(app, client, db, heart, fake_
         f"/v1/models/{job['model_id']}/predict", json={"instances": [[0.0] * 13]}
     )
     assert predicted.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"search": {"Cs": [0.1, 1.0], "cv": 3}}, {"probability": True}],
+    ids=["search", "probability"],
+)
+def test_jobs_of_many_solves_are_not_cut_into_segments(app, client, db, heart, extra):
+    """A search or a calibrated fit runs many solves and has no one dual point to resume: with
+    checkpoints due at every pass it still trains to the end, uncut."""
+    settings = app.state.settings
+    settings.checkpoint_s = 1e-4
+    params = {"tol": 1e-3, **extra}
+    body = {"dataset_id": heart["id"], "params": params}
+    job_id = client.post("/v1/jobs", json=body).json()["id"]
+    assert run_job(job_id, RunContext(settings, db)) == "succeeded"
+    with db.session() as session:
+        assert session.get(Job, job_id).checkpoint_iteration is None
+        model = session.query(Model).filter_by(job_id=job_id).one()
+        assert model.calibration is not None and model.status == "converged"

@@ -206,3 +206,25 @@ def test_api_docs_render_offline(page):
     page.wait_for_selector("h1:has-text('Margin')")
     expect(page.locator("a[href$='operation/upload_dataset']").first).to_be_attached()
     shot(page, "redoc")
+
+
+def test_a_search_models_card_shows_the_table_the_chosen_C_and_probabilities(page, heart_dataset):
+    Cs = [0.01, 0.1, 1.0]
+    with Client(page.service.url) as client:
+        job = client.jobs.create(heart_dataset, tol=1e-3, search={"Cs": Cs, "cv": 3})
+        model_id = job.wait(check=True).model_id
+        model = client.models.get(model_id)
+    open_ui(page, f"#/models/{model_id}")
+    section = page.locator("section[aria-labelledby=cv-title]")
+    expect(section.locator("table:not(.u-legend) > tbody > tr")).to_have_count(len(Cs))
+    assert model["selection"]["C"] in Cs
+    expect(section.locator("p")).to_contain_text("Chosen C: ")
+    expect(page.locator("dl.facts").first).to_contain_text("calibrated (sigmoid)")
+    lines = HEART.read_text().splitlines()[:3]
+    page.fill("#predict-input", "\n".join(lines))
+    page.click("#predict-submit")
+    rows = page.locator("#predict-output tbody tr")
+    expect(rows).to_have_count(3)
+    shown = [float(x) for x in rows.nth(0).locator("td").nth(3).inner_text().split(", ")]
+    assert len(shown) == 2 and abs(sum(shown) - 1.0) < 1e-2
+    shot(page, "model-search")
