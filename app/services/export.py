@@ -1,9 +1,10 @@
 """Export a stored model as a LIBLINEAR model file, JSON, ONNX or a scikit-learn object (skops).
 
 ONNX: `solvers.export_onnx` builds the graph (input ``input`` [N, n_features], outputs ``label``
-and ``decision_values``). skops: a fitted scikit-learn ``LinearSVC`` (classifiers) or
-``LinearSVR`` (regressors) whose ``coef_``, ``intercept_`` and ``classes_`` are the model's, so
-that its ``decision_function`` and ``predict`` give the service's values and labels.
+and ``decision_values``, and ``probabilities`` for a calibrated model). skops: a fitted
+scikit-learn ``LinearSVC`` (classifiers) or ``LinearSVR`` (regressors) whose ``coef_``,
+``intercept_`` and ``classes_`` are the model's, so that its ``decision_function`` and
+``predict`` give the service's values and labels.
 
 LIBLINEAR's model file (what ``save_model`` writes and ``load_model`` reads)::
 
@@ -191,6 +192,7 @@ def onnx_bytes(model: LinearModel, dtype: str = "float64") -> bytes:
     parts = SimpleNamespace(coef_=model.dense_coef(), intercept_=model.intercept)
     if not model.is_regressor:
         parts.classes_ = _classes_array(model.classes)
+        parts.calibration_ = model.calibration  # adds the `probabilities` output when set
     return solvers.export_onnx(parts, dtype=dtype, name=model.id).SerializeToString()
 
 
