@@ -29,6 +29,7 @@ SECTIONS = [
     "multiclass",
     "newton",
     "parallel",
+    "scaling16",
     "ovr_small",
     "structural",
     "service",
