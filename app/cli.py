@@ -68,6 +68,21 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run workers only")
     _common(worker)
     worker.add_argument("--workers", type=int, help="local worker processes (WORKERS; cores)")
+    worker.add_argument(
+        "--check",
+        action="store_true",
+        help="health check: exit 0 if a worker of this host beat into the database recently",
+    )
+    commands.add_parser("warm", help="compile the solver kernels into Numba's cache (once)")
+    storage = commands.add_parser("storage", help="object storage (STORAGE_URL)")
+    storage_commands = storage.add_subparsers(dest="storage_command", required=True)
+    copy = storage_commands.add_parser(
+        "migrate", help="copy a data directory's datasets and results into STORAGE_URL"
+    )
+    _common(copy)
+    copy.add_argument(
+        "--from", dest="source", required=True, help="the old storage, e.g. file:///old/dir"
+    )
     try:
         from app import cli_keys
     except ImportError:  # a client-only install (margin[client]) has no service stack
@@ -84,9 +99,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_migrate(settings: Settings, revision: str = "head") -> None:
     from app import migrate
+    from app.storage import get_storage
 
     migrate.upgrade(settings.db_url, revision)
     log.info("database at revision %s", migrate.current(settings.db_url))
+    get_storage(settings).ensure_bucket()  # a new deployment's bucket, made on first start
+
+
+def cmd_storage_migrate(settings: Settings, source_url: str) -> int:
+    """Copy every stored object (datasets, prediction CSVs, checkpoints) from `source_url` to
+    STORAGE_URL, skipping those already there; safe to run again."""
+    from app.storage import copy_between, get_storage, open_storage
+
+    source = open_storage(source_url, settings.storage_timeout_s)
+    target = get_storage(settings)
+    if source.url.rstrip("/") == target.url.rstrip("/"):
+        raise SystemExit(f"--from is STORAGE_URL itself ({target.url}): nothing to copy")
+    target.ensure_bucket()
+    copied = skipped = 0
+    prefixes = ("datasets/", "predictions/", "checkpoints/")
+    for key, done in copy_between(source, target, prefixes, settings.data_dir / "tmp"):
+        copied, skipped = copied + done, skipped + (not done)
+        if done:
+            log.info("copied %s", key)
+    log.info("%d objects copied to %s, %d already there", copied, target.url, skipped)
+    return 0
 
 
 def _load_demo(settings: Settings) -> None:
@@ -103,12 +140,13 @@ def _load_demo(settings: Settings) -> None:
 
 
 def _load_demo_child(settings_data: dict) -> None:
+    from app import logs
     from app.config import Settings
     from app.db import Database
     from app.services.datasets import import_file
 
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     settings = Settings(**settings_data)
+    logs.configure(settings.log_format)
     db = Database(settings.db_url)
     try:
         dataset, how = import_file(db, settings, DEMO_FILE, "heart_scale")
@@ -129,6 +167,8 @@ def _run_api(settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         log_level="info",
+        # JSON lines: uvicorn's loggers write through the root handler (app.logs)
+        **({"log_config": None} if settings.log_format == "json" else {}),
         http=guarded_protocol(settings),  # header size and read-time limits, connection cap
     )
 
@@ -166,16 +206,29 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings(args)
     except ImportError as exc:
         raise SystemExit(f"margin {args.command} needs margin[service] installed ({exc})") from None
+    from app import logs
+
+    logs.configure(settings.log_format)
     if args.command == "serve":
         cmd_serve(settings, args.demo)
     elif args.command == "migrate":
         cmd_migrate(settings, args.revision)
     elif args.command == "api":
         _run_api(settings)
+    elif args.command == "worker" and args.check:
+        from app.jobs.workers import check_health
+
+        return check_health(settings)
     elif args.command == "worker":
         from app.jobs.queue import run_worker
 
         run_worker(settings, args.workers)
+    elif args.command == "warm":
+        from app.warmup import main as warm
+
+        return warm()
+    elif args.command == "storage":
+        return cmd_storage_migrate(settings, args.source)
     elif args.command == "keys":
         from app import cli_keys
 

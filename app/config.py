@@ -90,13 +90,71 @@ class Settings(BaseSettings):
     dask_scheduler_address: str | None = Field(
         None,
         description="Dask scheduler that runs jobs with the `distributed` option, e.g. "
-        "tcp://scheduler:8786 (unset: such jobs are refused); its workers must read DATA_DIR",
+        "tcp://scheduler:8786 (unset: such jobs are refused); its workers must read the "
+        "directory of the dataset's arrays that the job's worker reads",
+    )
+    storage_url: str | None = Field(
+        None,
+        description="where datasets, prediction CSVs and checkpoints live: file:///path (default:"
+        " DATA_DIR) or s3://bucket/prefix (endpoint and credentials from the AWS_* variables)",
+    )
+    storage_timeout_s: float = Field(
+        30.0, gt=0, description="seconds an object-storage request may take before it fails"
+    )
+    cache_dir: Path | None = Field(
+        None, description="local copies of stored datasets (default: DATA_DIR/cache)"
+    )
+    cache_max_mb: float = Field(
+        10240, gt=0, description="size of the local dataset cache; least recently used go first"
+    )
+    metrics_token: str | None = Field(
+        None, description="a bearer token for /metrics where keys are required (else: a key "
+        "with the admin scope)",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="log lines as text, or as JSON objects with request and job ids"
+    )
+    checkpoint_s: float = Field(
+        60.0, ge=0, description="seconds between checkpoints of a running job's iterate in "
+        "storage (a retried job resumes from the last one); 0: none",
+    )
+    job_retention_days: float | None = Field(
+        None, gt=0, description="ended jobs older than this are deleted with their progress "
+        "(their models stay); unset: kept",
+    )
+    worker_shutdown_timeout_s: float = Field(
+        20.0, ge=0, description="seconds a stopping worker lets its jobs finish, then hands "
+        "them back to the queue",
     )
 
-    @field_validator("data_dir")
+    @field_validator("data_dir", "cache_dir")
     @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        return value.expanduser().resolve()
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return value.expanduser().resolve() if value is not None else None
+
+    @field_validator("storage_url")
+    @classmethod
+    def _storage_scheme(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("file://", "s3://")):
+            raise ValueError(f"expected file:///path or s3://bucket/prefix, got {value!r}")
+        return value or None
+
+    @property
+    def storage(self) -> str:
+        """The storage URL, defaulting to the data directory."""
+        return self.storage_url or f"file://{self.data_dir}"
+
+    @property
+    def uses_object_storage(self) -> bool:
+        return self.storage.startswith("s3://")
+
+    @property
+    def cache_path(self) -> Path:
+        return self.cache_dir or self.data_dir / "cache"
+
+    @property
+    def cache_max_bytes(self) -> int:
+        return int(self.cache_max_mb * 1024 * 1024)
 
     @property
     def db_url(self) -> str:

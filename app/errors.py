@@ -20,6 +20,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.db import is_disk_full, is_unavailable
+from app.storage import StorageUnavailable
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("margin.api")
@@ -193,6 +194,17 @@ def database_problem(exc: Exception) -> JSONResponse:
     )
 
 
+async def _storage_error(request: Request, exc: Exception) -> JSONResponse:
+    """The object store did not answer within STORAGE_TIMEOUT_S: 503, nothing was stored."""
+    log.warning("object storage error on %s %s: %s", request.method, request.url.path, exc)
+    return problem_response(
+        503,
+        "Service Unavailable",
+        "the object storage is unavailable: nothing was stored; retry shortly",
+        headers={"Retry-After": str(DB_RETRY_AFTER_S)},
+    )
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return error_response(
@@ -206,4 +218,5 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(PoolTimeout, _database_error)
+    app.add_exception_handler(StorageUnavailable, _storage_error)
     app.add_exception_handler(Exception, _unexpected)

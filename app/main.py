@@ -9,7 +9,7 @@ from datetime import timedelta
 from fastapi import Depends, FastAPI, Request
 from sqlalchemy import func, select
 
-from app import auth, limits, openapi, ui
+from app import auth, limits, logs, metrics, openapi, ui
 from app.config import Settings, get_settings
 from app.db import Database
 from app.errors import install_handlers, problem_response
@@ -29,6 +29,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         from app.services.datasets import sweep_partial_uploads
 
+        if settings.worker_backend == "procrastinate":
+            from app.jobs import procrastinate_schema
+
+            procrastinate_schema.check(app.state.db)  # a mismatch stops the start, with why
         try:
             sweep_partial_uploads(settings, app.state.db)
         except Exception:  # a sweep must never keep the API from starting
@@ -37,6 +41,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            if app.state.job_feeds is not None:
+                app.state.job_feeds.stop()
             app.state.parser.shutdown()
             app.state.db.dispose()
 
@@ -50,15 +56,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         generate_unique_id_function=openapi.operation_id,
     )
     from app.services.datasets import ParserPool
+    from app.services.job_feed import JobFeeds
 
     settings.ensure_dirs()
     app.state.settings = settings
     app.state.db = Database(settings.db_url, pool_timeout=settings.db_pool_timeout_s)
     app.state.queue = get_queue(settings)
     app.state.parser = ParserPool()
+    app.state.job_feeds = None if settings.is_sqlite else JobFeeds(app.state.db)
     install_handlers(app)
     app.add_middleware(limits.BodySizeLimit, limits=limits.RouteLimits(settings))
-    auth.install(app, settings, app.state.db)  # outermost: before the body limit and the body
+    auth.install(app, settings, app.state.db)  # before the body limit and the body
+    metrics.install(app, settings)  # counts every answer, the gate's too
+    app.add_middleware(logs.RequestId)  # outermost: every log line of a request carries its id
 
     from app.api import (
         datasets,

@@ -24,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -135,6 +136,13 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # the latest stored iterate of the running attempt (migration 0008), and the iteration an
+    # attempt resumed from (None: it started cold)
+    checkpoint_at: Mapped[datetime | None]
+    checkpoint_iteration: Mapped[int | None] = mapped_column(Integer)
+    resumed_from: Mapped[int | None] = mapped_column(Integer)
+    # cancel?keep_model=true: the stopped solve's iterate is stored as an unconverged model
+    keep_model: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     model: Mapped[Model | None] = relationship(
         back_populates="job", uselist=False, viewonly=True, lazy="selectin"
@@ -232,6 +240,10 @@ class Model(Base):
     # the model came from (services.lineage): migration 0007
     feature_names: Mapped[list[Any] | None] = mapped_column(JSON)
     lineage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # probabilities (solvers.selection.Calibration.to_dict) and the search that chose C: its
+    # cross-validation table and choice (migration 0009)
+    calibration: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    selection: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     job: Mapped[Job | None] = relationship(back_populates="model", viewonly=True)

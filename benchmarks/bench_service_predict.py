@@ -75,7 +75,7 @@ def service_app():
         cache = models.model_cache(app)
         body = await request.body()
         model = await run_in_threadpool(fetch_model, app.state.db, cache, model_id)
-        content = await run_in_threadpool(
+        content, _ = await run_in_threadpool(
             models._predict_bytes,
             body,
             request.headers.get("content-type", ""),

@@ -27,16 +27,23 @@ SECTIONS = [
     "reader",
     "binary",
     "multiclass",
+    "newton",
+    "parallel",
+    "scaling16",
+    "ovr_small",
     "structural",
     "service",
     "predict",
     "protocols",
     "formats",
+    "request_memory",
     "workers",
     "distributed",
     "load",
+    "storage",
     "image",
     "quiet16",
+    "model_selection",
 ]
 INTRO = """\
 # Benchmarks

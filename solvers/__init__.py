@@ -2,9 +2,10 @@
 
 The public API is what this module exports. Each family lives in a subpackage — `io` (LIBSVM
 files), `binary`, `multiclass`, `regression`, `structural`, `estimators` (scikit-learn
-compatible classes) — over a small shared core, `_core` (the input door, progress and result
-records, compiled row kernels). Names are loaded lazily so that `import solvers` stays light: the
-estimator classes (which need scikit-learn) load only when first used.
+compatible classes), `selection` (C by cross-validation, calibrated probabilities) — over a
+small shared core, `_core` (the input door, progress and result records, compiled row kernels).
+Names are loaded lazily so that `import solvers` stays light: the estimator classes (which need
+scikit-learn) load only when first used.
 """
 
 from importlib import import_module
@@ -25,6 +26,8 @@ _LAZY = {
     "fit_structural_stream": "solvers.structural",
     "LinearSVC": "solvers.estimators",
     "LinearSVR": "solvers.estimators",
+    "LinearSVCCV": "solvers.selection",
+    "LinearSVRCV": "solvers.selection",
     "export_onnx": "solvers.io.onnx_export",
 }
 

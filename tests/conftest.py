@@ -56,3 +56,26 @@ def dask_cluster():
         silence_logs=40,
     ) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto's S3 server, started once for the session (benchmarks/_s3server.py)."""
+    from benchmarks._s3server import MotoServer
+
+    server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """The AWS variables of the test server in this process's environment, and a new bucket;
+    returns (server, bucket). Storage clients built before are forgotten."""
+    from app import storage
+
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    storage._cached.cache_clear()
+    yield s3_server, s3_server.new_bucket()
+    storage._cached.cache_clear()

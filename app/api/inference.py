@@ -11,8 +11,9 @@
 `predict` scope (as v1 predict); errors are the protocol's ``{"error": "..."}``. The model has
 one input ``input`` (FP64; FP32 and integer types are accepted too), shape [-1, n_features],
 and the outputs ``label`` [-1] and ``decision_values`` [-1, k] (k = 1 for binary models and
-regressors, where ``label`` is the predicted value). See `services.tensors` for the request's
-bounds and the sparse and binary extensions.
+regressors, where ``label`` is the predicted value), and for a calibrated classifier
+``probabilities`` [-1, n_classes] (rows summing to 1, columns in the order of its classes).
+See `services.tensors` for the request's bounds and the sparse and binary extensions.
 """
 
 from __future__ import annotations
@@ -24,10 +25,17 @@ from fastapi.concurrency import run_in_threadpool
 from app.api.model_lookup import ModelNotFound, load_model
 from app.auth import authenticate
 from app.errors import ProblemError
-from app.services.prediction import InvalidInstances, _chunks, decision_function, dumps
+from app.services.prediction import (
+    InvalidInstances,
+    _chunks,
+    decision_function,
+    dumps,
+    probabilities_of,
+)
 from app.services.tensors import OUTPUTS, decision_dense, parse_infer
 
 router = APIRouter(tags=["inference protocol (v2)"])
+NAMES = [*OUTPUTS, "probabilities"]  # the outputs a request may name (the last when calibrated)
 INLINE_BODY_BYTES = 64 * 1024
 EXTENSIONS = ["binary_tensor_data", "margin_sparse_input"]
 _ERROR_SCHEMA = {"type": "object", "required": ["error"],
@@ -106,7 +114,8 @@ async def model_metadata(request: Request) -> Response:
         "outputs": [
             {"name": "label", "datatype": _label_type(model), "shape": [-1]},
             {"name": "decision_values", "datatype": "FP64", "shape": [-1, k]},
-        ],
+        ] + ([{"name": "probabilities", "datatype": "FP64", "shape": [-1, len(model.classes)]}]
+             if model.calibration is not None else []),  # fmt: skip
         "parameters": {
             "model_id": model.id,
             "kind": model.kind,
@@ -160,9 +169,13 @@ def _infer_bytes(body, header, model, max_batch, name, version) -> bytes:
                 data, datatype = _labels(model, D), _label_type(model)
             outputs.append({"name": "label", "datatype": datatype, "shape": [D.shape[0]],
                             "data": data})  # fmt: skip
-        else:
+        elif output == "decision_values":
             outputs.append({"name": "decision_values", "datatype": "FP64",
                             "shape": list(D.shape), "data": D.ravel()})  # fmt: skip
+        else:
+            P = probabilities_of(model, D)
+            outputs.append({"name": "probabilities", "datatype": "FP64",
+                            "shape": list(P.shape), "data": P.ravel()})  # fmt: skip
     response = {"model_name": name, "model_version": version or model.id, "outputs": outputs}
     if parsed.id is not None:
         response["id"] = parsed.id
@@ -208,7 +221,7 @@ INFER_DOC = {
                             "items": {
                                 "type": "object",
                                 "required": ["name"],
-                                "properties": {"name": {"type": "string", "enum": list(OUTPUTS)}},
+                                "properties": {"name": {"type": "string", "enum": NAMES}},
                             },
                         },
                     },

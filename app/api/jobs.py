@@ -26,6 +26,7 @@ from app.services.idempotency import check_key
 from app.tables import TERMINAL_STATUSES, Job, JobProgress
 
 router = APIRouter(tags=["jobs"])
+FEED_SAFETY_S = 15.0  # a watcher reads the database itself after this long without a notice
 
 
 @router.post("/jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)
@@ -80,12 +81,29 @@ def job_progress(
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
-def cancel_job(job_id: str, request: Request, response: Response, db: DatabaseDep):
+def cancel_job(
+    job_id: str,
+    request: Request,
+    response: Response,
+    db: DatabaseDep,
+    keep_model: Annotated[
+        bool,
+        Query(description="store the running solve's current iterate as a model (unconverged)"),
+    ] = False,
+):
     """Cancel a queued job, or stop a running one within one outer iteration."""
-    job = service.cancel_job(db, request.app.state.queue, job_id)
+    job = service.cancel_job(db, request.app.state.queue, job_id, keep_model)
     if job.status not in TERMINAL_STATUSES:
         response.status_code = status.HTTP_202_ACCEPTED
     return service.job_view(job)
+
+
+@router.delete("/jobs/{job_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_job(job_id: str, db: DatabaseDep, settings: SettingsDep):
+    """Delete an ended job with its progress records and history (its model stays, with
+    `job_id` null); 409 while it is queued or running."""
+    service.delete_job(db, settings, job_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("/jobs/{job_id}/events", response_class=EventSourceResponse)
@@ -113,21 +131,54 @@ async def job_events(
             ).all()
             return rows, current
 
-    async def events():
+    async def polled():  # SQLite: no notifications, so look a few times a second
         after = start
         while True:
             rows, current = await asyncio.to_thread(fetch, after)
             for row in rows:
                 after = row.id
-                yield {"event": "progress", "id": str(row.id), "data": json.dumps(row.as_record())}
+                yield _progress_event(row)
             if current is None or (current.status in TERMINAL_STATUSES and len(rows) < 1000):
-                view = JobOut.model_validate(service.job_view(current)) if current else None
-                yield {"event": "end", "data": view.model_dump_json() if view else "null"}
+                yield _end_event(current)
                 return
             if not rows:
                 await asyncio.sleep(poll)
 
-    return EventSourceResponse(events(), ping=15)
+    async def notified():  # PostgreSQL: woken by LISTEN/NOTIFY, rows read once per process
+        feed = feeds.subscribe(job.id, start)
+        try:
+            after = start
+            rows, current = await asyncio.to_thread(fetch, after)  # what came before
+            while True:
+                for row in rows:
+                    after = row.id
+                    yield _progress_event(row)
+                if current is None or (current.status in TERMINAL_STATUSES and len(rows) < 1000):
+                    yield _end_event(current)
+                    return
+                if len(rows) >= 1000:  # still catching up
+                    rows, current = await asyncio.to_thread(fetch, after)
+                    continue
+                changed = await feed.wait(FEED_SAFETY_S)
+                rows = feed.since(after) if changed else None
+                if rows is None:  # left the feed, or no notice for long: read it directly
+                    rows, current = await asyncio.to_thread(fetch, after)
+                elif feed.current is not None:
+                    current = feed.current
+        finally:
+            feeds.unsubscribe(feed)
+
+    feeds = getattr(request.app.state, "job_feeds", None)
+    return EventSourceResponse(polled() if feeds is None else notified(), ping=15)
+
+
+def _progress_event(row: JobProgress) -> dict:
+    return {"event": "progress", "id": str(row.id), "data": json.dumps(row.as_record())}
+
+
+def _end_event(current: Job | None) -> dict:
+    view = JobOut.model_validate(service.job_view(current)) if current else None
+    return {"event": "end", "data": view.model_dump_json() if view else "null"}
 
 
 @router.get("/jobs/{job_id}/history", response_model=JobHistory)

@@ -39,6 +39,7 @@ from app.services import registry
 from app.services.model_cache import model_from_row
 from app.services.prediction import InvalidInstances, dumps, predict_body
 from app.services.prediction_runner import PredictionRunner
+from app.storage import get_storage, prediction_key
 from app.tables import Dataset, Model, PredictionRun
 
 log = logging.getLogger("margin.models")
@@ -94,14 +95,21 @@ async def predict(request: Request) -> Response:
     body = await read_body(request)
     content_type = request.headers.get("content-type", "")
     max_batch = app.state.settings.max_predict_batch
+    flag = request.query_params.get("probabilities", "false").lower()
+    if flag not in ("true", "false", "1", "0"):
+        raise ProblemError(422, "Invalid request", "probabilities must be true or false")
+    args = (body, content_type, model, max_batch, flag in ("true", "1"))
     try:
         if len(body) <= INLINE_BODY_BYTES:
-            content = _predict_bytes(body, content_type, model, max_batch)
+            content, n = _predict_bytes(*args)
         else:
-            content = await run_in_threadpool(_predict_bytes, body, content_type, model, max_batch)
+            content, n = await run_in_threadpool(_predict_bytes, *args)
     except InvalidInstances as exc:
         title = _TITLES.get(exc.status, "Invalid request")
         raise ProblemError(exc.status, title, str(exc)) from None
+    metrics = getattr(app.state, "metrics", None)
+    if metrics is not None:
+        metrics.predicted.labels(model.kind).inc(n)
     return Response(content, media_type="application/json")
 
 
@@ -120,7 +128,16 @@ router.add_route("/models/{model_id}/predict", predict, methods=["POST"])
     summary="Predict",
     name="predict",
 )
-async def _predict_documented(model_id: str, request: Request) -> Response:
+async def _predict_documented(
+    model_id: str,
+    request: Request,
+    probabilities: bool = Query(
+        False,
+        description="also return `probabilities` (rows sum to 1, columns in the order of the "
+        "model's classes) for a calibrated model; 422 for one without calibration. A JSON body "
+        'may say `"probabilities": true` instead.',
+    ),
+) -> Response:
     """Predict instances sent in the body: JSON sparse instances (indices in the training
     file's numbering), JSON dense rows, or ``text/plain`` LIBSVM lines."""
     return await predict(request)  # pragma: no cover - shadowed by the route above
@@ -143,8 +160,13 @@ async def read_body(request: Request) -> bytes | bytearray:
     return buffer
 
 
-def _predict_bytes(body: bytes, content_type: str, model, max_batch: int) -> bytes:
-    return dumps(predict_body(body, content_type, model, max_batch))
+def _predict_bytes(
+    body: bytes, content_type: str, model, max_batch: int, probabilities: bool
+) -> tuple[bytes, int]:
+    """The response body, and how many instances it predicts."""
+    payload = predict_body(body, content_type, model, max_batch, probabilities)
+    n = len(payload["values"] if "values" in payload else payload["labels"])
+    return dumps(payload), n
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,7 +240,7 @@ def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: Set
         session.execute(delete(PredictionRun).where(PredictionRun.model_id == model_id))
         session.delete(model)
     model_cache(request.app).evict(model_id)
-    runs.delete_files(settings.data_dir, run_ids)
+    runs.delete_files(settings, run_ids)
     return Response(status_code=204)
 
 
@@ -257,7 +279,7 @@ def create_prediction_run(
     dataset = _dataset_or_404(session, body.dataset_id)
     session.close()  # give its connection back: one request never holds two
     loaded = model_from_row(model)
-    source = runs.DatasetSource.of(settings.data_dir, dataset)
+    source = runs.DatasetSource.of(settings, dataset)
     try:
         source.check(loaded)
     except runs.DatasetMismatch as exc:
@@ -330,8 +352,15 @@ def get_prediction_run(
             run.error or "the run failed",
             run=out.model_dump(mode="json"),
         )
-    path = runs.csv_path(settings.data_dir, run.id)
-    if not path.exists():
+    storage = get_storage(settings)
+    key = prediction_key(run.id)
+    path = storage.local_path(key)
+    if path is None and storage.exists(key):
+        disposition = f'attachment; filename="{run.id}.csv"'
+        return StreamingResponse(
+            storage.read(key), media_type="text/csv", headers={"Content-Disposition": disposition}
+        )
+    if path is None or not path.exists():
         raise ProblemError(410, "Prediction result gone", f"the CSV of run {run_id!r} is missing")
     return FileResponse(path, media_type="text/csv", filename=f"{run.id}.csv")
 
@@ -352,7 +381,7 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
     loaded = model_from_row(model)
     try:
         runs.check_labels(loaded, dataset)
-        source = runs.DatasetSource.of(settings.data_dir, dataset)
+        source = runs.DatasetSource.of(settings, dataset)
         source.check(loaded)
         report = runs.evaluate(loaded, source)
     except runs.DatasetMismatch as exc:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from app.deps import DatasetDep, ModelDep, SettingsDep
 from app.schemas.summaries import DatasetStats, TopFeatures
-from app.services.datasets import dataset_dir
+from app.services.datasets import dataset_arrays
 from app.services.model_cache import model_from_row
 
 router = APIRouter()
@@ -29,7 +29,7 @@ def _histogram(values: np.ndarray, integral: bool) -> dict:
 @router.get("/datasets/{dataset_id}/stats", response_model=DatasetStats, tags=["datasets"])
 def get_dataset_stats(dataset: DatasetDep, settings: SettingsDep):
     """Density, the label histogram and the distribution of non-zeros per row."""
-    directory = dataset_dir(settings, dataset.id)
+    directory = dataset_arrays(settings, dataset)
     row_nnz = np.diff(np.load(directory / "indptr.npy", mmap_mode="r", allow_pickle=False))
     target = None
     if dataset.label_kind != "classes":

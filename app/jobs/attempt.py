@@ -20,8 +20,9 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from app.db import is_disk_full, is_unavailable
-from app.jobs import lifecycle
+from app.jobs import history, lifecycle
 from app.jobs.lifecycle import Attempt
+from app.services.job_feed import notify
 from app.services.progress_estimate import estimate
 from app.tables import Job, JobProgress, JobStatus, utcnow
 
@@ -137,6 +138,9 @@ class Watch:
                 self.lost.set()
 
 
+SEARCH_FIELDS = ("stage", "fold", "c_index", "C", "solves_done", "solves_total")
+
+
 class Recorder:
     """The solver's callback: buffers progress records (whatever fields `JobProgress` stores),
     writes them every PROGRESS_INTERVAL_S, and returns False (stop) once a cancel or shutdown is
@@ -154,6 +158,8 @@ class Recorder:
         self.buffer: list[dict[str, Any]] = []
         self.first: tuple[float, float] | None = None
         self.latest: dict[str, Any] | None = None
+        self.percent: float | None = None  # never moves back (see flush_into)
+        self.since_thinned = 0  # records written since the history was last thinned
         self.last_flush = time.monotonic()
         self._lock = threading.Lock()
 
@@ -171,7 +177,8 @@ class Recorder:
         if self.first is None and record.get("gap") is not None:
             self.first = (record["gap"], record["elapsed_s"])
         self.buffer.append(record)
-        self.latest = record
+        # a search's records also say where on the path it is (kept in the job's latest record)
+        self.latest = {**record, **{k: values[k] for k in SEARCH_FIELDS if k in values}}
         if len(self.buffer) > MAX_BUFFERED_RECORDS:  # keep the latest and every other before it
             self.buffer = self.buffer[::-2][::-1]
         if time.monotonic() - self.last_flush >= self.ctx.settings.progress_interval_s:
@@ -203,10 +210,16 @@ class Recorder:
         if not self.buffer:
             return 0
         latest, percent, eta = self.latest, None, None
-        if self.first is not None:
+        if latest.get("solves_total"):  # a search: the share of the path's solves finished
+            percent = 100.0 * latest["solves_done"] / latest["solves_total"]
+        elif self.first is not None:
             percent, eta = estimate(
                 self.first[0], self.first[1], latest.get("gap"), latest["elapsed_s"], self.tol
             )
+        if percent is not None:
+            # The gap is not monotone (a one-vs-rest solve starts each class afresh; shrinking
+            # restarts): the percentage reports the furthest the solve has come, never less.
+            percent = self.percent = max(percent, self.percent or 0.0)
         current = lifecycle.update_running(
             session,
             self.attempt,
@@ -223,6 +236,11 @@ class Recorder:
             for r in self.buffer
         ]
         session.execute(insert(JobProgress), rows)
+        notify(session, self.attempt.job_id)
+        self.since_thinned += len(rows)
+        if self.since_thinned >= history.PRUNE_EVERY:
+            history.thin(session, self.attempt.job_id, self.attempt.number)
+            self.since_thinned = 0
         return len(rows)
 
     def committed(self, written: int) -> None:

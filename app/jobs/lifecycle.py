@@ -41,6 +41,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.jobs.queue import JobQueue
+from app.services.job_feed import notify
 from app.tables import Job, JobEvent, JobProgress, JobStatus, utcnow
 
 log = logging.getLogger("margin.jobs")
@@ -73,6 +74,10 @@ class Fields(TypedDict, total=False):
     stop_reason: str | None
     error: str | None
     cancel_requested: bool
+    checkpoint_at: datetime | None
+    checkpoint_iteration: int | None
+    resumed_from: int | None
+    keep_model: bool
 
 
 # What a job going back to the queue forgets of the attempt that ended (its progress records and
@@ -142,6 +147,7 @@ def transition(
     )
     if to == QUEUED:
         queue.enqueue(session, job_id)
+    notify(session, job_id)  # live streams on PostgreSQL learn of it at commit
     return True
 
 
@@ -179,9 +185,12 @@ def submit(session: Session, queue: JobQueue, job: Job, actor: str = "api") -> N
     queue.enqueue(session, job.id)
 
 
-def cancel(session: Session, queue: JobQueue, job: Job, actor: str = "api") -> bool:
+def cancel(
+    session: Session, queue: JobQueue, job: Job, actor: str = "api", keep_model: bool = False
+) -> bool:
     """Cancel a queued job at once, or ask a running one to stop (its worker ends it within an
-    iteration). `job` was read in this transaction, locked; False when it had already ended."""
+    iteration, storing its iterate as a model with `keep_model`). `job` was read in this
+    transaction, locked; False when it had already ended."""
     if job.status == QUEUED.value:
         done = transition(
             session,
@@ -201,7 +210,7 @@ def cancel(session: Session, queue: JobQueue, job: Job, actor: str = "api") -> b
         session.execute(
             update(Job)
             .where(Job.id == job.id, Job.status == RUNNING.value)
-            .values(cancel_requested=True)
+            .values(cancel_requested=True, keep_model=keep_model)
             .execution_options(synchronize_session=False)
         )
         queue.cancel(session, job.id)
@@ -241,6 +250,7 @@ def claim(session: Session, job_id: str, worker: str) -> Attempt | None:
         percent=0.0,
         eta_s=None,
         error=None,
+        resumed_from=None,
     )
     return Attempt(job_id, number, worker) if claimed else None
 
@@ -261,6 +271,24 @@ def succeed(session: Session, attempt: Attempt, stop_reason: str, converged: boo
         reason=stop_reason,
         **fields,
     )
+
+
+def resume(session: Session, attempt: Attempt, iteration: int) -> bool:
+    """Record in the job's history that this attempt starts from the checkpoint stored at
+    `iteration` (a warm start), not from scratch."""
+    if not update_running(session, attempt, resumed_from=iteration):
+        return False
+    session.add(
+        JobEvent(
+            job_id=attempt.job_id,
+            attempt=attempt.number,
+            from_status=RUNNING.value,
+            to_status=RUNNING.value,
+            actor=attempt.worker,
+            reason=f"resumed from the checkpoint at iteration {iteration}",
+        )
+    )
+    return True
 
 
 def stop(session: Session, attempt: Attempt) -> bool:
@@ -374,6 +402,22 @@ def reenqueue(session: Session, queue: JobQueue, job: Job, actor: str) -> JobSta
         )
     )
     return QUEUED
+
+
+def remove(session: Session, job_id: str) -> bool:
+    """Remove an ended job with its progress and history (its model stays, without the job).
+    False when the job is queued or running (cancel it first) or gone."""
+    result = session.execute(
+        delete(Job)
+        .where(Job.id == job_id, Job.status.in_([s.value for s in (SUCCEEDED, FAILED, CANCELLED)]))
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:
+        return False
+    # the foreign keys cascade; said explicitly for databases without enforced keys
+    session.execute(delete(JobProgress).where(JobProgress.job_id == job_id))
+    session.execute(delete(JobEvent).where(JobEvent.job_id == job_id))
+    return True
 
 
 def role(actor: str | None) -> str | None:

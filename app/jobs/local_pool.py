@@ -47,20 +47,21 @@ def child_main(settings_data: dict, threads: int, worker_id: str) -> None:
     """A pool process: claim and run jobs until SIGTERM (a running job is released on SIGTERM)."""
     os.environ["NUMBA_NUM_THREADS"] = str(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from app import logs
     from app.jobs.runner import RunContext, run_job
 
     settings = Settings(**settings_data)
+    logs.configure(settings.log_format)
     db = Database(settings.db_url)
     ctx = RunContext(settings, db, worker_id=worker_id, n_jobs=threads, queue=LocalQueue())
     signal.signal(signal.SIGTERM, lambda *_: ctx.shutdown.set())
     _watch_parent(ctx)
+    from app.warmup import warm_worker
+
+    warm_worker(log)  # before registering: a worker counts as ready once it is warm
     _register(db, ctx)
     heartbeat = workers.Heartbeat(db, ctx.worker_id, "local")
     heartbeat.start()
-    _preload()
     try:
         while not ctx.shutdown.is_set():
             try:
@@ -111,15 +112,6 @@ def _register(db: Database, ctx) -> None:
         except Exception as exc:
             log.warning("worker %s: cannot register (%s); retrying in 1 s", ctx.worker_id, exc)
             ctx.shutdown.wait(1.0)
-
-
-def _preload() -> None:
-    """Import the estimators now so that the first job does not pay for it."""
-    for name in ("solvers.estimators",):
-        try:
-            __import__(name)
-        except ImportError:
-            pass
 
 
 class LocalPool:

@@ -40,14 +40,13 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import Database
-from app.jobs import workers
+from app.jobs import procrastinate_schema, workers
 from app.jobs.recovery import Reaper
 
 log = logging.getLogger("margin.worker")
 
 TASK_NAME = "margin.run_job"
 QUEUE_NAME = "training"
-DEFAULT_SHUTDOWN_TIMEOUT_S = 20.0
 POOL_WAIT_S = 600.0
 
 # The entry's `lock` is the job id: procrastinate never runs two entries with one lock at once,
@@ -246,29 +245,23 @@ def _configure_threads(settings: Settings) -> None:
 
 
 def _preload() -> None:
-    """Import the training code and the estimators (loading their cached kernels' modules) before
-    taking jobs, so that the first job does not pay for it."""
+    """Import the training code and warm every solver kernel before taking jobs (and before
+    registering, so that a worker counts as ready once it is warm): the first job neither waits
+    for a compile nor counts one in its train_time_s."""
     import importlib
-    import importlib.util
+
+    from app.warmup import warm_worker
 
     importlib.import_module("app.jobs.runner")
-    for name in ("solvers.estimators", "solvers.structural"):
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name)
-
-
-def _shutdown_timeout(settings: Settings) -> float:
-    """Seconds a stopping worker lets running jobs finish before releasing them."""
-    value = getattr(settings, "worker_shutdown_timeout_s", None)
-    if value is None:
-        value = os.environ.get("WORKER_SHUTDOWN_TIMEOUT_S", DEFAULT_SHUTDOWN_TIMEOUT_S)
-    return float(value)
+    warm_worker(log)
 
 
 def run_worker(settings: Settings, *, on_ready: Callable[[], None] | None = None) -> None:
     """Run one distributed worker until SIGINT/SIGTERM (see the module docstring)."""
     _configure_threads(settings)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from app import logs
+
+    logs.configure(settings.log_format)
     asyncio.run(_serve(settings, on_ready))
 
 
@@ -285,6 +278,7 @@ async def _serve(settings: Settings, on_ready: Callable[[], None] | None) -> Non
         queue=ProcrastinateQueue(),
     )
     try:
+        await asyncio.to_thread(procrastinate_schema.check, db)
         await asyncio.to_thread(_preload)
         async with app.open_async():
             await asyncio.to_thread(workers.register, db, worker_id, "procrastinate")
@@ -309,7 +303,7 @@ async def _run_once(app, db, settings: Settings, worker_id: str, on_ready) -> bo
         concurrency=settings.worker_concurrency,
         update_heartbeat_interval=beat_s,
         stalled_worker_timeout=settings.job_stall_s,
-        shutdown_graceful_timeout=_shutdown_timeout(settings),
+        shutdown_graceful_timeout=settings.worker_shutdown_timeout_s,
         abort_job_polling_interval=min(1.0, beat_s),
         # new entries are announced by LISTEN/NOTIFY, but procrastinate's listener does not
         # survive a database restart: poll often enough not to depend on it

@@ -28,12 +28,13 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import Database
-from app.jobs import lifecycle
+from app.jobs import history, lifecycle
 from app.jobs.queue import JobQueue
 from app.jobs.workers import dead_here
 from app.tables import Job, JobStatus, Worker, utcnow
 
 log = logging.getLogger("margin.recovery")
+RETENTION_EVERY_S = 600.0
 
 
 def recover(
@@ -97,6 +98,7 @@ class Reaper:
         self.db, self.settings, self.queue, self.actor = db, settings, queue, actor
         self.stalled_entries = stalled_entries
         self.connected_since: float | None = None
+        self.expired_at = -RETENTION_EVERY_S  # the last retention pass
 
     @property
     def trusts_heartbeats(self) -> bool:
@@ -144,6 +146,24 @@ class Reaper:
         if trusted:
             outcome |= self._reconcile_entries()
         self._forget_workers(stale if trusted else None)
+        self._expire_jobs()
+        return outcome
+
+    def _expire_jobs(self) -> dict[str, str]:
+        """JOB_RETENTION_DAYS: delete ended jobs past it (at most every RETENTION_EVERY_S)."""
+        days = self.settings.job_retention_days
+        if days is None or time.monotonic() - self.expired_at < RETENTION_EVERY_S:
+            return {}
+        self.expired_at = time.monotonic()
+        with self.db.session() as session:
+            ids = history.expired_jobs(session, days)
+        outcome = {}
+        for job_id in ids:
+            with self.db.write() as session:
+                if lifecycle.remove(session, job_id):
+                    outcome[job_id] = "deleted (JOB_RETENTION_DAYS)"
+        if outcome:
+            log.info("deleted %d jobs ended more than %g days ago", len(outcome), days)
         return outcome
 
     def _reconcile_entries(self) -> dict[str, str]:

@@ -24,18 +24,20 @@ from sqlalchemy.orm import Session
 from app.config import Settings, get_settings
 from app.db import Database, is_disk_full, is_unavailable
 from app.disk import DiskReserve
-from app.jobs import lifecycle
+from app.jobs import checkpoint, lifecycle
 from app.jobs.attempt import DISK_FULL, DiskFull, JobLost, Recorder, Watch, persist
 from app.jobs.lifecycle import Attempt
 from app.jobs.queue import JobQueue, get_queue
 from app.jobs.workers import new_worker_id
+from app.logs import job_context
 from app.services import lineage
-from app.services.datasets import dataset_dir, load_dataset, load_dataset_as
+from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as
 from app.services.distributed_training import distributed_trainer
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
-from app.services.trainers import TRAINERS, Trained, streams
-from app.tables import Dataset, Job, JobStatus, Model, new_id
+from app.services.trainers import TRAINERS, Trained, resumable, streams
+from app.storage import checkpoint_key, get_storage
+from app.tables import Dataset, Job, JobStatus, Model, new_id, utcnow
 
 log = logging.getLogger("margin.training")
 MAX_ERROR_CHARS = 2000
@@ -80,7 +82,11 @@ def run_job(job_id: str, ctx: RunContext | None = None) -> str | None:
     watch = Watch(ctx, attempt)
     watch.start()
     try:
-        return _run_claimed(ctx, attempt, watch)
+        with job_context(job_id):
+            log.info("job %s: attempt %d started on %s", job_id, attempt.number, ctx.worker_id)
+            outcome = _run_claimed(ctx, attempt, watch)
+            log.info("job %s: attempt %d ended %s", job_id, attempt.number, outcome)
+            return outcome
     except JobLost:
         log.warning(
             "job %s: attempt %d was taken from worker %s while it ran",
@@ -119,36 +125,92 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
         return _fail(ctx, attempt, "the job's validation dataset was deleted")
     trainer = TRAINERS[job.estimator]
     recorder = Recorder(ctx, attempt, watch, tol=job.params.get("tol"))
-    if job.distributed:  # the Dask workers read their rows from storage: nothing loaded here
+    if job.distributed:  # the Dask workers read their rows: nothing loaded here
         X = y = qid = None
         trainer = distributed_trainer(
             job.distributed,
-            dataset_dir(ctx.settings, dataset.id),
+            dataset_arrays(ctx.settings, dataset),
             dataset.n_features,
             dataset.classes or [],
             ctx.settings.dask_scheduler_address,
         )
     elif streams(job.estimator, job.params):  # read in chunks; memory bounded by the cache
-        X, y, qid = map_arrays(dataset_dir(ctx.settings, dataset.id), dataset.n_features)
+        X, y, qid = map_arrays(dataset_arrays(ctx.settings, dataset), dataset.n_features)
     else:
         X, y, qid = load_dataset(ctx.settings, dataset)
+    segments = _segments(ctx, attempt, job) if resumable(trainer, job.params) else None
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trained = trainer(job.params, X, y, qid, recorder.callback, ctx.n_jobs)
+        if segments is None:
+            trained = trainer(job.params, X, y, qid, recorder.callback, ctx.n_jobs)
+        else:
+            trained = checkpoint.train(
+                trainer, job.params, X, y, qid, recorder.callback, ctx.n_jobs, segments
+            )
     train_time = time.perf_counter() - start
     for warning in caught:
         log.warning("job %s: %s: %s", job.id, warning.category.__name__, warning.message)
+    keep = trained.status == "stopped" and _keeps_model(ctx, attempt)
     model = None
-    if trained.status != "stopped":
+    if trained.status != "stopped" or keep:
         scores = _scores(ctx, trained, X, y, dataset, valid)
         model = _model_row(job, trained, dataset, train_time, scores)
         model["lineage"] = lineage.record(dataset, valid)
+    elif segments is not None and segments.last is not None and ctx.shutdown.is_set():
+        _store_checkpoint(ctx, attempt, segments.last)  # the next attempt starts from here
     outcome, written = persist(
         ctx, lambda s: _finish(s, ctx, attempt, recorder, trained, model), f"finish {job.id}"
     )
     recorder.committed(written)
+    if outcome == JobStatus.SUCCEEDED.value and segments is not None:
+        _drop_checkpoint(ctx, job.id)
     return outcome
+
+
+def _segments(ctx: RunContext, attempt: Attempt, job: Job) -> checkpoint.Segments:
+    """Checkpoints every CHECKPOINT_S, starting from the stored one when the job has one."""
+    start = None
+    if job.checkpoint_iteration is not None:
+        try:
+            start = checkpoint.Checkpoint.load(get_storage(ctx.settings), checkpoint_key(job.id))
+        except Exception as exc:  # the store is away or the file is bad: start from scratch
+            log.warning("job %s: checkpoint not read (%s); starting from scratch", job.id, exc)
+        if start is not None:
+            persist(ctx, lambda s: lifecycle.resume(s, attempt, start.iteration), "resume")
+            log.info("job %s resumes from iteration %d", job.id, start.iteration)
+    return checkpoint.Segments(
+        every_s=ctx.settings.checkpoint_s,
+        start=start,
+        on_checkpoint=lambda point: _store_checkpoint(ctx, attempt, point),
+    )
+
+
+def _store_checkpoint(ctx: RunContext, attempt: Attempt, point: checkpoint.Checkpoint) -> None:
+    try:
+        storage, key = get_storage(ctx.settings), checkpoint_key(attempt.job_id)
+        point.save(storage, key, ctx.settings.data_dir / "tmp")
+    except Exception as exc:
+        log.warning("job %s: checkpoint not stored: %s", attempt.job_id, exc)
+        return
+    fields = {"checkpoint_at": utcnow(), "checkpoint_iteration": point.iteration}
+    persist(ctx, lambda s: lifecycle.update_running(s, attempt, **fields), "checkpoint")
+
+
+def _drop_checkpoint(ctx: RunContext, job_id: str) -> None:
+    try:
+        get_storage(ctx.settings).delete(checkpoint_key(job_id))
+    except Exception as exc:  # a leftover checkpoint is harmless (deleted with the job)
+        log.warning("job %s: checkpoint not removed: %s", job_id, exc)
+
+
+def _keeps_model(ctx: RunContext, attempt: Attempt) -> bool:
+    """A cancel with keep_model=true: store the stopped solve's iterate as a model."""
+    def read(session):
+        return session.get(Job, attempt.job_id, populate_existing=True)
+
+    job = persist(ctx, read, f"read {attempt.job_id}", write=False)
+    return bool(job is not None and job.cancel_requested and job.keep_model)
 
 
 def _scores(ctx, trained: Trained, X, y, dataset: Dataset, valid: Dataset | None) -> dict:
@@ -182,6 +244,8 @@ def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores)
         train_accuracy=scores.get("train_accuracy"),
         validation_accuracy=scores.get("validation_accuracy"),
         feature_names=dataset.feature_names,
+        calibration=trained.calibration,
+        selection=trained.selection,
     )
 
 
@@ -198,6 +262,8 @@ def _finish(
         log.info("job %s released at worker shutdown", attempt.job_id)
         return JobStatus.QUEUED.value, written
     if trained.status == "stopped":
+        if model is not None:  # cancel?keep_model=true: the iterate, marked unconverged
+            session.add(Model(id=new_id("mdl"), **model))
         lifecycle.stop(session, attempt)
         return JobStatus.CANCELLED.value, written
     session.add(Model(id=new_id("mdl"), **model))

@@ -86,6 +86,37 @@ def beat(db: Database, worker_id: str, backend: str, job_id: str | None = None) 
             session.add(Worker(id=worker_id, backend=backend, job_id=job_id))
 
 
+def check_health(settings, max_age_s: float = 15.0) -> int:
+    """`margin worker --check`: 0 when a worker process of this host has beaten into the
+    database within `max_age_s` and is warm (ready to take jobs), else 1 with the reason. The
+    container health check of the worker role (an exec probe on Kubernetes)."""
+    import sys
+    from datetime import timedelta
+
+    from sqlalchemy import select
+
+    host = socket.gethostname()
+    options = {} if settings.is_sqlite else {"connect_args": {"connect_timeout": 5}}
+    db = Database(settings.db_url, **options)
+    try:
+        with db.session() as session:
+            since = utcnow() - timedelta(seconds=max_age_s)
+            rows = session.scalars(
+                select(Worker.id).where(Worker.heartbeat_at >= since, Worker.id.like(f"{host}:%"))
+            ).all()
+    except Exception as exc:
+        print(f"worker check: database unreachable: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        db.dispose()
+    if not rows:
+        message = f"worker check: no worker on {host} beat in the last {max_age_s:g} s"
+        print(message, file=sys.stderr)
+        return 1
+    print(f"worker check: {len(rows)} worker(s) on {host} alive")
+    return 0
+
+
 def unregister(db: Database, worker_id: str) -> None:
     with db.write() as session:
         session.execute(delete(Worker).where(Worker.id == worker_id))

@@ -57,6 +57,16 @@ class ProgressRecord(BaseModel):
     )
     lower_bound: float | None = None
     upper_bound: float | None = None
+    stage: Literal["path", "refit"] | None = Field(
+        None, description="a search job: solving the folds along the C path, or the refit"
+    )
+    fold: int | None = Field(None, description="a search job: the fold being solved")
+    c_index: int | None = Field(None, description="a search job: the index of C on the path")
+    C: float | None = Field(None, description="a search job: the C being solved")
+    solves_done: int | None = Field(None, description="a search job: solves finished")
+    solves_total: int | None = Field(
+        None, description="a search job: solves on the whole path, the refit included"
+    )
 
 
 class JobOut(BaseModel):
@@ -69,9 +79,17 @@ class JobOut(BaseModel):
     status: JobStatusName
     progress: ProgressRecord | None = Field(description="the latest progress record")
     percent: float | None = Field(
-        description="log-scale position of the gap between the first full pass's gap and tol"
+        description="how far the solve has come, on a log scale of its optimality gap: 0 at the "
+        "first full pass's gap, 100 at `tol` (reached when it converges). It estimates the share "
+        "of the remaining gap reduction done, not of the time; it never moves back (the gap of "
+        "a one-vs-rest or shrinking solve may rise for a while). A job that ends at max_iter or "
+        "time_limit keeps the percent it reached. For a search job, the share of the path's "
+        "solves finished (refit included)."
     )
-    eta_s: float | None
+    eta_s: float | None = Field(
+        description="seconds left if the gap keeps falling at its average rate so far (null "
+        "while unknown)"
+    )
     elapsed_s: float | None
     tol: float | None
     converged: bool | None
@@ -83,6 +101,13 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     model_id: str | None
     error: str | None
+    checkpoint_iteration: int | None = Field(
+        None, description="the iteration of the latest stored checkpoint (CHECKPOINT_S)"
+    )
+    resumed_from: int | None = Field(
+        None, description="the checkpoint's iteration this attempt resumed from (null: it started"
+        " from scratch)",
+    )
 
 
 class ProgressPage(BaseModel):

@@ -31,6 +31,15 @@ class ModelOut(BaseModel):
     train_time_s: float
     train_accuracy: float | None
     validation_accuracy: float | None
+    calibration: dict[str, Any] | None = Field(
+        None, description="probability calibration ({method, ...parameters}); predict can return "
+        "probabilities when present"
+    )
+    selection: dict[str, Any] | None = Field(
+        None, description="the search that chose C: the chosen C, its score and the "
+        "cross-validation table (per C: mean and std of the score, per-fold scores, iterations, "
+        "seconds, solver status and duality gap)"
+    )
     created_at: datetime
 
 
@@ -66,6 +75,13 @@ class ClassificationEvaluation(BaseModel):
     labels: list[Any] = Field(description="row and column order of the confusion matrix")
     confusion_matrix: list[list[int]] = Field(
         description="[i][j]: instances of true label labels[i] predicted as labels[j]"
+    )
+    log_loss: float | None = Field(
+        None, description="calibrated models: mean -log p(true class), over the rows whose label "
+        "is one of the model's classes"
+    )
+    brier_score: float | None = Field(
+        None, description="calibrated models: mean over those rows of sum_k (p_k - [y = k])^2"
     )
     ignored_features: int = Field(
         0, description="features of the dataset beyond the model's (ignored, as in predict)"

@@ -21,6 +21,26 @@ class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+class CGrid(_Params):
+    """``num`` values of C evenly spaced in log scale from ``min`` to ``max``; without both
+    bounds, the library's grid (LIBLINEAR's start value up to 1024, stopped early once the score
+    has not improved for 3 values)."""
+
+    num: int = Field(10, ge=1, le=50)
+    min: PositiveFloat | None = None
+    max: PositiveFloat | None = None
+
+
+class SearchSpec(_Params):
+    """Choose C by k-fold cross-validation over a warm-started path (`solvers.LinearSVCCV`)."""
+
+    Cs: Annotated[list[PositiveFloat], Field(min_length=1, max_length=50)] | CGrid = Field(
+        default_factory=CGrid, description="explicit values, or a log grid {num, min, max}"
+    )
+    cv: int = Field(5, ge=2, le=20, description="stratified folds (seeded by random_state)")
+    scoring: Literal["accuracy", "balanced_accuracy", "f1_macro", "roc_auc"] = "accuracy"
+
+
 class LinearSVCParams(_Params):
     """`solvers.LinearSVC`: L1-/L2-loss (or least-squares) linear SVM classification."""
 
@@ -44,6 +64,18 @@ class LinearSVCParams(_Params):
         "permute", description="coordinate order within a pass"
     )
     time_limit: PositiveFloat | None = Field(None, description="wall-clock budget in seconds")
+    probability: bool = Field(
+        False, description="calibrate probabilities by an internal 5-fold at this C (Platt)"
+    )
+    search: SearchSpec | None = Field(
+        None, description="choose C by cross-validation (C is then ignored)"
+    )
+    calibration: Literal["auto", "sigmoid", "softmax", "isotonic", "none"] = Field(
+        "auto",
+        description="probabilities of a search (or probability=true) from the held-out decision "
+        "values: auto is Platt per class for ovr, a softmax temperature for the joint "
+        "formulations; none: no probabilities",
+    )
 
     @field_validator("class_weight")
     @classmethod

@@ -1,10 +1,12 @@
 """Datasets: upload (stream, parse in a child process, store atomically), list, show, delete.
 
 The API process never holds a parsed dataset: a child process parses the uploaded file and writes
-the arrays under DATA_DIR/tmp/; the directory is renamed into DATA_DIR/datasets/<id>/ and the row
-committed only when everything succeeded, so a failed upload leaves neither row nor file. A crash
-between the rename and the commit leaves a directory without a row; `sweep_partial_uploads`
-removes such leftovers at start.
+the arrays under DATA_DIR/tmp/; they are stored at `datasets/<id>/` in STORAGE_URL (a rename into
+DATA_DIR/datasets/<id>/ with the default file storage, an upload to the bucket otherwise) and the
+row committed only when everything succeeded, so a failed upload leaves neither row nor arrays.
+A crash between storing and committing leaves arrays without a row; `sweep_partial_uploads`
+(app.services.sweep) removes such leftovers at start. Workers read a dataset through
+`dataset_arrays`: the file storage's own directory, or a local cached copy of the objects.
 """
 
 from __future__ import annotations
@@ -14,10 +16,8 @@ import hashlib
 import json
 import logging
 import multiprocessing
-import os
 import shutil
-import socket
-import time
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -33,18 +33,45 @@ from app.db import Database
 from app.errors import ProblemError
 from app.schemas.common import decode_cursor, page_of
 from app.services import dataset_files, formats, idempotency, quotas
+from app.services.array_cache import ArrayCache
 from app.services.formats.delimited import EMPTY_POLICIES
+from app.services.sweep import sweep_partial_uploads  # noqa: F401 - part of this interface
 from app.services.uploads import UploadSink, check_declared_length, receive_into, temp_name
+from app.storage import Storage, dataset_prefix, get_storage
 from app.tables import ACTIVE_STATUSES, Dataset, Job, new_id
 
 log = logging.getLogger("margin.datasets")
-ORPHAN_GRACE_S = 300.0
 PARSE_STOP_S = 5.0  # how long a failed upload waits for its parser to stop and clean up
 _PARSE_TITLES = {413: "Upload too large", 422: "Invalid dataset", 507: "Insufficient storage"}
 
 
 def dataset_dir(settings: Settings, dataset_id: str) -> Path:
+    """The dataset's directory when STORAGE_URL is the data directory (the default)."""
     return settings.data_dir / "datasets" / dataset_id
+
+
+_caches: dict[tuple[Path, int], ArrayCache] = {}
+
+
+def array_cache(settings: Settings) -> ArrayCache:
+    """This process's cache of downloaded datasets (one per cache directory)."""
+    key = (settings.cache_path, settings.cache_max_bytes)
+    if key not in _caches:
+        _caches[key] = ArrayCache(*key)
+    return _caches[key]
+
+
+def dataset_arrays(settings: Settings, dataset: Dataset) -> Path:
+    """A local directory with the dataset's `.npy` arrays: the storage's own directory for
+    file storage, else this machine's cached copy (downloaded on first use)."""
+    storage = get_storage(settings)
+    prefix = dataset_prefix(dataset.id)
+    local = storage.local_path(prefix)
+    if local is not None:
+        return local
+    names = [*dataset_files.ARRAYS, *(["qid"] if dataset.has_qid else [])]
+    key = dataset.content_key or f"id-{dataset.id}"
+    return array_cache(settings).directory(storage, prefix, key, names)
 
 
 class ParserPool:
@@ -272,7 +299,19 @@ def _replay(db: Database, key: str) -> Dataset | None:
 def _commit(
     db: Database, settings: Settings, dataset: Dataset, out_dir: Path, key: str | None
 ) -> tuple[Dataset, str]:
-    final = dataset_dir(settings, dataset.id)
+    """Store the parsed arrays and commit the row. File storage renames the directory inside
+    the transaction; object storage uploads the arrays before it (an upload that fails or
+    times out is a 503 with nothing stored) and removes them again if the row is not made."""
+    storage = get_storage(settings)
+    prefix = dataset_prefix(dataset.id)
+    local = storage.local_path(prefix) is not None
+    if not local:
+        try:
+            storage.store_dir(out_dir, prefix)
+        except BaseException:
+            # in the background: the store may be away, and the answer must not wait for it
+            threading.Thread(target=_remove_objects, args=(storage, prefix), daemon=True).start()
+            raise
     try:
         with db.write() as session:
             quotas.check_storage(session, dataset.stored_bytes)
@@ -280,9 +319,10 @@ def _commit(
             if key:
                 idempotency.remember(session, "datasets", key, None, dataset.id)
             session.flush()
-            os.replace(out_dir, final)
+            if local:
+                storage.store_dir(out_dir, prefix)
     except IntegrityError:  # the same Idempotency-Key or content, committed meanwhile
-        shutil.rmtree(final, ignore_errors=True)
+        _remove_objects(storage, prefix)
         existing = _replay(db, key) if key else None
         if existing is not None:
             return existing, "replayed"
@@ -291,9 +331,17 @@ def _commit(
             raise
         return existing, "duplicate"
     except BaseException:
-        shutil.rmtree(final, ignore_errors=True)
+        _remove_objects(storage, prefix)
         raise
     return dataset, "created"
+
+
+def _remove_objects(storage: Storage, prefix: str) -> None:
+    """Best effort: objects left behind (the store is away) are removed by the next sweep."""
+    try:
+        storage.delete_prefix(prefix)
+    except Exception as exc:
+        log.warning("could not remove %s from storage (%s); the sweep will", prefix, exc)
 
 
 def list_datasets(
@@ -328,12 +376,12 @@ def delete_dataset(db: Database, settings: Settings, dataset_id: str) -> None:
                 jobs=busy,
             )
         session.delete(dataset)
-    shutil.rmtree(dataset_dir(settings, dataset_id), ignore_errors=True)
+    _remove_objects(get_storage(settings), dataset_prefix(dataset_id))
 
 
 def load_dataset(settings: Settings, dataset: Dataset):
     """(X, y, qid or None) of a stored dataset, X with the dataset's own feature count."""
-    return dataset_files.load_arrays(dataset_dir(settings, dataset.id), dataset.n_features)
+    return dataset_files.load_arrays(dataset_arrays(settings, dataset), dataset.n_features)
 
 
 def load_dataset_as(settings: Settings, dataset: Dataset, n_features: int, zero_based: bool):
@@ -342,61 +390,6 @@ def load_dataset_as(settings: Settings, dataset: Dataset, n_features: int, zero_
     if dataset.zero_based != zero_based or dataset.n_features != n_features:
         X = dataset_files.align_columns(X, dataset.zero_based, zero_based, n_features)
     return X, y, qid
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _abandoned(path: Path, now: float) -> bool:
-    """A temp entry is abandoned when its maker (same host) is dead, or it is a day old."""
-    parts = path.name.split("-")
-    host, pid = socket.gethostname(), os.getpid()
-    try:
-        mtime = path.stat().st_mtime
-    except FileNotFoundError:
-        return False
-    if now - mtime > 86_400:
-        return True
-    # names are prefix-host-pid-random; the host itself may contain dashes
-    if len(parts) >= 4 and "-".join(parts[1:-2]) == host and parts[-2].isdigit():
-        other = int(parts[-2])
-        return other != pid and not _pid_alive(other)
-    return False
-
-
-def sweep_partial_uploads(settings: Settings, db: Database) -> list[str]:
-    """Remove uploads and parse outputs left by dead processes, and dataset directories without
-    a row (a crash between rename and commit). Returns the removed paths."""
-    removed = []
-    now = time.time()
-    tmp = settings.data_dir / "tmp"
-    for path in sorted(tmp.iterdir()) if tmp.exists() else []:
-        if _abandoned(path, now):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(
-                missing_ok=True
-            )
-            removed.append(str(path))
-    root = settings.data_dir / "datasets"
-    dirs = [p for p in root.iterdir() if p.is_dir()] if root.exists() else []
-    if dirs:
-        with db.session() as session:
-            known = set(
-                session.scalars(select(Dataset.id).where(Dataset.id.in_([p.name for p in dirs])))
-            )
-        for path in dirs:
-            if path.name not in known and now - path.stat().st_mtime > ORPHAN_GRACE_S:
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(str(path))
-    if removed:
-        log.info("removed %d partial uploads: %s", len(removed), ", ".join(removed))
-    return removed
 
 
 def dataset_view(dataset: Dataset) -> dict[str, Any]:

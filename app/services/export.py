@@ -1,9 +1,10 @@
 """Export a stored model as a LIBLINEAR model file, JSON, ONNX or a scikit-learn object (skops).
 
 ONNX: `solvers.export_onnx` builds the graph (input ``input`` [N, n_features], outputs ``label``
-and ``decision_values``). skops: a fitted scikit-learn ``LinearSVC`` (classifiers) or
-``LinearSVR`` (regressors) whose ``coef_``, ``intercept_`` and ``classes_`` are the model's, so
-that its ``decision_function`` and ``predict`` give the service's values and labels.
+and ``decision_values``, and ``probabilities`` for a calibrated model). skops: a fitted
+scikit-learn ``LinearSVC`` (classifiers) or ``LinearSVR`` (regressors) whose ``coef_``,
+``intercept_`` and ``classes_`` are the model's, so that its ``decision_function`` and
+``predict`` give the service's values and labels.
 
 LIBLINEAR's model file (what ``save_model`` writes and ``load_model`` reads)::
 
@@ -149,7 +150,20 @@ def json_document(model: LinearModel) -> dict:
         "decision_rule": decision,
         **_coefficients(model),
         "intercept": model.intercept,
+        "calibration": model.calibration,
+        "probability_rule": None if model.calibration is None else PROBABILITY_RULES.get(
+            model.calibration.get("method")),
     }
+
+
+# how the JSON export's calibration turns decision values into probabilities
+PROBABILITY_RULES = {
+    "sigmoid": "p_k = 1 / (1 + exp(A[k] * d_k + B[k])), normalized to sum to 1 (two classes: "
+    "p(classes[1]) from the one decision value, p(classes[0]) = 1 - p(classes[1]))",
+    "softmax": "p = softmax(d / temperature) (two classes: d = (-d0 / 2, d0 / 2))",
+    "isotonic": "p_k = interpolate(d_k, x[k], y[k]) (clipped at the ends), normalized to sum to "
+    "1 (two classes as for sigmoid)",
+}
 
 
 def _coefficients(model: LinearModel) -> dict:
@@ -178,6 +192,7 @@ def onnx_bytes(model: LinearModel, dtype: str = "float64") -> bytes:
     parts = SimpleNamespace(coef_=model.dense_coef(), intercept_=model.intercept)
     if not model.is_regressor:
         parts.classes_ = _classes_array(model.classes)
+        parts.calibration_ = model.calibration  # adds the `probabilities` output when set
     return solvers.export_onnx(parts, dtype=dtype, name=model.id).SerializeToString()
 
 

@@ -210,18 +210,40 @@ def progress_records(
     return page_of(list(session.scalars(query)), limit, lambda r: r.id)
 
 
-def cancel_job(db: Database, queue: JobQueue, job_id: str) -> Job:
-    """Cancel a queued job at once; ask a running one to stop (it ends within one iteration)."""
+def cancel_job(db: Database, queue: JobQueue, job_id: str, keep_model: bool = False) -> Job:
+    """Cancel a queued job at once; ask a running one to stop (it ends within one iteration,
+    its iterate stored as an unconverged model with `keep_model`)."""
     with db.write() as session:
         job = session.get(Job, job_id, with_for_update=True)
         if job is None:
             raise ProblemError(404, "Job not found", f"no job with id {job_id!r}")
-        if not lifecycle.cancel(session, queue, job):
+        if not lifecycle.cancel(session, queue, job, keep_model=keep_model):
             raise ProblemError(
                 409, "Job already finished", f"job {job_id!r} already ended {job.status}"
             )
     with db.session() as session:
         return session.get(Job, job_id)
+
+
+def delete_job(db: Database, settings, job_id: str) -> None:
+    """Delete an ended job with its progress and history (its model stays); 409 while it is
+    queued or running."""
+    from app.storage import checkpoint_key, get_storage
+
+    with db.write() as session:
+        job = session.get(Job, job_id, with_for_update=True)
+        if job is None:
+            raise ProblemError(404, "Job not found", f"no job with id {job_id!r}")
+        if not lifecycle.remove(session, job_id):
+            raise ProblemError(
+                409,
+                "Job active",
+                f"job {job_id!r} is {job.status}: cancel it, then delete it once it has ended",
+            )
+    try:
+        get_storage(settings).delete(checkpoint_key(job_id))
+    except Exception:  # a checkpoint left behind is removed with the next retention pass
+        pass
 
 
 def job_view(job: Job) -> dict[str, Any]:
@@ -249,4 +271,6 @@ def job_view(job: Job) -> dict[str, Any]:
         "finished_at": job.finished_at,
         "model_id": job.model_id,
         "error": job.error,
+        "checkpoint_iteration": job.checkpoint_iteration,
+        "resumed_from": job.resumed_from,
     }

@@ -319,7 +319,7 @@ def _small_document(body: bytes, keys: dict[str, str]) -> tuple[str, list]:
             f"expected a JSON object {_shapes(keys)}, got {json_type(doc)}"
             + (f" without {' or '.join(map(repr, keys))}" if isinstance(doc, dict) else "")
         )
-    extra = set(doc) - {key}
+    extra = set(doc) - {key, "probabilities"}  # the flag is read by services.prediction
     if extra:
         raise InvalidInstances(f"unexpected field '{sorted(extra)[0]}'; expected only '{key}'")
     instances = doc[key]

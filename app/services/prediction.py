@@ -29,7 +29,7 @@ import numpy as np
 import orjson
 import scipy.sparse as sp
 
-from app.services.predict_input import InvalidInstances, json_rows, text_rows
+from app.services.predict_input import SMALL_JSON, InvalidInstances, json_rows, text_rows
 
 __all__ = ["InvalidInstances", "LinearModel", "Rows", "decision_function", "predict_body"]
 _EMPTY_IDX = np.empty(0, dtype=np.int32)
@@ -64,6 +64,16 @@ class LinearModel:
     info: dict = field(default_factory=dict)
     columns: np.ndarray | None = None
     feature_names: list | None = None  # the training columns' names (csv, tsv, parquet)
+    calibration: dict | None = None  # solvers.selection.Calibration.to_dict(), or None
+
+    @cached_property
+    def calibrator(self):
+        """The `solvers.selection.Calibration` of the model (None when it has none)."""
+        if self.calibration is None:
+            return None
+        from solvers.selection.calibration import Calibration
+
+        return Calibration.from_dict(self.calibration)
 
     @cached_property
     def feature_index(self) -> dict[str, int] | None:
@@ -127,12 +137,47 @@ def parse_body(body: bytes, content_type: str, model: LinearModel, max_batch: in
     return _stack_all(_rows_of(body, content_type, model, max_batch), model.n_features)
 
 
-def predict_body(body: bytes, content_type: str, model: LinearModel, max_batch: int) -> dict:
+def predict_body(
+    body: bytes, content_type: str, model: LinearModel, max_batch: int, probabilities=False
+) -> dict:
     """The predict response for a request body, its rows stacked and predicted CHUNK_NNZ
-    entries at a time (the parsed rows of a large body are never all held at once)."""
+    entries at a time (the parsed rows of a large body are never all held at once). With
+    ``probabilities`` (or a JSON body's ``"probabilities": true``) it adds the calibrated class
+    probabilities; a model without calibration is a 422."""
+    probabilities = probabilities or _asks_probabilities(body, content_type)
+    if probabilities and (model.is_regressor or model.calibration is None):
+        raise InvalidInstances(
+            "this model has no probability calibration: train it with a search or with "
+            "probability=true to get probabilities",
+            status=422,
+        )
     rows = _rows_of(body, content_type, model, max_batch)
     parts = [decision_function(model, X) for X in _chunks(rows, model.n_features)]
-    return payload_of(model, parts[0] if len(parts) == 1 else np.concatenate(parts))
+    payload = payload_of(model, parts[0] if len(parts) == 1 else np.concatenate(parts))
+    if probabilities:
+        payload["probabilities"] = probabilities_of(model, payload["decision_values"])
+    return payload
+
+
+def _asks_probabilities(body: bytes, content_type: str) -> bool:
+    """Whether a small JSON body says ``"probabilities": true`` (a large one uses the query)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "text/plain" or len(body) > SMALL_JSON or b'"probabilities"' not in body:
+        return False
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    value = doc.get("probabilities") if isinstance(doc, dict) else None
+    if value is not None and not isinstance(value, bool):
+        raise InvalidInstances(f"'probabilities' must be true or false, got {value!r}")
+    return value is True
+
+
+def probabilities_of(model: LinearModel, D: np.ndarray) -> np.ndarray:
+    """Class probabilities (n, n_classes) of decision values D (n, n_outputs): rows sum to 1,
+    columns in the order of the model's classes."""
+    return model.calibrator.probabilities(D[:, 0] if D.shape[1] == 1 else D)
 
 
 def _stack_all(rows, n_features: int) -> Rows:

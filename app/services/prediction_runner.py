@@ -82,7 +82,7 @@ class PredictionRunner:
                     continue
                 self._active.add(claim.run_id)
                 try:
-                    runs.execute_run(self.db, self.settings.data_dir, claim)
+                    runs.execute_run(self.db, self.settings, claim)
                 finally:
                     self._active.discard(claim.run_id)
             except Exception as exc:  # the database is away: a run left running is recovered

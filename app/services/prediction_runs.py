@@ -4,8 +4,9 @@ A stored dataset's arrays are in its own file's numbering (its ``zero_based``); 
 the model's columns through the raw file indices both share, so a stored file predicts the same as
 its lines sent to ``predict``.
 
-A run's CSV is written to ``DATA_DIR/predictions/<run id>.csv.part`` and renamed when complete,
-so a CSV that exists is whole. A run is a row, `queued` until a runner thread of an API process
+A run's CSV is written to ``DATA_DIR/tmp/<run id>.csv.part``, renamed when complete and then put
+in storage at ``predictions/<run id>.csv`` (STORAGE_URL), so a stored CSV is whole. A run is
+a row, `queued` until a runner thread of an API process
 claims it (`app.services.prediction_runner`), `running` with a heartbeat, then `succeeded` or
 `failed`; every write compares (run, attempt, status), so a run recovered from a silent process is
 never finished twice.
@@ -17,6 +18,7 @@ import csv
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +30,13 @@ from app.db import is_disk_full, is_unavailable
 from app.jobs.workers import dead_here
 from app.services.dataset_files import align_columns
 from app.services.evaluation import classification_report, regression_report
-from app.services.prediction import LinearModel, decision_function, labels_from_decision
+from app.services.prediction import (
+    LinearModel,
+    decision_function,
+    labels_from_decision,
+    probabilities_of,
+)
+from app.storage import StorageUnavailable, get_storage, prediction_key
 from app.tables import Dataset, Model, PredictionRun, new_id, utcnow
 
 log = logging.getLogger("margin.predictions")
@@ -42,18 +50,28 @@ class DatasetMismatch(ValueError):
     """A stored dataset that cannot be read in the model's feature space."""
 
 
-@dataclass(frozen=True)
 class DatasetSource:
-    """Where a stored dataset's arrays are, and the numbering they are in."""
+    """Where a stored dataset's arrays are (a local directory, found when first needed: the
+    storage's own, or the local copy of an object-stored dataset), and their numbering."""
 
-    directory: Path
-    n_features: int
-    zero_based: bool
+    def __init__(self, locate: Callable[[], Path], n_features: int, zero_based: bool):
+        self._locate, self._directory = locate, None
+        self.n_features, self.zero_based = n_features, zero_based
 
     @classmethod
-    def of(cls, data_dir: Path, dataset) -> DatasetSource:
+    def of(cls, settings, dataset) -> DatasetSource:
         """From a ``tables.Dataset`` row."""
-        return cls(Path(data_dir) / "datasets" / dataset.id, dataset.n_features, dataset.zero_based)
+        from app.services.datasets import dataset_arrays
+
+        return cls(
+            lambda: dataset_arrays(settings, dataset), dataset.n_features, dataset.zero_based
+        )
+
+    @property
+    def directory(self) -> Path:
+        if self._directory is None:
+            self._directory = Path(self._locate())
+        return self._directory
 
     def check(self, model: LinearModel) -> None:
         """Raise DatasetMismatch if the dataset cannot be read in the model's columns: a raw
@@ -126,9 +144,10 @@ def _listed(values: list, limit: int = 10) -> str:
 
 
 def evaluate(model: LinearModel, source: DatasetSource) -> dict:
-    """Scores of the model on a stored dataset: accuracy and confusion matrix for classifiers,
-    MSE and R² for regressors."""
+    """Scores of the model on a stored dataset: accuracy and confusion matrix for classifiers
+    (with log loss and Brier score when the model is calibrated), MSE and R² for regressors."""
     truth, predicted = [], []
+    scores = ProbabilityScores(model) if model.calibration and not model.is_regressor else None
     for _, X, y in source.chunks(model):
         D = decision_function(model, X)
         truth.append(y)
@@ -136,15 +155,53 @@ def evaluate(model: LinearModel, source: DatasetSource) -> dict:
             predicted.append(D[:, 0])
         else:
             predicted.append(np.asarray(labels_from_decision(model, D), dtype=np.float64))
+        if scores is not None:
+            scores.add(D, y)
     y_true = np.concatenate(truth) if truth else np.empty(0)
     y_pred = np.concatenate(predicted) if predicted else np.empty(0)
     if model.is_regressor:
         return regression_report(y_true, y_pred)
-    return classification_report(y_true, y_pred, model.classes)
+    report = classification_report(y_true, y_pred, model.classes)
+    if scores is not None:
+        report.update(scores.report())
+    return report
 
 
-def csv_path(data_dir: Path, run_id: str) -> Path:
-    return Path(data_dir) / "predictions" / f"{run_id}.csv"
+class ProbabilityScores:
+    """Log loss and Brier score of a calibrated model's probabilities, summed chunk by chunk
+    over the rows whose true label is one of the model's classes (the others have no column)."""
+
+    EPS = 1e-15  # probabilities are clipped here, as scikit-learn's log_loss did
+
+    def __init__(self, model: LinearModel):
+        self.model = model
+        self.classes = np.asarray(model.classes, dtype=np.float64)
+        self.n = 0
+        self.log_loss = 0.0
+        self.brier = 0.0
+
+    def add(self, D: np.ndarray, y: np.ndarray) -> None:
+        P = probabilities_of(self.model, D)
+        y = np.asarray(y, dtype=np.float64)
+        index = np.searchsorted(self.classes, y).clip(0, len(self.classes) - 1)
+        known = self.classes[index] == y
+        P, index = P[known], index[known]
+        rows = np.arange(len(index))
+        self.n += len(index)
+        self.log_loss -= float(np.sum(np.log(np.clip(P[rows, index], self.EPS, 1.0))))
+        target = np.zeros_like(P)
+        target[rows, index] = 1.0
+        self.brier += float(np.sum((P - target) ** 2))
+
+    def report(self) -> dict:
+        if self.n == 0:
+            return {"log_loss": None, "brier_score": None}
+        return {"log_loss": self.log_loss / self.n, "brier_score": self.brier / self.n}
+
+
+def staging_path(data_dir: Path, run_id: str) -> Path:
+    """Where a run's CSV is written on this machine before it goes to storage."""
+    return Path(data_dir) / "tmp" / f"{run_id}.csv"
 
 
 def csv_header(model: LinearModel) -> list[str]:
@@ -263,31 +320,37 @@ def _end(db, claim: RunClaim, status: str, **values) -> bool:
             delay = min(2 * delay, 2.0)
 
 
-def execute_run(db, data_dir: Path, claim: RunClaim) -> str:
-    """Run a claimed prediction: write its CSV and record the outcome on the row (nothing is
-    raised for the run's own errors). Returns the run's final status."""
+def execute_run(db, settings, claim: RunClaim) -> str:
+    """Run a claimed prediction: write its CSV, put it in storage and record the outcome on the
+    row (nothing is raised for the run's own errors). Returns the run's final status."""
+    storage = get_storage(settings)
+    key = prediction_key(claim.run_id)
+    staging = staging_path(settings.data_dir, claim.run_id)
     try:
-        model, source = _inputs(db, data_dir, claim.run_id)
-        n_rows = write_csv(csv_path(data_dir, claim.run_id), model, source.chunks(model))
+        model, source = _inputs(db, settings, claim.run_id)
+        n_rows = write_csv(staging, model, source.chunks(model))
+        size = staging.stat().st_size
+        storage.store_file(staging, key)
     except Exception as exc:
+        staging.unlink(missing_ok=True)
         if is_unavailable(exc):
             raise  # the database is away: the run stays running; recovery re-queues it
         log.exception("prediction run %s failed", claim.run_id)
         if is_disk_full(exc):
             message = "disk full: the server's disk filled up while the run wrote its result"
-        elif isinstance(exc, (DatasetMismatch, ValueError)):
+        elif isinstance(exc, (DatasetMismatch, ValueError, StorageUnavailable)):
             message = str(exc)
         else:
             message = f"prediction failed: {type(exc).__name__}"
         _end(db, claim, "failed", error=message)
         return "failed"
-    if not _end(db, claim, "succeeded", n_rows=n_rows):
-        csv_path(data_dir, claim.run_id).unlink(missing_ok=True)  # deleted or taken meanwhile
+    if not _end(db, claim, "succeeded", n_rows=n_rows, size_bytes=size):
+        storage.delete(key)  # deleted or taken meanwhile
         return "lost"
     return "succeeded"
 
 
-def _inputs(db, data_dir: Path, run_id: str) -> tuple[LinearModel, DatasetSource]:
+def _inputs(db, settings, run_id: str) -> tuple[LinearModel, DatasetSource]:
     from app.services.model_cache import model_from_row
 
     with db.session() as session:
@@ -298,7 +361,7 @@ def _inputs(db, data_dir: Path, run_id: str) -> tuple[LinearModel, DatasetSource
         raise ValueError("the model was deleted")
     if dataset is None:
         raise ValueError("the dataset was deleted before the run could read it")
-    return model_from_row(model), DatasetSource.of(data_dir, dataset)
+    return model_from_row(model), DatasetSource.of(settings, dataset)
 
 
 def beat(db, run_ids: list[str]) -> None:
@@ -347,11 +410,15 @@ def recover_runs(db, retries: int, stale_before=None) -> dict[str, str]:
     return outcome
 
 
-def delete_files(data_dir: Path, run_ids: list[str]) -> None:
+def delete_files(settings, run_ids: list[str]) -> None:
+    """Remove the runs' CSVs (best effort: a store that is away keeps them)."""
+    storage = get_storage(settings)
     for run_id in run_ids:
-        path = csv_path(data_dir, run_id)
-        path.unlink(missing_ok=True)
-        path.with_suffix(".csv.part").unlink(missing_ok=True)
+        staging_path(settings.data_dir, run_id).with_suffix(".csv.part").unlink(missing_ok=True)
+        try:
+            storage.delete(prediction_key(run_id))
+        except StorageUnavailable as exc:
+            log.warning("could not remove the CSV of run %s: %s", run_id, exc)
 
 
 def run_ids_of(session, model_id: str) -> list[str]:

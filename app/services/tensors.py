@@ -74,7 +74,7 @@ def parse_infer(body: bytes, header_length: str | None, model: LinearModel, max_
     tensor = doc["inputs"][0]
     if not isinstance(tensor, dict):
         raise InvalidInstances(f"inputs[0]: expected a tensor object, got {json_type(tensor)}")
-    outputs = _outputs(doc.get("outputs"))
+    outputs = _outputs(doc.get("outputs"), model_outputs(model))
     request_id = doc.get("id") if isinstance(doc.get("id"), str) else None
     params = tensor.get("parameters") or {}
     if isinstance(params, dict) and params.get("sparse") is True:
@@ -103,17 +103,23 @@ def _cut_data(body: bytes) -> tuple[bytes, tuple[bytes, int, int]]:
     return body[:start] + b"null" + body[end:], (body, start, end)
 
 
-def _outputs(requested) -> tuple[str, ...]:
+def model_outputs(model: LinearModel) -> tuple[str, ...]:
+    """The model's outputs: ``label`` and ``decision_values``, and ``probabilities`` when it is
+    calibrated."""
+    return OUTPUTS + (("probabilities",) if model.calibration is not None else ())
+
+
+def _outputs(requested, available: tuple[str, ...]) -> tuple[str, ...]:
     if requested is None:
-        return OUTPUTS
+        return available
     if not isinstance(requested, list) or not requested:
         raise InvalidInstances("'outputs' must be a non-empty list of {\"name\": ...}")
     names = []
     for i, entry in enumerate(requested):
         name = entry.get("name") if isinstance(entry, dict) else None
-        if name not in OUTPUTS:
+        if name not in available:
             raise InvalidInstances(
-                f"outputs[{i}]: unknown output {name!r}; this model has {', '.join(OUTPUTS)}"
+                f"outputs[{i}]: unknown output {name!r}; this model has {', '.join(available)}"
             )
         names.append(name)
     return tuple(names)

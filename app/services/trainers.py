@@ -16,17 +16,31 @@ import numpy as np
 @dataclass
 class Trained:
     kind: str  # "classifier" | "regressor"
-    classes: list[float] | None
+    classes: list[int | float] | None
     coef: np.ndarray  # (n_outputs, n_features)
     intercept: np.ndarray  # (n_outputs,)
     status: str  # the solver's status: converged, max_iter, stopped, time_limit
     gap: float | None
     n_iter: int
     predict: Callable[[Any], np.ndarray]  # labels (classifier) or values (regressor) of X
+    dual: np.ndarray | None = None  # the dual variables (resumable estimators: a checkpoint)
+    calibration: dict | None = None  # solvers.selection.Calibration.to_dict()
+    selection: dict | None = None  # the search's table and choice (`selection_summary`)
 
 
-def _labels(value: Any) -> list[float]:
-    return [float(v) for v in np.asarray(value).ravel()]
+def _labels(value: Any) -> list[int | float]:
+    """The classes as the dataset's labels are: integers stay integers (`-1`, not `-1.0`)."""
+    return label_values(np.asarray(value).ravel().tolist())
+
+
+def label_values(values) -> list[int | float]:
+    """Each label as an int when it is integral (as the dataset summary keeps them), else a
+    float; predictions then return labels of the dataset's own type."""
+    out = []
+    for v in values:
+        v = float(v)
+        out.append(int(v) if v.is_integer() and abs(v) < 2**53 else v)
+    return out
 
 
 def _class_weight(weights: Any) -> Any:
@@ -35,24 +49,108 @@ def _class_weight(weights: Any) -> Any:
     return weights
 
 
-def train_linear_svc(params: dict, X, y, qid, callback, n_jobs: int | None) -> Trained:
+def train_linear_svc(
+    params: dict, X, y, qid, callback, n_jobs: int | None, init_dual=None
+) -> Trained:
+    """`init_dual`: start from these dual variables (a checkpoint), else from zero."""
     from solvers import LinearSVC
 
-    est = LinearSVC(
-        **{**params, "class_weight": _class_weight(params.get("class_weight"))},
-        callback=callback,
-        n_jobs=n_jobs,
-    )
+    options = {**params, "class_weight": _class_weight(params.get("class_weight"))}
+    search, calibration = options.pop("search", None), options.pop("calibration", "auto")
+    if search is not None:
+        return _train_search(options, search, calibration, X, y, callback, n_jobs)
+    if options.get("probability") and calibration == "none":
+        options["probability"] = False
+    est = LinearSVC(**options, callback=callback, n_jobs=n_jobs, warm_start=init_dual is not None)
+    if init_dual is not None:
+        est.dual_coef_ = init_dual
     est.fit(X, y)
-    return _from_estimator(est, "classifier", _labels(est.classes_))
+    trained = _from_estimator(est, "classifier", _labels(est.classes_))
+    trained.calibration = _calibration_of(est)
+    return trained
 
 
-def train_linear_svr(params: dict, X, y, qid, callback, n_jobs: int | None) -> Trained:
+def _train_search(options, search: dict, calibration, X, y, callback, n_jobs) -> Trained:
+    from solvers import LinearSVCCV
+
+    options.pop("C", None)
+    options.pop("probability", None)
+    est = LinearSVCCV(
+        Cs=_grid(search.get("Cs")), cv=int(search.get("cv", 5)),
+        scoring=search.get("scoring", "accuracy"),
+        calibration=None if calibration == "none" else calibration,
+        callback=callback, n_jobs=n_jobs, **options,
+    )  # fmt: skip
+    est.fit(X, y)
+    trained = _from_estimator(est, "classifier", _labels(est.classes_))
+    trained.calibration = _calibration_of(est)
+    trained.selection = selection_summary(est)
+    return trained
+
+
+def _grid(Cs):
+    if Cs is None:
+        return 10
+    if isinstance(Cs, list):
+        return [float(c) for c in Cs]
+    if Cs.get("min") is not None and Cs.get("max") is not None:
+        low, high = sorted((float(Cs["min"]), float(Cs["max"])))
+        return np.geomspace(low, high, int(Cs.get("num", 10))).tolist()
+    return int(Cs.get("num", 10))
+
+
+def _calibration_of(est) -> dict | None:
+    calibration = getattr(est, "calibration_", None)
+    return None if calibration is None else calibration.to_dict()
+
+
+def selection_summary(est) -> dict:
+    """The search's choice and its table as JSON: one row per C that every fold finished."""
+    table = est.cv_results_
+    n_folds = sum(1 for key in table if key.endswith("_test_score") and key.startswith("split"))
+    rows = []
+    for i, C in enumerate(table["param_C"]):
+        rows.append({
+            "C": float(C),
+            "mean_score": float(table["mean_test_score"][i]),
+            "std_score": float(table["std_test_score"][i]),
+            "fold_scores": [float(table[f"split{f}_test_score"][i]) for f in range(n_folds)],
+            "n_iter": [int(table[f"split{f}_n_iter"][i]) for f in range(n_folds)],
+            "fit_time_s": [float(table[f"split{f}_fit_time"][i]) for f in range(n_folds)],
+            "status": [str(table[f"split{f}_status"][i]) for f in range(n_folds)],
+            "duality_gap": [float(table[f"split{f}_duality_gap"][i]) for f in range(n_folds)],
+        })  # fmt: skip
+    return {
+        "C": float(est.C_),
+        "best_score": float(est.best_score_),
+        "scoring": est.scoring or "accuracy",
+        "cv": n_folds,
+        "table": rows,
+    }
+
+
+def train_linear_svr(
+    params: dict, X, y, qid, callback, n_jobs: int | None, init_dual=None
+) -> Trained:
     from solvers import LinearSVR
 
-    est = LinearSVR(**params, callback=callback)
+    est = LinearSVR(**params, callback=callback, warm_start=init_dual is not None)
+    if init_dual is not None:
+        est.dual_coef_ = init_dual
     est.fit(X, y)
     return _from_estimator(est, "regressor", None)
+
+
+# trainers that start from a given dual point and hand theirs back (app.jobs.checkpoint)
+train_linear_svc.resumable = True
+train_linear_svr.resumable = True
+
+
+def resumable(trainer, params: dict) -> bool:
+    """Whether a job trains in checkpointed segments: a resumable trainer on one solve (a search
+    or an internal calibration fold runs many solves, and has no single dual point to resume)."""
+    many_solves = params.get("search") is not None or bool(params.get("probability"))
+    return getattr(trainer, "resumable", False) and not many_solves
 
 
 def _from_estimator(est, kind: str, classes: list[float] | None) -> Trained:
@@ -72,6 +170,7 @@ def _from_estimator(est, kind: str, classes: list[float] | None) -> Trained:
         gap=gap,
         n_iter=int(n_iter),
         predict=est.predict,
+        dual=getattr(est, "dual_coef_", None),
     )
 
 

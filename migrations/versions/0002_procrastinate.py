@@ -1,15 +1,18 @@
 """The distributed job queue's schema (procrastinate's tables, types, functions and triggers).
 
 Applied on PostgreSQL only: the queue runs there (WORKER_BACKEND=procrastinate); on SQLite the
-step does nothing, so one migration history serves both. The SQL is the schema shipped with the
-installed procrastinate release, applied as it is (procrastinate keeps no version table of its
-own). A later procrastinate release whose schema changes needs a new step here that applies its
-files from `procrastinate.schema.SchemaManager.get_migrations_path()`.
+step does nothing, so one migration history serves both. The SQL is a pinned copy of the schema
+of procrastinate 3.10 (migrations/procrastinate/schema-03.04.00_50.sql), never the installed
+release's, and the queue's table is labelled with its version, which `margin api` and `margin
+worker` compare with the installed procrastinate at start (app/jobs/procrastinate_schema.py). A
+procrastinate release whose schema changes needs a new step that applies its migration files.
 
 Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-26
 """
+
+from pathlib import Path
 
 from alembic import op
 
@@ -17,6 +20,10 @@ revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
+
+SCHEMA_VERSION = "03.04.00_50"
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "procrastinate" / f"schema-{SCHEMA_VERSION}.sql"
+LABEL = f"COMMENT ON TABLE procrastinate_jobs IS 'margin: procrastinate schema {SCHEMA_VERSION}'"
 
 TABLES = (
     "procrastinate_events",
@@ -54,9 +61,9 @@ def _raw_connection():
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    from procrastinate.schema import SchemaManager
-
-    _raw_connection().execute(SchemaManager.get_schema())
+    raw = _raw_connection()
+    raw.execute(SCHEMA_FILE.read_text())
+    raw.execute(LABEL)
 
 
 def downgrade() -> None:

@@ -1,7 +1,7 @@
 """A job's distributed option: rows split over a Dask cluster ({"partitions": K}, or null).
 
 Revision ID: 0010
-Revises: 0007
+Revises: 0009
 Create Date: 2026-11-26
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0007"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

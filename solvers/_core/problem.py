@@ -21,6 +21,11 @@ trusted as is, so a caller that solves many problems on the same data validates 
 
 Labels and per-sample C are checked by the helpers below, with messages that say what was
 expected and what was got.
+
+A solve may run on a subset of the rows (``rows=``, an index array): X, y and any per-sample C
+stay whole and shared, and `check_rows` and `restrict_C` give the drivers the subset as C_i = 0
+outside it (the drivers already drop such rows), so that cross-validation folds share one copy
+of X.
 """
 
 from __future__ import annotations
@@ -223,6 +228,44 @@ def compact_C(C, n_samples: int) -> np.ndarray:
             raise ValueError(f"C must be a finite number > 0, got {C!r}")
         return C_arr.reshape(1)
     return per_sample_C(C_arr, n_samples)
+
+
+def check_rows(rows, n_samples: int) -> np.ndarray | None:
+    """The rows of a subset solve as int64, distinct and in [0, n_samples); None means all.
+
+    A solve on ``rows`` is the solve on ``X[rows]``, ``y[rows]``, ``C[rows]``: its dual variables
+    come back in the order of ``rows``, and with increasing ``rows`` its iterates are those of the
+    solve on the copied rows.
+    """
+    if rows is None:
+        return None
+    arr = np.asarray(rows)
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(
+            f"rows must be a 1-D array of row indices (integers), got dtype {arr.dtype} and "
+            f"shape {arr.shape}"
+        )
+    arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() >= n_samples):
+        raise ValueError(
+            f"rows must lie in [0, {n_samples}), got values in [{arr.min()}, {arr.max()}]"
+        )
+    seen = np.zeros(n_samples, dtype=np.bool_)
+    seen[arr] = True
+    if np.count_nonzero(seen) != arr.size:
+        raise ValueError("rows must be distinct; a row index appears more than once")
+    return arr
+
+
+def restrict_C(C: np.ndarray, n_samples: int, rows: np.ndarray | None) -> np.ndarray:
+    """C (validated: shape (1,) for one shared value, (n,) or (k, n)) over all n_samples rows and
+    zero outside ``rows``: the drivers drop the rows with C_i = 0, so the solve is that of the
+    subset. C itself when ``rows`` is None."""
+    if rows is None:
+        return C
+    out = np.zeros(C.shape[:-1] + (n_samples,))
+    out[..., rows] = C if C.shape[-1] == 1 else C[..., rows]
+    return out
 
 
 def fold_weights_into_C(

@@ -50,8 +50,10 @@ class Progress:
     checks and set-up included); active: variables or rows the pass visited; primal, dual:
     objectives (dual in minimisation form, −D, except for the structural solvers, whose ``dual``
     is the lower bound D itself); lower_bound, upper_bound, approx_upper_bound: the structural
-    solvers' bounds (the approximate one from the gradients of the last pass); bytes_sent:
-    the distributed solvers' bytes communicated in the round (w broadcast, Δw, checkpoints).
+    solvers' bounds (the approximate one from the gradients of the last pass); method: the method
+    that produced the record when a solver has more than one (``"dcd"``, ``"newton"``);
+    bytes_sent: the distributed solvers' bytes communicated in the round (w broadcast, Δw,
+    checkpoints).
     """
 
     iteration: int
@@ -68,6 +70,7 @@ class Progress:
     lower_bound: float | None = None
     upper_bound: float | None = None
     approx_upper_bound: float | None = None
+    method: str | None = None
     bytes_sent: int | None = None  # distributed solvers: bytes communicated in the round
 
     @property
@@ -134,7 +137,8 @@ class SolveResult:
     alpha: the dual variables; n_iter: outer iterations run; status: why it ended; gap: the
     solver's stopping measure (module docstring), equal to the last history record's;
     pg_max, pg_min, pg_range, max_violation: that measure under its own name; primal, dual:
-    final objectives (as in `Progress`); duality_gap: (P − D) / max(1, |P|); history: one
+    final objectives (as in `Progress`); duality_gap: (P − D) / max(1, |P|); method: the method
+    that finished the solve where there is a choice (``"dcd"`` or ``"newton"``); history: one
     `Progress` per outer iteration, plus one for the returned state when no pass ended on it.
     """
 
@@ -155,6 +159,7 @@ class SolveResult:
     pg_min: float | None = None
     pg_range: float | None = None
     max_violation: float | None = None
+    method: str | None = None
 
     @property
     def converged(self) -> bool:

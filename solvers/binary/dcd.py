@@ -36,7 +36,14 @@ from solvers._core.params import (
     check_objective_every,
     check_tol,
 )
-from solvers._core.problem import CSRArrays, check_labels, compact_C, csr_arrays
+from solvers._core.problem import (
+    CSRArrays,
+    check_labels,
+    check_rows,
+    compact_C,
+    csr_arrays,
+    restrict_C,
+)
 from solvers._core.progress import (
     Callback,
     Monitor,
@@ -48,7 +55,8 @@ from solvers._core.progress import (
     relative_duality_gap,
 )
 from solvers._core.sparse import weighted_row_sum
-from solvers.binary import kernels
+from solvers.binary import kernels, parallel
+from solvers.binary import newton as newton_finisher
 
 LOSSES = {
     "hinge": kernels.HINGE,
@@ -76,6 +84,10 @@ def solve_binary(
     callback: Callback | None = None,
     objective_every: int | None = None,
     warm_start: np.ndarray | None = None,
+    newton: bool = True,
+    n_jobs: int | None = 1,
+    deterministic: bool = False,
+    rows: np.ndarray | None = None,
 ) -> SolveResult:
     """Train a binary linear SVM (or regularized least squares) by dual coordinate descent.
 
@@ -113,12 +125,32 @@ def solve_binary(
         and never otherwise. The result's ``primal``, ``dual`` and ``duality_gap`` are always
         computed.
     warm_start : array of shape (n_samples,) or None
-        Initial α (clipped to the bounds); w is rebuilt from it.
+        Initial α (clipped to the bounds), e.g. the ``alpha`` of an earlier result: a solve at
+        a smaller C (feasible here: the bounds only widen as C grows), or a checkpoint of an
+        interrupted solve to resume. w is rebuilt from it. With ``rows``, shape (len(rows),)
+        in the order of ``rows``.
+    newton : bool
+        For the L2 losses, finish by the primal truncated Newton method when the passes stall
+        (`solvers.binary.newton` states when, its stopping rule ε′ and what the result then
+        holds: ``method == "newton"``, ``status == "converged"`` when ‖∇P‖ ≤ ε′‖∇P(0)‖, and
+        the duality gap of (w, α(w)) beside it).
+    n_jobs : int or None
+        Threads for this one problem (None: every available core); fewer are used where the
+        problem is too small to gain from them, and the random order runs on one.
+        `solvers.binary.parallel` states the methods and their guarantees.
+    deterministic : bool
+        With several threads: the block method with verified merges (same seed and thread
+        count give identical results) instead of the faster shared-vector method.
+    rows : int array or None
+        Solve on these rows only (distinct indices into X), without copying X: the problem is
+        that of ``X[rows]``, ``y[rows]``, ``C[rows]`` (y and an array C stay whole, of length
+        n_samples). With increasing rows the iterates equal those on the copied rows.
 
     Returns
     -------
     SolveResult
-        ``w`` shape (n_features,), ``bias`` = bias · w_bias, ``alpha`` shape (n_samples,);
+        ``w`` shape (n_features,), ``bias`` = bias · w_bias, ``alpha`` shape (n_samples,)
+        (with ``rows``: (len(rows),), in their order);
         ``gap`` = ``pg_range`` = ``pg_max`` − ``pg_min``. A solve that stops before the rule
         holds measures them on the returned α by one more (read-only) pass.
     """
@@ -130,12 +162,29 @@ def solve_binary(
     objective_every = objective_interval(callback, objective_every, DEFAULT_OBJECTIVE_EVERY)
     csr = csr_arrays(X)
     y = check_labels(y, csr.n_samples, binary=loss != "squared_error")
-    C_arr = compact_C(C, csr.n_samples)
-    state = _State.build(csr, y, C_arr, loss, bias, warm_start)
+    rows = check_rows(rows, csr.n_samples)
+    C_arr = restrict_C(compact_C(C, csr.n_samples), csr.n_samples, rows)
+    state = _State.build(csr, y, C_arr, loss, bias, warm_start, rows)
     rng = np.random.default_rng(random_state)
-    status, n_iter, M, m = _run(
-        state, monitor, rng, tol, max_iter, order, shrinking, objective_every
-    )
+    stall = newton_finisher.stall_detector(loss, newton)
+    n_threads = 1
+    if order != "random":
+        n_jobs = parallel.check_n_jobs(n_jobs)
+        n_threads = parallel.threads_for(csr, state.index.shape[0], n_jobs, deterministic)
+    if n_threads > 1:
+        rules = (_progress, _with_objectives, _meets, _gap)
+        status, n_iter, M, m = parallel.run_parallel(
+            state, monitor, rng, tol, max_iter, shrinking, objective_every, stall, n_threads,
+            rules, deterministic,
+        )  # fmt: skip
+    else:
+        status, n_iter, M, m = _run(
+            state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall
+        )
+    if status is None:  # stalled: the primal Newton method finishes
+        result = newton_finisher.finish(state, y, tol, n_iter, max_iter, monitor, loss)
+        # rows outside the subset have C_i = 0 there, so α_i = 0: return the subset's own α
+        return result if rows is None else replace(result, alpha=result.alpha[rows])
     if status is not Status.CONVERGED and n_iter > 0:
         # the last pass measured the state it started from, or a shrunk set: measure the
         # state returned, over every sample
@@ -154,7 +203,7 @@ def solve_binary(
     return SolveResult(
         w=state.w[:n_features],  # a view: w̃ is owned by nothing else
         bias=float(bias * state.w[n_features]),
-        alpha=state.take_alpha(),
+        alpha=state.take_alpha() if rows is None else state.take_alpha()[rows],
         n_iter=n_iter,
         status=status,
         gap=final.gap,
@@ -165,6 +214,7 @@ def solve_binary(
         pg_max=final.pg_max,
         pg_min=final.pg_min,
         pg_range=final.pg_range,
+        method="dcd",
     )
 
 
@@ -182,10 +232,10 @@ class _State:
         self.long_rows = csr.data.shape[0] >= LONG_ROW_ENTRIES * max(csr.n_samples, 1)
 
     @classmethod
-    def build(cls, csr: CSRArrays, y, C, loss, bias, warm_start):
+    def build(cls, csr: CSRArrays, y, C, loss, bias, warm_start, rows=None):
         # Peak memory matters here: the index first (its temporaries die before the record
         # exists), then the record filled in place, with no n-length temporaries.
-        index = _kept_index(C, csr.n_samples)
+        index = _kept_index(C, csr.n_samples, rows)
         hinge = loss == "hinge"
         lower = 0.0 if loss != "squared_error" else -np.inf
         width = record_width(loss)
@@ -194,7 +244,8 @@ class _State:
         if warm_start is None:
             w = np.zeros(csr.n_features + 1)
         else:
-            alpha = _initial_alpha(warm_start, csr.n_samples, C, C if hinge else np.inf, lower)
+            upper = C if hinge else np.inf
+            alpha = _initial_alpha(warm_start, csr.n_samples, C, upper, lower, rows)
             rec[0::width] = alpha
             signed_alpha = np.where(y >= 0, alpha, -alpha)
             w = weighted_row_sum(
@@ -232,29 +283,37 @@ def record_width(loss: str) -> int:
     return 4 if loss == "squared_error" else 3
 
 
-def _kept_index(C, n_samples):
-    """The samples with C_i > 0, in their original order, as the coordinate index."""
+def _kept_index(C, n_samples, rows=None):
+    """The samples with C_i > 0, in their original order (in that of ``rows`` for a subset), as
+    the coordinate index."""
     # uint32 avoids Numba's negative-index checks; int64 beyond (mixing uint64 and int64
     # would turn the record offsets into floats)
     index_dtype = np.uint32 if n_samples < 2**32 else np.int64
+    if rows is not None:
+        return rows[C[rows] > 0].astype(index_dtype)
     if C.shape[0] == 1 and C[0] > 0:
         return np.arange(n_samples, dtype=index_dtype)
     return np.flatnonzero(C > 0).astype(index_dtype)
 
 
-def _initial_alpha(warm_start, n_samples, C, upper, lower):
+def _initial_alpha(warm_start, n_samples, C, upper, lower, rows=None):
+    expected = n_samples if rows is None else rows.shape[0]
     alpha = np.array(warm_start, dtype=np.float64)  # a copy: the caller's array is left alone
-    if alpha.shape != (n_samples,):
-        raise ValueError(f"warm_start must have shape ({n_samples},), got {alpha.shape}")
+    if alpha.shape != (expected,):
+        raise ValueError(f"warm_start must have shape ({expected},), got {alpha.shape}")
     if not np.isfinite(alpha).all():
         raise ValueError("warm_start contains NaN or infinite values")
+    if rows is not None:
+        alpha, given = np.zeros(n_samples), alpha
+        alpha[rows] = given
     np.clip(alpha, lower, upper, out=alpha)
     alpha[np.broadcast_to(C, alpha.shape) <= 0] = 0.0
     return alpha
 
 
-def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every):
-    """The outer loop: passes, shrinking policy, stopping rule, progress. Returns the outcome."""
+def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall=None):
+    """The outer loop: passes, shrinking policy, stopping rule, progress. Returns the outcome;
+    status None when ``stall`` (a `StallDetector`) says the passes have stalled."""
     n_kept = state.index.shape[0]
     if n_kept == 0:
         monitor.report(_progress(monitor, 0, 0.0, 0.0, 0))
@@ -294,6 +353,9 @@ def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every):
         if stop is not None:
             status = stop
             break
+        if stall is not None and n_iter < max_iter and stall.stalled(_gap(M, m)):
+            status = None
+            break
         if met or active_size == 0:
             # The shrunk problem is solved (or everything was shrunk): check the full set.
             active_size = n_kept
@@ -332,6 +394,7 @@ def _progress(monitor, n_iter, M, m, active_size):
         pg_min=finite_or_none(m),
         pg_range=gap,
         active=int(active_size),
+        method="dcd",
     )
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import compute_class_weight
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -26,6 +27,14 @@ from solvers._core.progress import Status
 from solvers.estimators import params as P
 
 MULTI_CLASS = ("ovr", "crammer_singer", "weston_watkins")
+
+
+def _calibrated(estimator) -> bool:
+    """Whether the estimator's parameters ask for probabilities (LinearSVC's ``probability``,
+    the CV estimator's ``calibration``)."""
+    if getattr(estimator, "probability", False):
+        return True
+    return getattr(estimator, "calibration", None) not in (None, "none")
 
 
 class LinearSVC(ClassifierMixin, BaseEstimator):
@@ -61,10 +70,17 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
     callback : callable or None, default=None
         Receives a `solvers.Progress` per outer iteration; returning False stops the fit.
     warm_start : bool, default=False
-        Start from the previous fit's dual variables when the problem's shape matches.
+        Start from the previous fit's dual variables when the problem's shape matches, or from
+        a `dual_coef_` set before the first fit (a stored iterate: a resumed solve).
     multi_class : {"ovr", "crammer_singer", "weston_watkins"}, default="ovr"
     n_jobs : int or None, default=None
-        Threads for one-vs-rest with more than two classes (None: every core).
+        The fit's whole thread budget (None: every core): one-vs-rest spends it on classes
+        first, then inside each binary problem; two classes use it inside their one problem
+        (`solvers.binary.parallel`). Problems too small to gain use fewer threads.
+    probability : bool, default=False
+        Also fit `predict_proba`: Platt scaling on the held-out decision values of an internal
+        stratified 5-fold at this C (`solvers.selection`); the final fit starts from the folds'
+        solutions. The callback then receives `solvers.selection.search.SearchProgress` records.
 
     Attributes
     ----------
@@ -78,12 +94,19 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         Weston–Watkins: (n_samples, n_classes).
     n_iter_ : int
     status_ : str
-        "converged", "max_iter", "stopped" or "time_limit", of the returned model.
+        "converged", "max_iter", "stopped" or "time_limit", of the returned model. After a
+        finish by primal Newton (``method_ == "newton"``), "converged" means its rule held:
+        ‖∇P(w)‖ ≤ ε′‖∇P(0)‖ with ε′ = 0.01 · tol · max(1, min(n₊, n₋)) / n
+        (`solvers.binary.newton`), and ``duality_gap_`` certifies the pair (w, α(w)).
+    method_ : str or None
+        "dcd", or "newton" when the squared hinge's dual passes stalled and the primal
+        truncated Newton method finished the fit; None for the other formulations.
     gap_ : float
         The solver's stopping measure on the returned model (the last record of
         ``history_`` carries the same): the projected-gradient range M − m (``pg_range``) for
         two classes and one-vs-rest, the largest violation (``max_violation``) for
-        Crammer–Singer and Weston–Watkins; compared with ``tol``.
+        Crammer–Singer and Weston–Watkins, ‖∇P‖/‖∇P(0)‖ after a Newton finish; compared with
+        ``tol`` (with ε′ after a Newton finish).
     duality_gap_ : float
         (P − D) / max(1, |P|) of the returned model: the primal objective's relative distance
         from the optimum is at most this.
@@ -91,6 +114,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         Primal objective of the fitted model (bias weight included).
     history_ : list of dict
         One progress record per outer iteration.
+    calibration_ : solvers.selection.Calibration or None
+        The map from decision values to probabilities (``probability=True``).
     """
 
     _rules = {
@@ -109,6 +134,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         "warm_start": P.boolean(),
         "multi_class": P.one_of(*MULTI_CLASS),
         "n_jobs": P.at_least_one_or_none(),
+        "probability": P.boolean(),
     }
 
     def __init__(
@@ -128,6 +154,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         warm_start=False,
         multi_class="ovr",
         n_jobs=None,
+        probability=False,
     ):
         self.C = C
         self.loss = loss
@@ -144,6 +171,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         self.warm_start = warm_start
         self.multi_class = multi_class
         self.n_jobs = n_jobs
+        self.probability = probability
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -184,6 +212,9 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 "loss='squared_error' is available for two classes with multi_class='ovr'; "
                 f"got {n_classes} classes and multi_class={self.multi_class!r}"
             )
+        if getattr(self, "probability", False):
+            return self._fit_calibrated(X, y, sample_weight)
+        self.calibration_ = None
         X = csr_arrays(X)
         class_weight = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
         result = self._solve(X, y_index, n_classes, sample_weight, class_weight)
@@ -199,6 +230,28 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         )  # fmt: skip
         scores = np.asarray(X @ self.coef_.T, dtype=np.float64) + self.intercept_
         return scores.ravel() if scores.shape[1] == 1 else scores
+
+    @available_if(_calibrated)
+    def predict_proba(self, X):
+        """Calibrated class probabilities, shape (n_samples, n_classes), columns in the order of
+        ``classes_`` (rows sum to 1); needs a fit with ``probability=True``."""
+        check_is_fitted(self)
+        if getattr(self, "calibration_", None) is None:
+            raise AttributeError(
+                "predict_proba needs calibrated probabilities: fit with probability=True"
+            )
+        return self.calibration_.probabilities(self.decision_function(X))
+
+    def _fit_calibrated(self, X, y, sample_weight):
+        from solvers.selection.cv import LinearSVCCV
+
+        params = {k: v for k, v in self.get_params().items() if k not in ("probability", "C")}
+        search = LinearSVCCV(Cs=[self.C], cv=5, **params).fit(X, y, sample_weight)
+        for name in ("coef_", "intercept_", "dual_coef_", "n_iter_", "status_", "gap_",
+                     "duality_gap_", "objective_", "history_", "calibration_"):  # fmt: skip
+            setattr(self, name, getattr(search, name))
+        self._fitted_multi_class = self.multi_class
+        return self
 
     def predict(self, X):
         """Class labels, shape (n_samples,)."""
@@ -219,13 +272,21 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         }
 
     def _previous_alpha(self, shape):
-        if not self.warm_start or getattr(self, "_fitted_multi_class", None) != self.multi_class:
+        # no previous fit: a dual_coef_ the caller set is taken as the starting point
+        if not self.warm_start or getattr(self, "_fitted_multi_class", self.multi_class) != (
+            self.multi_class
+        ):
             return None
         alpha = getattr(self, "dual_coef_", None)
         return alpha if alpha is not None and alpha.shape == shape else None
 
-    def _solve(self, X, y_index, n_classes, sample_weight, class_weight):
+    def _solve(self, X, y_index, n_classes, sample_weight, class_weight, rows=None, alpha0=None):
+        """The solver's result at ``self.C``: on ``rows`` of X only when given (an index array,
+        X not copied), starting from ``alpha0`` when given (else from the previous fit's α when
+        ``warm_start`` says so)."""
         n = X.n_samples
+        subset = {} if rows is None else {"rows": rows}
+        m = n if rows is None else len(rows)
         uniform = np.all(class_weight == 1.0)
         per_class = None if uniform else class_weight[y_index]
         common = self._common()
@@ -240,7 +301,9 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 loss=self.loss,
                 C=C,
                 order=self.order,
-                warm_start=self._previous_alpha((n,)),
+                warm_start=self._previous_alpha((m,)) if alpha0 is None else alpha0,
+                n_jobs=self.n_jobs,
+                **subset,
                 **common,
             )
         if self.multi_class == "ovr":
@@ -255,7 +318,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 C=C,
                 order=self.order,
                 n_jobs=self.n_jobs,
-                warm_start=self._previous_alpha((n_classes, n)),
+                warm_start=self._previous_alpha((n_classes, m)) if alpha0 is None else alpha0,
+                **subset,
                 **common,
             )
         if self.multi_class == "crammer_singer":
@@ -263,9 +327,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         else:
             from solvers.multiclass.weston_watkins import solve_weston_watkins as solve
         C = fold_weights_into_C(self.C, n, sample_weight, per_class)
-        return solve(
-            X, y_index, n_classes, C=C, warm_start=self._previous_alpha((n, n_classes)), **common
-        )
+        warm = self._previous_alpha((m, n_classes)) if alpha0 is None else alpha0
+        return solve(X, y_index, n_classes, C=C, warm_start=warm, **subset, **common)
 
     def _ovr_C(self, n, n_classes, y_index, sample_weight, class_weight, uniform):
         """C for one-vs-rest: (k, n) with class weights (positives C·w_j, negatives C)."""
@@ -278,7 +341,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
             C[j, y_index == j] *= class_weight[j]
         return C
 
-    def _store(self, result, n_classes):
+    def _set_weights(self, result, n_classes):
+        """``coef_`` and ``intercept_`` of a solver's result (nothing else, no warning)."""
         w = np.asarray(result.w, dtype=np.float64)
         bias = np.atleast_1d(np.asarray(result.bias, dtype=np.float64))
         if w.ndim == 2 and n_classes == 2:
@@ -286,9 +350,13 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
             w, bias = w[1:2] - w[0:1], bias[1:2] - bias[0:1]
         self.coef_ = np.atleast_2d(w)
         self.intercept_ = bias if bias.shape[0] == self.coef_.shape[0] else np.zeros(1)
+
+    def _store(self, result, n_classes):
+        self._set_weights(result, n_classes)
         self.dual_coef_ = result.alpha
         self.n_iter_ = int(result.n_iter)
         self.status_ = Status(result.status).value
+        self.method_ = result.method
         self.gap_ = float(result.gap)
         self.duality_gap_ = result.duality_gap
         self.objective_ = None if result.primal is None else float(result.primal)

@@ -51,7 +51,8 @@ class LinearSVR(RegressorMixin, BaseEstimator):
     callback : callable or None, default=None
         Receives a `solvers.Progress` per pass; returning False stops the fit.
     warm_start : bool, default=False
-        Start from the previous fit's dual variables when the data shape matches.
+        Start from the previous fit's dual variables when the data shape matches, or from a
+        `dual_coef_` set before the first fit (a stored iterate: a resumed solve).
 
     Attributes
     ----------
@@ -59,7 +60,11 @@ class LinearSVR(RegressorMixin, BaseEstimator):
     intercept_ : ndarray of shape (1,)
     n_iter_ : int
     status_ : str
-        "converged", "max_iter", "stopped" or "time_limit".
+        "converged", "max_iter", "stopped" or "time_limit". After a finish by primal Newton
+        (``method_ == "newton"``, the squared loss only), "converged" means ‖∇P(w)‖ ≤
+        ε′‖∇P(0)‖ with ε′ = 0.01 · tol (`solvers.regression.svr_newton`).
+    method_ : str
+        "dcd", or "newton" when the dual passes stalled and primal Newton finished the fit.
     gap_ : float
         Relative violation of the returned model (sum of violations over that of the first
         pass), compared with ``tol``; the last record of ``history_`` carries the same.
@@ -147,12 +152,18 @@ class LinearSVR(RegressorMixin, BaseEstimator):
         )
         y = np.asarray(y, dtype=np.float64)
         X = csr_arrays(X)
-        C = fold_weights_into_C(float(self.C), X.n_samples, sample_weight)
-        bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
         warm = None
         if self.warm_start and getattr(self, "dual_coef_", np.empty(0)).shape == y.shape:
             warm = self.dual_coef_
-        res = solve_svr(
+        self._store(self._solve(X, y, sample_weight, alpha0=warm))
+        return self
+
+    def _solve(self, X, y, sample_weight, rows=None, alpha0=None):
+        """The solver's result at ``self.C`` and ``self.epsilon``: on ``rows`` of X only when
+        given (an index array, X not copied), starting from ``alpha0`` when given."""
+        C = fold_weights_into_C(float(self.C), X.n_samples, sample_weight)
+        bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
+        return solve_svr(
             X,
             y,
             loss=self.loss,
@@ -165,12 +176,16 @@ class LinearSVR(RegressorMixin, BaseEstimator):
             random_state=P.seed_of(self.random_state),
             time_limit=self.time_limit,
             callback=self.callback,
-            warm_start=warm,
+            warm_start=alpha0,
+            rows=rows,
         )
+
+    def _store(self, res):
         self.coef_ = res.w
         self.intercept_ = np.array([res.bias if self.fit_intercept else 0.0])
         self.n_iter_ = int(res.n_iter)
         self.status_ = str(res.status)
+        self.method_ = res.method
         self.gap_ = float(res.gap)
         self.duality_gap_ = res.duality_gap
         self.objective_ = float(res.primal)
@@ -181,9 +196,8 @@ class LinearSVR(RegressorMixin, BaseEstimator):
                 f"LinearSVR did not converge in {self.n_iter_} passes (relative violation "
                 f"{self.gap_:.3g} > tol {self.tol}); increase max_iter.",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        return self
 
     def predict(self, X):
         """Predicted values, shape (n_samples,)."""

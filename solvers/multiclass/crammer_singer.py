@@ -112,6 +112,7 @@ def solve_crammer_singer(
     callback: Callback | None = None,
     warm_start: np.ndarray | None = None,
     objective_every: int | None = None,
+    rows: np.ndarray | None = None,
 ) -> SolveResult:
     """Train a Crammer–Singer multi-class linear SVM (parameters: `solvers.multiclass.sdm`).
 
@@ -122,5 +123,5 @@ def solve_crammer_singer(
     return solve_sdm(
         CRAMMER_SINGER, X, y, n_classes, C=C, bias=bias, tol=tol, max_iter=max_iter,
         shrinking=shrinking, random_state=random_state, time_limit=time_limit,
-        callback=callback, warm_start=warm_start, objective_every=objective_every,
+        callback=callback, warm_start=warm_start, objective_every=objective_every, rows=rows,
     )  # fmt: skip

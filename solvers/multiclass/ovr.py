@@ -34,7 +34,7 @@ from solvers._core.params import (
     check_objective_every,
     check_tol,
 )
-from solvers._core.problem import per_sample_C
+from solvers._core.problem import check_rows, per_sample_C, restrict_C
 from solvers._core.progress import (
     Callback,
     Monitor,
@@ -45,11 +45,13 @@ from solvers._core.progress import (
     objective_passes,
     relative_duality_gap,
 )
+from solvers.multiclass import ovr_newton, ovr_parallel
 from solvers.multiclass.class_blocks import ClassBlocks
 from solvers.multiclass.ovr_kernels import ovr_measures, ovr_pass, rows_in_play
 from solvers.multiclass.problem import check_problem, weights
 
 LOSSES = ("hinge", "squared_hinge")
+WORK_PER_THREAD = 10_000_000  # class-entries of one pass (non-zeros × classes), ~10-20 ms
 ORDERS = ("permute", "cyclic", "random")
 
 
@@ -95,6 +97,8 @@ def solve_ovr(
     warm_start: np.ndarray | None = None,
     n_jobs: int | None = None,
     objective_every: int | None = None,
+    newton: bool = True,
+    rows: np.ndarray | None = None,
 ) -> SolveResult:
     """Train k one-vs-rest binary linear SVMs by fused dual coordinate descent.
 
@@ -124,18 +128,31 @@ def solve_ovr(
     time_limit, callback
         Wall-clock budget in seconds; called with a `Progress` after every pass (False stops).
     warm_start : array of shape (n_classes, n_samples) or None
-        Per-class α to start from; W is rebuilt from it.
+        Per-class α to start from (the ``alpha`` of an earlier result: a solve at a smaller C,
+        feasible here as the bounds only widen with C, or a checkpoint to resume); W is rebuilt
+        from it. With ``rows``, shape (n_classes, len(rows)) in the order of ``rows``.
     n_jobs : int or None
-        Threads (blocks of classes); None uses every available core.
+        The fit's thread budget (None: every available core). With at least two threads per
+        class, the classes run side by side on the parallel binary solver
+        (`solvers.multiclass.ovr_parallel`); otherwise they are split into blocks, one per
+        thread, and fewer blocks are used when a pass is too short to gain from threads.
     objective_every : int or None
         The summed primal and dual objectives are reported every this many passes (0: never).
         None: as the callback's ``objective_every`` attribute says (default 10), never
         without a callback.
+    newton : bool
+        Squared hinge: when the passes stall, finish each running class by the primal
+        truncated Newton method (`solvers.multiclass.ovr_newton`).
+    rows : int array or None
+        Solve on these rows only (distinct indices into X), without copying X: the problem of
+        ``X[rows]``, ``y[rows]`` and ``C[..., rows]`` (y and an array C stay whole). With
+        increasing rows the iterates equal those on the copied rows.
 
     Returns
     -------
     SolveResult
-        w (n_classes, n_features), bias (n_classes,), alpha (n_classes, n_samples), status
+        w (n_classes, n_features), bias (n_classes,), alpha (n_classes, n_samples) (with
+        ``rows``: (n_classes, len(rows))), status
         (converged when every class has), gap = pg_range (the largest per-class M − m: of the
         pass that converged a class, else of the returned α), pg_max, pg_min, primal and dual
         (sums over classes), duality_gap, history; ``extra`` holds per-class ``primal``,
@@ -149,8 +166,20 @@ def solve_ovr(
     check_choice(order, ORDERS, "order")
     problem = check_problem(X, y, n_classes, 1.0, bias)
     k, n = problem.n_classes, problem.n_samples
-    Cfull = _per_class_C(C, k, n)
-    storage = ClassBlocks(k, min(_n_threads(n_jobs), k), problem.n_features, n)
+    rows = check_rows(rows, n)
+    Cfull = restrict_C(_per_class_C(C, k, n), n, rows)
+    if warm_start is not None and rows is not None:
+        warm_start = _scattered(warm_start, k, n, rows)
+    n_threads = _n_threads(n_jobs)
+    inner = ovr_parallel.inner_threads(problem, n_threads, k) if warm_start is None else 1
+    if inner > 1:
+        options = dict(
+            loss=loss, tol=tol, max_iter=max_iter, order=order, shrinking=shrinking,
+            random_state=random_state, newton=newton,
+        )  # fmt: skip
+        result = ovr_parallel.solve_by_class(problem, Cfull, k, inner, monitor, options)
+        return _subset_alpha(result, rows)
+    storage = ClassBlocks(k, _fused_threads(problem, n_threads), problem.n_features, n)
     blocks = [
         _make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b))
         for b, classes in enumerate(storage.classes)
@@ -187,6 +216,8 @@ def solve_ovr(
         measures = [_block_measures(problem, b, hinge) for b in blocks]
         return sum(float(m[0].sum()) for m in measures), sum(float(m[1].sum()) for m in measures)
 
+    stall = ovr_newton.stall_detector(loss, newton)
+    finished = {}
     status = Status.MAX_ITER
     verify = False
     iteration = 0
@@ -237,10 +268,58 @@ def solve_ovr(
             if stop is not None:
                 status = stop
                 break
+            if stall is not None and iteration < max_iter and stall.stalled(gap):
+                finished = _finish_by_newton(
+                    problem, blocks, Cfull, tol, max_iter - iteration, monitor, n_threads, hinge
+                )
+                converged = all(f.converged for f in finished.values())
+                status = Status.CONVERGED if converged else Status.MAX_ITER
+                break
     finally:
         if pool is not None:
             pool.shutdown()
-    return _result(problem, blocks, storage, hinge, status, iteration, monitor, tol)
+    result = _result(problem, blocks, storage, hinge, status, iteration, monitor, tol, finished)
+    return _subset_alpha(result, rows)
+
+
+def _finish_by_newton(problem, blocks, Cfull, tol, max_iter, monitor, n_threads, hinge):
+    workers = min(n_threads, sum(int(b.live.sum()) for b in blocks))
+    pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
+    try:
+        return ovr_newton.finish_live_classes(
+            problem, blocks, Cfull, tol, max_iter, monitor, pool,
+            lambda b: _block_measures(problem, b, hinge),
+        )  # fmt: skip
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def _fused_threads(problem, n_threads: int) -> int:
+    """Blocks of classes (threads) for the fused pass: at most one per class, and one per
+    ``WORK_PER_THREAD`` class-entries of a pass, so that small problems (whose passes take a
+    few milliseconds) are not slowed by the per-pass barrier, the straggler thread of a busy
+    machine and the threads' start-up."""
+    k = problem.n_classes
+    work = int(problem.X.data.shape[0]) * k
+    return max(1, min(n_threads, k, work // WORK_PER_THREAD))
+
+
+def _subset_alpha(result, rows):
+    """A subset solve returns the α of its own rows (the others have C_i = 0, so α_i = 0)."""
+    if rows is not None:
+        result.alpha = result.alpha[:, rows]
+    return result
+
+
+def _scattered(warm_start, k, n, rows):
+    """A subset's (k, len(rows)) warm start placed in its rows of a (k, n) array."""
+    given = np.asarray(warm_start, dtype=np.float64)
+    if given.shape != (k, rows.shape[0]):
+        raise ValueError(f"warm_start must have shape ({k}, {rows.shape[0]}), got {given.shape}")
+    full = np.zeros((k, n))
+    full[:, rows] = given
+    return full
 
 
 def _n_threads(n_jobs) -> int:
@@ -400,9 +479,11 @@ def _block_measures(problem, b: _Block, hinge: bool):
     )
 
 
-def _result(problem, blocks, storage, hinge, status, n_iter, monitor, tol) -> SolveResult:
+def _result(problem, blocks, storage, hinge, status, n_iter, monitor, tol, finished) -> SolveResult:
     """The result, measured on the returned state: a class that converged keeps the M − m of the
-    pass that converged it (it has not moved since); any other class is measured anew."""
+    pass that converged it (it has not moved since); any other class is measured anew. A class
+    the Newton method finished (``finished``) reports its own objectives and, as gap,
+    ‖∇P‖/‖∇P(0)‖ (its M and m count as 0 in pg_max and pg_min)."""
     k = problem.n_classes
     intercept, primal, dual = np.empty(k), np.empty(k), np.empty(k)
     M, m, gap = np.empty(k), np.empty(k), np.empty(k)
@@ -416,9 +497,13 @@ def _result(problem, blocks, storage, hinge, status, n_iter, monitor, tol) -> So
         gap[b.classes] = np.where(running, M_now - m_now, b.gap)
         intercept[b.classes] = problem.bias * b.wb
         class_iter[b.classes] = b.n_iter
+    for c, f in finished.items():
+        primal[c], dual[c], gap[c], M[c], m[c] = f.primal, f.dual, f.ratio, 0.0, 0.0
     M[~np.isfinite(M)], m[~np.isfinite(m)], gap[~np.isfinite(gap)] = 0.0, 0.0, 0.0
-    if status is not Status.CONVERGED and np.all(
-        (gap <= tol) & (np.abs(M) <= tol) & (np.abs(m) <= tol)
+    if (
+        status is not Status.CONVERGED
+        and not finished
+        and np.all((gap <= tol) & (np.abs(M) <= tol) & (np.abs(m) <= tol))
     ):
         status = Status.CONVERGED
     for b in blocks:
@@ -438,6 +523,7 @@ def _result(problem, blocks, storage, hinge, status, n_iter, monitor, tol) -> So
             primal=total_primal,
             dual=total_dual,
             duality_gap=duality_gap,
+            method="newton" if finished else "dcd",
         )
     )
     return SolveResult(
@@ -455,4 +541,5 @@ def _result(problem, blocks, storage, hinge, status, n_iter, monitor, tol) -> So
         pg_max=final.pg_max,
         pg_min=final.pg_min,
         pg_range=final.gap,
+        method="newton" if finished else "dcd",
     )

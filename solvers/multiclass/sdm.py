@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from solvers._core.params import check_max_iter, check_objective_every, check_tol
+from solvers._core.problem import check_rows, restrict_C
 from solvers._core.progress import (
     Callback,
     Monitor,
@@ -44,6 +45,7 @@ def solve_sdm(
     callback: Callback | None = None,
     warm_start: np.ndarray | None = None,
     objective_every: int | None = None,
+    rows: np.ndarray | None = None,
 ) -> SolveResult:
     """Train a multi-class linear SVM of the given formulation by the sequential dual method.
 
@@ -73,16 +75,24 @@ def solve_sdm(
     callback : callable or None
         Called with a `Progress` after every pass; returning False stops.
     warm_start : array of shape (n_samples, n_classes) or None
-        A feasible α to start from (see the formulation); W is rebuilt from it.
+        A feasible α to start from (see the formulation), such as the ``alpha`` of an earlier
+        result: a solve at a smaller C (feasible at a larger one: the bounds only widen with C)
+        or a checkpoint to resume. W is rebuilt from it. With ``rows``, shape
+        (len(rows), n_classes) in the order of ``rows``.
     objective_every : int or None
         Primal and dual objectives are reported every this many passes (0: never). None: as
         the callback's ``objective_every`` attribute says (default 10), never without a
         callback.
+    rows : int array or None
+        Solve on these rows only (distinct indices into X), without copying X: the problem of
+        ``X[rows]``, ``y[rows]``, ``C[rows]`` (y and an array C stay whole). With increasing
+        rows the iterates equal those on the copied rows.
 
     Returns
     -------
     SolveResult
-        w (n_classes, n_features), bias (n_classes,), alpha (n_samples, n_classes), status,
+        w (n_classes, n_features), bias (n_classes,), alpha (n_samples, n_classes) (with
+        ``rows``: (len(rows), n_classes)), status,
         gap = max_violation (of the returned α), primal, dual (f(α)), duality_gap, history.
     """
     monitor = Monitor(callback, time_limit)  # the clock starts with the call
@@ -90,6 +100,11 @@ def solve_sdm(
     objective_every = objective_passes(callback, objective_every)
     tol, max_iter = check_tol(tol), check_max_iter(max_iter)
     problem = check_problem(X, y, n_classes, C, bias)
+    subset = check_rows(rows, problem.n_samples)
+    if subset is not None:
+        problem = problem._replace(C=restrict_C(problem.C, problem.n_samples, subset))
+        if warm_start is not None:
+            warm_start = _scattered(warm_start, problem.n_samples, problem.n_classes, subset)
     alpha = formulation.initial_alpha(problem, warm_start)
     W, wb = weights(problem, alpha, formulation.weight_sign)
     rows = usable_rows(problem)
@@ -122,7 +137,7 @@ def solve_sdm(
     return SolveResult(
         w=W.T,  # a view: the feature-major weights are not copied
         bias=problem.bias * wb,
-        alpha=alpha,
+        alpha=alpha if subset is None else alpha[subset],
         n_iter=n_iter,
         status=status,
         gap=final.gap,
@@ -132,6 +147,14 @@ def solve_sdm(
         duality_gap=duality_gap,
         max_violation=final.gap,
     )
+
+
+def _scattered(warm_start, n_samples: int, n_classes: int, rows: np.ndarray) -> np.ndarray:
+    """A subset's (len(rows), k) warm start placed in its rows of an (n, k) array."""
+    given = check_warm_start(warm_start, rows.shape[0], n_classes)
+    full = np.zeros((n_samples, n_classes))
+    full[rows] = given
+    return full
 
 
 def check_warm_start(warm_start, n_samples: int, n_classes: int) -> np.ndarray:

@@ -104,6 +104,7 @@ def solve_weston_watkins(
     callback: Callback | None = None,
     warm_start: np.ndarray | None = None,
     objective_every: int | None = None,
+    rows: np.ndarray | None = None,
 ) -> SolveResult:
     """Train a Weston–Watkins multi-class linear SVM (parameters: `solvers.multiclass.sdm`).
 
@@ -114,5 +115,5 @@ def solve_weston_watkins(
     return solve_sdm(
         WESTON_WATKINS, X, y, n_classes, C=C, bias=bias, tol=tol, max_iter=max_iter,
         shrinking=shrinking, random_state=random_state, time_limit=time_limit,
-        callback=callback, warm_start=warm_start, objective_every=objective_every,
+        callback=callback, warm_start=warm_start, objective_every=objective_every, rows=rows,
     )  # fmt: skip

@@ -21,10 +21,12 @@ it returns by one more read-only pass.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from solvers._core.params import check_bias, check_choice, check_max_iter, check_tol
-from solvers._core.problem import check_vector, csr_arrays, per_sample_C
+from solvers._core.problem import check_rows, check_vector, csr_arrays, per_sample_C, restrict_C
 from solvers._core.progress import (
     Callback,
     Monitor,
@@ -35,6 +37,7 @@ from solvers._core.progress import (
 )
 from solvers._core.sparse import row_sq_norms, rows_dot
 from solvers.regression import kernels as K
+from solvers.regression import svr_newton
 
 LOSSES = ("epsilon_insensitive", "squared_epsilon_insensitive")
 
@@ -72,6 +75,8 @@ def solve_svr(
     time_limit=None,
     callback: Callback | None = None,
     warm_start=None,
+    newton=True,
+    rows=None,
 ) -> SolveResult:
     """Fit a linear SVR by dual coordinate descent.
 
@@ -95,12 +100,22 @@ def solve_svr(
         As for the other solvers; the callback receives a `Progress` per pass with
         gap = (sum of violations) / (that of the first pass) and max_violation = the largest.
     warm_start : array of shape (n_samples,) or SolveResult, optional
-        Previous beta.
+        Previous beta (clipped to the bounds), e.g. of a solve at a smaller C or another ε
+        (feasible: the bounds only widen with C and do not depend on ε), or a checkpoint to
+        resume. With ``rows``, shape (len(rows),) in the order of ``rows``.
+    newton : bool
+        L2 loss: when the passes stall, finish by the primal truncated Newton method
+        (`solvers.regression.svr_newton` states when, its stopping rule and the result).
+    rows : int array or None
+        Solve on these rows only (distinct indices into X), without copying X: the problem of
+        ``X[rows]``, ``y[rows]``, ``C[rows]`` (y and an array C stay whole). With increasing
+        rows the iterates equal those on the copied rows.
 
     Returns
     -------
     SolveResult
-        w (n_features,), bias (the intercept, bias · w_bias), alpha = beta (n_samples,),
+        w (n_features,), bias (the intercept, bias · w_bias), alpha = beta (n_samples,) (with
+        ``rows``: (len(rows),)),
         primal and dual (minimization) objectives, duality_gap, gap and max_violation.
     """
     monitor = Monitor(callback, time_limit)  # the clock starts with the call
@@ -110,17 +125,26 @@ def solve_svr(
     tol, max_iter, bias = check_tol(tol), check_max_iter(max_iter), check_bias(bias)
     X = csr_arrays(X)
     y = check_vector(y, X.n_samples, "y")
-    c = per_sample_C(C, X.n_samples)
+    rows = check_rows(rows, X.n_samples)
+    c = restrict_C(per_sample_C(C, X.n_samples), X.n_samples, rows)
     terms = _terms(X, y, c, loss, float(epsilon), bias)
-    beta, w = _initial_beta(X, warm_start, terms.upper, bias)
-    index = np.flatnonzero(c > 0).astype(np.int64)
+    beta, w = _initial_beta(X, warm_start, terms.upper, bias, rows)
+    index = np.flatnonzero(c > 0).astype(np.int64) if rows is None else rows[c[rows] > 0]
     # LIBLINEAR's reference scale is the first pass's sum of violations; a warm start would make
     # it tiny, so it then uses the violations of beta = 0 (what a cold start's first pass sees).
     scale = None
     if warm_start is not None:
         scale = float(np.maximum(np.abs(y[index]) - epsilon, 0.0).sum())
     run = _Run(X, bias, terms, beta, w, index, monitor, scale)
-    status = run.passes(tol, max_iter, shrinking, np.random.default_rng(random_state))
+    stall = svr_newton.stall_detector(loss, newton)
+    status = run.passes(tol, max_iter, shrinking, np.random.default_rng(random_state), stall)
+    if status is None:  # stalled: the primal Newton method finishes
+        _, dual = svr_objectives(X, y, w, beta, loss=loss, epsilon=epsilon, C=c, bias=bias)
+        result = svr_newton.finish(
+            X, y, c, epsilon, bias, beta, w, tol, run.n_iter, max_iter, monitor, dual
+        )
+        # rows outside the subset have C_i = 0 there, so β_i = 0: return the subset's own β
+        return result if rows is None else replace(result, alpha=result.alpha[rows])
     if status is not Status.CONVERGED:
         status = run.measure_returned_state(tol, status)
     primal, dual = svr_objectives(X, y, w, beta, loss=loss, epsilon=epsilon, C=c, bias=bias)
@@ -129,7 +153,7 @@ def solve_svr(
     return SolveResult(
         w=w[:d].copy(),
         bias=float(bias * w[d]),
-        alpha=beta,
+        alpha=beta if rows is None else beta[rows],
         n_iter=run.n_iter,
         status=status,
         gap=final.gap,
@@ -138,6 +162,7 @@ def solve_svr(
         history=monitor.history,
         duality_gap=relative_duality_gap(primal, -dual),
         max_violation=final.max_violation,
+        method="dcd",
     )
 
 
@@ -151,14 +176,21 @@ def _terms(X, y, c, loss, epsilon, bias) -> K.Terms:
     return K.Terms(y, lam, upper, row_sq_norms(X.data, X.indptr, bias), epsilon)
 
 
-def _initial_beta(X, warm_start, upper, bias):
+def _initial_beta(X, warm_start, upper, bias, rows=None):
     n, d = X.shape
     beta = np.zeros(n)
     w = np.zeros(d + 1)
     if warm_start is not None:
-        beta = np.array(getattr(warm_start, "alpha", warm_start), dtype=np.float64)
-        if beta.shape != (n,) or not np.all(np.isfinite(beta)):
-            raise ValueError(f"warm_start must be finite with shape ({n},), got {beta.shape}")
+        given = np.array(getattr(warm_start, "alpha", warm_start), dtype=np.float64)
+        expected = n if rows is None else rows.shape[0]
+        if given.shape != (expected,) or not np.all(np.isfinite(given)):
+            raise ValueError(
+                f"warm_start must be finite with shape ({expected},), got {given.shape}"
+            )
+        if rows is None:
+            beta = given
+        else:
+            beta[rows] = given
         beta = np.clip(beta, -upper, upper)
         w[:d] = X.to_scipy().T @ beta
         w[d] = bias * beta.sum()
@@ -173,7 +205,8 @@ class _Run:
         self.index, self.monitor, self.scale = index, monitor, scale
         self.n_iter = 0
 
-    def passes(self, tol, max_iter, shrinking, rng) -> Status:
+    def passes(self, tol, max_iter, shrinking, rng, stall=None) -> Status | None:
+        """The passes; None when ``stall`` (a `StallDetector`) says they have stalled."""
         total = active = len(self.index)
         gmax_old = np.inf
         while self.n_iter < max_iter:
@@ -195,6 +228,9 @@ class _Run:
                 gmax_old = gmax_new
             if stop is not None:
                 return stop
+            if stall is not None and self.n_iter < max_iter:
+                if stall.stalled(self._relative(violation_sum)):
+                    return None
         return Status.MAX_ITER
 
     def measure_returned_state(self, tol, status) -> Status:

@@ -130,6 +130,27 @@ def db(app):
     return app.state.db
 
 
+@pytest.fixture
+def s3_settings(tmp_path, db_url, s3_env):
+    """Settings with STORAGE_URL on a new bucket of the test S3 server (tests/conftest.py)."""
+    server, bucket = s3_env
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        storage_url=f"s3://{bucket}/margin",
+        storage_timeout_s=2,
+        progress_interval_s=0.01,
+    )
+
+
+@pytest.fixture
+def s3_client(s3_settings, shared_parser):
+    application = create_app(s3_settings)
+    application.state.parser = shared_parser
+    with TestClient(application, raise_server_exceptions=False) as client:
+        yield client
+
+
 def finished_run(client, location: str, headers=None, timeout: float = 60) -> dict:
     """Poll a background prediction run until it ends; its status document."""
     import time

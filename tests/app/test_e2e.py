@@ -202,7 +202,9 @@ def test_multiclass_on_dna(server, multi_class):
 
 
 def long_job(server, dataset_id) -> str:
-    body = {"estimator": "LinearSVC", "params": {"C": 1000.0, "tol": 1e-12, "max_iter": 10**7}}
+    # the hinge loss: a stalled squared hinge would be finished by primal Newton in moments
+    params = {"loss": "hinge", "C": 1000.0, "tol": 1e-12, "max_iter": 10**7}
+    body = {"estimator": "LinearSVC", "params": params}
     response = server.http.post("/v1/jobs", json={"dataset_id": dataset_id, **body})
     assert response.status_code == 202, response.text
     return response.json()["id"]
@@ -362,3 +364,81 @@ def test_a_killed_service_releases_its_jobs_and_a_restart_runs_them(tmp_path):
         assert done["status"] == "cancelled"
     finally:
         second.stop()
+
+
+def test_a_search_job_reports_its_path_stores_its_table_and_predicts_probabilities(server, a9a):
+    """A search job over HTTP: live progress along the path, the CV table and chosen C on the
+    model, calibrated probabilities at predict (JSON and text), log loss at evaluate, the
+    calibration in the JSON export, and a 422 for probabilities of an uncalibrated model."""
+    from sklearn.datasets import load_svmlight_file
+
+    from solvers import LinearSVCCV
+
+    search = {"Cs": [0.01, 0.1, 1.0], "cv": 3, "scoring": "accuracy"}
+    params = {"tol": 0.01, "search": search}
+    response = server.http.post("/v1/jobs", json={"dataset_id": a9a["id"], "params": params})
+    assert response.status_code == 202, response.text
+    seen = wait_for(server, response.json()["id"], lambda j: j["status"] in TERMINAL)
+    job = seen[-1]
+    assert job["status"] == "succeeded", job
+    running = [s for s in seen if s["status"] == "running" and s["progress"]]
+    assert running, "no progress while the search ran"
+    for state in running:
+        record = state["progress"]
+        assert record["stage"] in ("path", "refit") and record["solves_total"] == 10
+        assert record["gap"] is not None
+        if record["stage"] == "path":
+            assert 0 <= record["fold"] < 3 and 0 <= record["c_index"] < 3
+        assert state["percent"] == pytest.approx(100 * record["solves_done"] / 10)
+    percents = [s["percent"] for s in running]
+    assert percents == sorted(percents)
+
+    model = server.http.get(f"/v1/models/{job['model_id']}").json()
+    selection = model["selection"]
+    assert [row["C"] for row in selection["table"]] == [0.01, 0.1, 1.0]
+    X, y = load_svmlight_file(str(shared_file("a9a", "a9a.bz2")), n_features=123)
+    direct = LinearSVCCV(Cs=[0.01, 0.1, 1.0], cv=3, tol=0.01).fit(X, y)
+    assert selection["C"] == direct.C_
+    np.testing.assert_allclose([r["mean_score"] for r in selection["table"]],
+                               direct.cv_results_["mean_test_score"], atol=2e-3)  # fmt: skip
+    assert model["calibration"]["method"] == "sigmoid"
+
+    Xt, yt = load_svmlight_file(str(shared_file("a9a", "a9a.t")), n_features=123)
+    lines = "".join(
+        "1 " + " ".join(f"{j + 1}:{v:g}" for j, v in zip(row.indices, row.data, strict=True))
+        + "\n" for row in Xt[:50]
+    )  # fmt: skip
+    url = f"/v1/models/{job['model_id']}/predict"
+    text = server.http.post(url + "?probabilities=true", content=lines.encode(),
+                            headers={"content-type": "text/plain"})  # fmt: skip
+    assert text.status_code == 200, text.text
+    body = text.json()
+    P = np.asarray(body["probabilities"])
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    np.testing.assert_allclose(P, direct.predict_proba(Xt[:50]), atol=0.02)
+    assert body["labels"] == [model["classes"][j] for j in P.argmax(axis=1)]
+    instances = [{"indices": (row.indices + 1).tolist(), "values": row.data.tolist()}
+                 for row in Xt[:5]]  # fmt: skip
+    as_json = server.http.post(url, json={"instances": instances, "probabilities": True})
+    assert as_json.status_code == 200, as_json.text
+    np.testing.assert_allclose(as_json.json()["probabilities"], P[:5])
+    assert "probabilities" not in server.http.post(url, json={"instances": instances}).json()
+
+    export = server.http.get(f"/v1/models/{job['model_id']}/export?format=json").json()
+    assert export["calibration"] == model["calibration"]
+    assert export["params"]["C"] == selection["C"]  # the chosen C, not the ignored one
+
+    from sklearn.metrics import log_loss
+
+    scores = server.http.post(f"/v1/models/{job['model_id']}/evaluate",
+                              json={"dataset_id": a9a["id"]})  # fmt: skip
+    assert scores.status_code == 200, scores.text
+    expected = log_loss(y, direct.predict_proba(X), labels=direct.classes_)
+    assert scores.json()["log_loss"] == pytest.approx(expected, rel=0.02)
+    assert 0 < scores.json()["brier_score"] < 0.5
+
+    plain = server.http.post("/v1/jobs", json={"dataset_id": a9a["id"], "params": {"C": 0.1}})
+    done = wait_for(server, plain.json()["id"], lambda j: j["status"] in TERMINAL)[-1]
+    refused = server.http.post(f"/v1/models/{done['model_id']}/predict?probabilities=true",
+                               json={"instances": instances})  # fmt: skip
+    assert refused.status_code == 422 and "calibration" in refused.text

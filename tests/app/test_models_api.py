@@ -622,7 +622,7 @@ def test_datasets_are_read_in_chunks_with_the_same_result(service, binary, tmp_p
     y = np.where(np.arange(50) % 3 == 0, 1.0, -1.0)
     dataset_id = service.add_dataset(X, y)
     with service.db.session() as session:
-        source = runs.DatasetSource.of(service.settings.data_dir, session.get(Dataset, dataset_id))
+        source = runs.DatasetSource.of(service.settings, session.get(Dataset, dataset_id))
     model = fetch_model(service.db, ModelCache(1), model_id)
     chunks = list(source.chunks(model, rows=7))
     assert [start for start, _, _ in chunks] == list(range(0, 50, 7))

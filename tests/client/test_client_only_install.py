@@ -100,3 +100,28 @@ def test_the_client_extra_does_not_depend_on_the_service_stack():
         queue.extend((r, set(r.extras)) for r in _requirements(req.name, extras))
     stack = {n.replace("_", "-") for n in SERVICE_STACK} | {"scikit-learn"}
     assert not seen & stack, seen & stack
+
+
+BASE_BLOCKER = BLOCKER.replace(
+    "BLOCKED = ", "BLOCKED = ('httpx', 'httpx_sse', 'rich', 'boto3', 'prometheus_client') + "
+)
+
+
+def test_base_install_help_and_the_extra_each_command_needs():
+    """`pip install margin` (numpy, scipy, numba only): `margin --help` works, and each command
+    that needs more names the extra to install."""
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-c", BASE_BLOCKER + CLI.replace("assert not loaded, loaded", ""),
+             *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    helped = run("--help")
+    assert helped.returncode == 0, helped.stderr
+    assert "serve" in helped.stdout and "worker" in helped.stdout
+    for command, extra in (("serve", "margin[service]"), ("worker", "margin[service]"),
+                           ("datasets", "margin[client]")):  # fmt: skip
+        args = (command, "list") if command == "datasets" else (command,)
+        failed = run(*args)
+        assert failed.returncode != 0 and extra in failed.stderr, (command, failed.stderr)
+        assert "Traceback" not in failed.stderr

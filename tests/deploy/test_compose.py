@@ -58,7 +58,7 @@ def test_validator_rejects_a_broken_file(project):
 
 
 def test_services(config):
-    assert set(config["services"]) == {"db", *APP_SERVICES}
+    assert set(config["services"]) == {"db", "storage", *APP_SERVICES}
     images = {config["services"][name]["image"] for name in APP_SERVICES}
     assert images == {"margin:latest"}, "every role runs the one image"
     for name in APP_SERVICES:
@@ -81,12 +81,14 @@ def test_db_has_a_named_volume_and_a_health_check(config):
 def test_dependencies(config):
     services = config["services"]
     assert services["migrate"]["depends_on"] == {
-        "db": {"condition": "service_healthy", "required": True}
+        "db": {"condition": "service_healthy", "required": True},
+        "storage": {"condition": "service_healthy", "required": True},
     }
     for name in ("api", "worker"):
         conditions = {dep: d["condition"] for dep, d in services[name]["depends_on"].items()}
         assert conditions == {
             "db": "service_healthy",
+            "storage": "service_healthy",
             "migrate": "service_completed_successfully",
         }, name
     assert services["migrate"]["restart"] == "no"
@@ -99,17 +101,30 @@ def test_health_checks(config):
         "python",
         "/app/scripts/healthcheck.py",
     ]
-    # The image's HEALTHCHECK probes HTTP; the roles that serve none turn it off.
-    for name in ("migrate", "worker"):
-        assert services[name]["healthcheck"]["disable"] is True, name
+    # the worker's check is its heartbeat in the database, not an HTTP port it does not serve
+    assert services["worker"]["healthcheck"]["test"] == ["CMD", "margin", "worker", "--check"]
+    assert services["migrate"]["healthcheck"]["disable"] is True
+    assert services["storage"]["healthcheck"]["test"][0] == "CMD"
 
 
-def test_shared_data_volume(config):
-    assert set(config["volumes"]) == {"pgdata", "margin-data"}
+def test_services_share_no_volume(config):
+    """The API and the workers share only DATABASE_URL and STORAGE_URL: no volume is mounted by
+    more than one service, and every app service names the same bucket and endpoint."""
+    assert set(config["volumes"]) == {"pgdata", "objects"}
+    mounts: dict[str, list[str]] = {}
+    for name, service in config["services"].items():
+        for volume in service.get("volumes", []):
+            if volume["type"] == "volume":
+                mounts.setdefault(volume["source"], []).append(name)
+    assert mounts == {"pgdata": ["db"], "objects": ["storage"]}
+    storage = config["services"]["storage"]
+    assert storage["image"].startswith("minio/minio")
     for name in APP_SERVICES:
-        mounts = {(v["source"], v["target"]) for v in config["services"][name]["volumes"]}
-        assert ("margin-data", "/data") in mounts, name
-        assert config["services"][name]["environment"]["DATA_DIR"] == "/data"
+        env = config["services"][name]["environment"]
+        assert env["STORAGE_URL"] == "s3://margin/data", name
+        assert env["AWS_ENDPOINT_URL"] == "http://storage:9000", name
+        assert env["AWS_ACCESS_KEY_ID"] == storage["environment"]["MINIO_ROOT_USER"]
+        assert env["AWS_SECRET_ACCESS_KEY"] == storage["environment"]["MINIO_ROOT_PASSWORD"]
 
 
 def test_distributed_backend_on_the_stack_database(config):

@@ -70,3 +70,40 @@ def test_sqlite_gets_no_queue_tables(tmp_path):
     assert not [n for n in names if n.startswith("procrastinate")]
     migrate.downgrade(url, "0001")
     assert migrate.current(url) == "0001"
+
+
+@pytest.mark.postgres
+def test_the_queue_schema_is_pinned_and_checked(database, monkeypatch):
+    """Migration 0002 applies the pinned schema file (not the installed release's), labels it,
+    and the start check names both versions when the installed procrastinate expects another."""
+    from app.db import Database
+    from app.jobs import procrastinate_schema as schema
+    from tests.deploy.conftest import ROOT
+
+    source = (ROOT / "migrations" / "versions" / "0002_procrastinate.py").read_text()
+    assert "get_schema" not in source and schema.PINNED in source
+    migrate.upgrade(database.url)
+    db = Database(database.url)
+    try:
+        with db.engine.connect() as conn:
+            assert schema.database_version(conn) == schema.PINNED
+        schema.check(db)  # the installed release (the locked one) matches
+        monkeypatch.setattr(schema, "installed_version", lambda: "03.05.00_01")
+        with pytest.raises(schema.SchemaMismatch, match="expects queue schema 03.05.00_01"):
+            schema.check(db)
+        monkeypatch.undo()
+        with db.engine.begin() as conn:  # a database migrated by some other schema
+            conn.execute(text("COMMENT ON TABLE procrastinate_jobs IS NULL"))
+        with pytest.raises(schema.SchemaMismatch, match="no labelled schema"):
+            schema.check(db)
+        migrate.downgrade(database.url, "0007")  # 0008 labels a database migrated before
+        migrate.upgrade(database.url)
+        schema.check(db)
+    finally:
+        db.dispose()
+
+
+def test_the_installed_procrastinate_expects_the_pinned_schema():
+    from app.jobs import procrastinate_schema as schema
+
+    assert schema.installed_version() == schema.PINNED

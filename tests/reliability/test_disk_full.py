@@ -163,7 +163,7 @@ def test_a_running_job_fails_with_disk_full_when_the_disk_fills(tmp_path):
             dataset = http.post("/v1/datasets", files={"file": HEART.open("rb")}).json()["id"]
             body = {
                 "dataset_id": dataset,
-                "params": {"tol": 1e-12, "max_iter": 10_000_000, "time_limit": 60},
+                "params": {"loss": "hinge", "tol": 1e-12, "max_iter": 10_000_000, "time_limit": 60},
             }
             job = http.post("/v1/jobs", json=body).json()["id"]
             wait_for(lambda: http.get(f"/v1/jobs/{job}").json()["progress"], 60, "progress")

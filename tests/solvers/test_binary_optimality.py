@@ -8,6 +8,7 @@ from solvers.binary import solve_binary
 from tests.solvers._binary_helpers import (
     augmented,
     certify,
+    dual,
     load,
     primal,
     synthetic,
@@ -24,10 +25,20 @@ TIGHT = {"hinge": 1e-7, "squared_hinge": 1e-6, "squared_error": 1e-6}
 def _check_certified(X, y, result, C, loss, bias, tol):
     rel_gap, max_pg, w_err = certify(X, y, result, C, loss, bias)
     assert result.status == "converged", result.status
+    if result.method == "newton":  # certified as the pair (w, α(w)): P at the returned w
+        p_w = primal(X, y, w_tilde_of(result, bias), C, loss, bias)
+        sign = np.where(y >= 0, 1.0, -1.0)
+        w_alpha = augmented(X, bias).T @ (sign * result.alpha)
+        rel_gap = (p_w + dual(result.alpha, y, w_alpha, np.full(y.shape, C), loss)) / p_w
+        assert result.duality_gap == pytest.approx(rel_gap, rel=1e-6, abs=1e-12)
     assert 0 <= rel_gap < 1e-6 or abs(rel_gap) < 1e-12, rel_gap
-    # M and m are gathered while α moves, so the final α may exceed tol slightly
-    assert max_pg <= 10 * tol, max_pg
-    assert w_err <= 1e-8 * max(1.0, np.abs(result.w).max())
+    if result.method == "dcd":
+        # M and m are gathered while α moves, so the final α may exceed tol slightly
+        assert max_pg <= 10 * tol, max_pg
+        assert w_err <= 1e-8 * max(1.0, np.abs(result.w).max())
+    else:
+        # finished by the primal Newton method: its rule held and (w, α(w)) is certified above
+        assert result.method == "newton" and result.gap <= 0.01 * tol
     expected = primal(X, y, w_tilde_of(result, bias), C, loss, bias)
     assert result.primal == pytest.approx(expected, rel=1e-9)
 

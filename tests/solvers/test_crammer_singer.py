@@ -34,7 +34,10 @@ def test_primal_matches_liblinear(name):
     W, b = liblinear_cs(X, labels, classes, 1.0, 1.0, tol)
     reference = cs_primal(X, y, W, b, 1.0, 1.0)
     assert ours.primal == pytest.approx(cs_primal(X, y, ours.w, ours.bias, 1.0, 1.0), rel=1e-10)
-    assert abs(ours.primal - reference) <= 1e-5 * reference
+    # Both stop at the same tolerance, not at the optimum, and LIBLINEAR's pass order follows
+    # its process-wide RNG: ours may land lower, never noticeably higher.
+    assert ours.primal <= reference * (1 + 1e-5)
+    assert abs(ours.primal - reference) <= 1e-4 * reference
     # the dual objective certifies both: neither primal is below it
     assert -ours.dual <= min(ours.primal, reference) * (1 + 1e-12)
 

@@ -23,8 +23,8 @@ export async function list(main) {
 
 // The search's table, under whichever name the service gives it (model selection jobs).
 function searchOf(model) {
-  const search = model.search || model.cv || {};
-  const rows = model.cv_results || search.cv_results || search.results;
+  const search = model.selection || model.search || model.cv || {};
+  const rows = model.cv_results || search.cv_results || search.results || search.table;
   if (!Array.isArray(rows) || !rows.length) return null;
   const score = (r) => r.mean_score ?? r.mean_test_score ?? r.score ?? r.mean ?? null;
   return { rows, score, bestC: model.C_ ?? model.best_C ?? search.best_C ?? search.C ?? null };
@@ -58,13 +58,16 @@ function predictBox(model) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     try {
-      const result = await api(`/v1/models/${model.id}/predict`, { method: "POST", body: input.value,
+      const query = model.calibration ? "?probabilities=true" : "";
+      const result = await api(`/v1/models/${model.id}/predict${query}`, { method: "POST", body: input.value,
                                                                   headers: { "content-type": "text/plain" } });
-      const rows = (result.labels || result.values).map((v, i) => ({ i, v, d: result.decision_values?.[i] }));
+      const rows = (result.labels || result.values).map((v, i) => ({ i, v, d: result.decision_values?.[i],
+                                                                     p: result.probabilities?.[i] }));
       output.replaceChildren(table(rows, [
         ["Line", (r) => r.i + 1, { num: true }],
         [result.labels ? "Label" : "Value", (r) => fmt(r.v), { num: true }],
         ...(result.decision_values ? [["Decision values", (r) => r.d.map((x) => fmt(x)).join(", ")]] : []),
+        ...(result.probabilities ? [["Probabilities", (r) => r.p.map((x) => fmt(x)).join(", ")]] : []),
       ], "Predictions"));
     } catch (error) {
       output.replaceChildren(errorBox(error));
@@ -86,6 +89,7 @@ export async function show(main, id) {
     ["Training time", `${fmt(model.train_time_s)} s`],
     ["Training accuracy", fmt(model.train_accuracy)],
     ["Validation accuracy", fmt(model.validation_accuracy)],
+    ["Probabilities", model.calibration ? `calibrated (${model.calibration.method})` : "–"],
     ["Job", model.job_id ? h("a", { href: `#/jobs/${model.job_id}` }, model.job_id) : "–"],
     ["Dataset", model.dataset_id ? h("a", { href: `#/datasets/${model.dataset_id}` }, model.dataset_id) : "–"],
     ["Created", when(model.created_at)],

@@ -1,0 +1,126 @@
+"""Checkpoints: a running job's dual state in storage every CHECKPOINT_S, and a retried job that
+resumes from it.
+
+The solvers stop cleanly when the progress callback returns False, handing back their iterate
+(α and w), and start from a given dual point (`warm_start` with a `dual_coef_` set before the
+fit). So a job of a resumable estimator is trained in segments: once CHECKPOINT_S have passed the
+callback stops the solve, the iterate is stored at ``checkpoints/<job id>.npz`` (STORAGE_URL),
+and the next segment starts from it, its iterations and seconds counted on from the previous
+segment's (and its max_iter and time_limit what is left of them). A retried attempt starts from
+the stored iterate: a warm start that reaches the same optimum as an uninterrupted solve. A solve
+stopped by a cancel or a shutdown hands back its iterate too (kept as a model with
+`cancel?keep_model=true`, stored for the next attempt at a shutdown).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from app.storage import Storage
+
+log = logging.getLogger("margin.training")
+# Passes a segment makes at least: a restarted solve rebuilds its shrinking state and confirms
+# convergence on a full pass, which one pass per segment would never reach.
+MIN_SEGMENT_PASSES = 5
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    alpha: np.ndarray  # the dual variables, in the estimator's `dual_coef_` shape
+    coef: np.ndarray
+    intercept: np.ndarray
+    iteration: int  # outer iterations done, over every segment
+    elapsed_s: float  # solver seconds, over every segment
+
+    def save(self, storage: Storage, key: str, scratch: Path) -> None:
+        path = scratch / f"checkpoint-{time.monotonic_ns()}.npz"
+        buffer = io.BytesIO()
+        np.savez(
+            buffer, alpha=self.alpha, coef=self.coef, intercept=self.intercept,
+            progress=np.array([self.iteration, self.elapsed_s]),
+        )  # fmt: skip
+        path.write_bytes(buffer.getvalue())
+        try:
+            storage.store_file(path, key)
+        finally:
+            path.unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, storage: Storage, key: str) -> Checkpoint | None:
+        try:
+            data = np.load(io.BytesIO(b"".join(storage.read(key))), allow_pickle=False)
+        except FileNotFoundError:
+            return None
+        iteration, elapsed = data["progress"].tolist()
+        return cls(data["alpha"], data["coef"], data["intercept"], int(iteration), elapsed)
+
+
+@dataclass
+class Segments:
+    """How one attempt trains: checkpoint every `every_s` (0: never), starting from `start`."""
+
+    every_s: float
+    start: Checkpoint | None
+    on_checkpoint: Callable[[Checkpoint], None]
+    last: Checkpoint | None = None  # the iterate of the latest stop (cancel, shutdown)
+
+
+def train(trainer, params: dict, X, y, qid, callback, n_jobs, segments: Segments):
+    """Run `trainer` (one marked `resumable`) in segments (see the module docstring); returns
+    its `Trained`, with n_iter counted over every segment."""
+    done = segments.start
+    while True:
+        it0 = done.iteration if done else 0
+        t0 = done.elapsed_s if done else 0.0
+        due, began = [False], time.monotonic()
+
+        def segment_callback(progress, it0=it0, t0=t0, due=due, began=began):
+            passes = progress.iteration
+            progress = replace(
+                progress, iteration=passes + it0, elapsed_s=progress.elapsed_s + t0
+            )
+            if callback(progress) is False:
+                return False
+            if (
+                segments.every_s
+                and passes >= MIN_SEGMENT_PASSES
+                and time.monotonic() - began >= segments.every_s
+            ):
+                due[0] = True
+                return False
+            return None
+
+        trained = trainer(
+            _remaining(params, it0, t0), X, y, qid, segment_callback, n_jobs,
+            init_dual=None if done is None else done.alpha,
+        )  # fmt: skip
+        n_iter = it0 + trained.n_iter
+        elapsed = t0 + (time.monotonic() - began)
+        trained.n_iter = n_iter
+        if trained.status != "stopped" or trained.dual is None:
+            return trained
+        point = Checkpoint(trained.dual, trained.coef, trained.intercept, n_iter, elapsed)
+        if not due[0]:  # a cancel or a shutdown
+            segments.last = point
+            return trained
+        try:
+            segments.on_checkpoint(point)
+        except Exception as exc:  # storage away: train on; the next checkpoint may succeed
+            log.warning("checkpoint at iteration %d not stored: %s", n_iter, exc)
+        done = point
+
+
+def _remaining(params: dict, iterations: int, seconds: float) -> dict:
+    out = dict(params)
+    if "max_iter" in out and out["max_iter"] is not None:
+        out["max_iter"] = max(1, int(out["max_iter"]) - iterations)
+    if out.get("time_limit") is not None:
+        out["time_limit"] = max(1e-3, float(out["time_limit"]) - seconds)
+    return out

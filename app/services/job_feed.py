@@ -1,0 +1,144 @@
+"""Live progress for the event stream: PostgreSQL's LISTEN/NOTIFY instead of polling.
+
+Every write of a job's progress or status notifies channel `margin_jobs` with the job's id (in
+its transaction, so the notice arrives once the rows are visible). One thread per API process
+listens on one connection; for each notice about a job that someone watches it reads the new rows
+once, and every watcher of that job takes them from the job's `Feed`. A hundred watchers thus cost
+one query per progress write, and nothing while the job is quiet. After the listening connection
+is lost and made again, every feed is read again (a notice may have been missed meanwhile).
+
+SQLite has no notifications: the stream polls there (`app.api.jobs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from app.tables import Job, JobProgress
+
+log = logging.getLogger("margin.api")
+CHANNEL = "margin_jobs"
+FEED_ROWS = 5000  # rows a feed keeps for watchers that are behind; older ones are read directly
+
+
+def notify(session: Session, job_id: str) -> None:
+    """Tell listening API processes that job `job_id` changed (PostgreSQL only; sent at commit)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_notify(:c, :job)"), {"c": CHANNEL, "job": job_id})
+
+
+class Feed:
+    """The rows and state of one watched job, as last read; `wait` returns when they change."""
+
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+        self.rows: deque[JobProgress] = deque(maxlen=FEED_ROWS)
+        self.last_id = 0
+        self.current: Job | None = None
+        self.watchers = 0
+        self._changed = asyncio.Event()
+
+    def push(self, rows: list[JobProgress], current: Job | None) -> None:
+        self.rows.extend(rows)
+        if rows:
+            self.last_id = rows[-1].id
+        self.current = current
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait for the next change; False when `timeout` passed without one."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def since(self, after: int) -> list[JobProgress] | None:
+        """Rows with id > `after`, or None when some of them left the feed (read them from the
+        database)."""
+        if self.rows and self.rows[0].id > after and len(self.rows) == self.rows.maxlen:
+            return None
+        return [row for row in self.rows if row.id > after]
+
+
+class JobFeeds:
+    """The listening thread and the feeds of the jobs being watched in this process."""
+
+    def __init__(self, db):
+        self.db = db
+        self.feeds: dict[str, Feed] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def subscribe(self, job_id: str, after: int) -> Feed:
+        """Watch `job_id` (rows after `after` are read by the caller first)."""
+        if self._thread is None:
+            self._loop = asyncio.get_running_loop()
+            self._thread = threading.Thread(target=self._listen, name="job-feeds", daemon=True)
+            self._thread.start()
+        with self._lock:
+            feed = self.feeds.get(job_id)
+            if feed is None:
+                feed = self.feeds[job_id] = Feed(job_id)
+                feed.last_id = after
+            feed.watchers += 1
+        return feed
+
+    def unsubscribe(self, feed: Feed) -> None:
+        with self._lock:
+            feed.watchers -= 1
+            if feed.watchers <= 0:
+                self.feeds.pop(feed.job_id, None)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _listen(self) -> None:
+        import psycopg
+
+        from app.jobs.procrastinate_queue import conninfo
+
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(conninfo(self.db.url), autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self._refresh(list(self.feeds))  # whatever changed while not listening
+                    while not self._stop.is_set():
+                        # each notice at once (waiting up to a second for one, so that a stop
+                        # is seen): a watcher never lags the writes by more than a read
+                        for notice in conn.notifies(timeout=1.0, stop_after=1):
+                            if notice.payload in self.feeds:
+                                self._refresh([notice.payload])
+            except Exception as exc:  # the database is away: listen again once it is back
+                log.warning("job feeds: %s; listening again in 1 s", exc)
+                self._stop.wait(1.0)
+
+    def _refresh(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            feed = self.feeds.get(job_id)
+            if feed is None:
+                continue
+            with self.db.session() as session:
+                current = session.get(Job, job_id)
+                attempt = max(current.attempt, 1) if current else 1
+                rows = list(
+                    session.scalars(
+                        select(JobProgress)
+                        .where(JobProgress.job_id == job_id, JobProgress.attempt == attempt)
+                        .where(JobProgress.id > feed.last_id)
+                        .order_by(JobProgress.id)
+                        .limit(FEED_ROWS)
+                    )
+                )
+            self._loop.call_soon_threadsafe(feed.push, rows, current)

@@ -1,0 +1,95 @@
+"""Leftovers of interrupted uploads: temporary files of dead processes, and stored datasets
+without a row (a crash, or a storage outage, between storing the arrays and committing the row;
+a delete whose objects could not be removed). Swept when the API starts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+from sqlalchemy import select
+
+from app.config import Settings
+from app.db import Database
+from app.storage import Storage, dataset_prefix, get_storage
+from app.tables import Dataset
+
+log = logging.getLogger("margin.datasets")
+ORPHAN_GRACE_S = 300.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _abandoned(path: Path, now: float) -> bool:
+    """A temp entry is abandoned when its maker (same host) is dead, or it is a day old."""
+    parts = path.name.split("-")
+    host, pid = socket.gethostname(), os.getpid()
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if now - mtime > 86_400:
+        return True
+    # names are prefix-host-pid-random; the host itself may contain dashes
+    if len(parts) >= 4 and "-".join(parts[1:-2]) == host and parts[-2].isdigit():
+        other = int(parts[-2])
+        return other != pid and not _pid_alive(other)
+    return False
+
+
+def sweep_partial_uploads(settings: Settings, db: Database) -> list[str]:
+    """Remove uploads and parse outputs left by dead processes, and dataset directories without
+    a row (a crash between rename and commit). Returns the removed paths."""
+    removed = []
+    now = time.time()
+    tmp = settings.data_dir / "tmp"
+    for path in sorted(tmp.iterdir()) if tmp.exists() else []:
+        if _abandoned(path, now):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(
+                missing_ok=True
+            )
+            removed.append(str(path))
+    removed += _sweep_orphan_objects(get_storage(settings), db, now)
+    if removed:
+        log.info("removed %d partial uploads: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+def _sweep_orphan_objects(storage: Storage, db: Database, now: float) -> list[str]:
+    """Remove stored datasets without a row (a crash or storage outage between storing the
+    arrays and committing the row, or a delete whose objects could not be removed)."""
+    root = storage.local_path("datasets")
+    newest: dict[str, float] = {}
+    if root is not None:  # a directory per dataset, possibly empty
+        for path in root.iterdir() if root.exists() else []:
+            if path.is_dir():
+                newest[path.name] = path.stat().st_mtime
+    else:
+        for obj in storage.list("datasets/"):
+            dataset_id = obj.key.split("/")[1] if obj.key.count("/") >= 2 else None
+            if dataset_id:
+                newest[dataset_id] = max(newest.get(dataset_id, 0.0), obj.modified.timestamp())
+    if not newest:
+        return []
+    with db.session() as session:
+        known = set(session.scalars(select(Dataset.id).where(Dataset.id.in_(list(newest)))))
+    removed = []
+    for dataset_id, modified in newest.items():
+        if dataset_id not in known and now - modified > ORPHAN_GRACE_S:
+            prefix = dataset_prefix(dataset_id)
+            storage.delete_prefix(prefix)
+            local = storage.local_path(prefix)
+            removed.append(str(local) if local is not None else f"{storage.url}/{prefix}")
+    return removed

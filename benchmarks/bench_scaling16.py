@@ -1,0 +1,113 @@
+"""Thread scaling of one binary problem on a many-core machine (prepared for a lent 16-core one).
+
+Generates in place a 10,000,000 × 1,000,000 set with 40 non-zeros a row (`uniform_set`: uniform
+feature indices, uniform positive values, unit-norm rows, labels the sign of a random hyperplane
+plus 10% noise), times our solver at 1, 4, 8 and 16
+threads at tol 0.1 (squared hinge; the hinge at 1 and 16 threads), and LIBLINEAR -s 1 once when
+the ``liblinear`` module is importable (in a child process with a time limit, the problem's
+conversion not counted). Writes a Markdown table to ``--out`` (a file in the output folder).
+
+    python3 benchmarks/bench_scaling16.py --out "$OUT/scaling16.md"   # bench_parallel_16.sh
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from solvers.binary import solve_binary  # noqa: E402
+
+LIBLINEAR = """
+import sys, time, numpy as np, scipy.sparse as sp
+from liblinear.liblinear import liblinear, parameter, problem
+d = np.load(sys.argv[1])
+X = sp.csr_matrix((d["data"], d["indices"], d["indptr"]), shape=tuple(d["shape"]))
+prob = problem(d["y"], X)
+param = parameter("-s 1 -c 1 -e 0.1 -q"); liblinear.set_print_string_function(param.print_func)
+t = time.perf_counter(); liblinear.train(prob, param); print(time.perf_counter() - t)
+"""
+
+
+def uniform_set(n, d=1_000_000, per_row=40, seed=1):
+    """The set of the module docstring, made in a few vectorised steps (tens of seconds)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    cols = rng.integers(0, d, size=(n, per_row), dtype=np.int32)
+    cols.sort(axis=1)
+    vals = rng.random((n, per_row))
+    vals /= np.sqrt((vals * vals).sum(axis=1))[:, None]
+    indptr = np.arange(0, n * per_row + 1, per_row, dtype=np.int64)
+    X = sp.csr_matrix((vals.ravel(), cols.ravel(), indptr), shape=(n, d))
+    del cols, vals
+    X.sum_duplicates()  # the rare repeated index of a row
+    scores = X @ rng.normal(size=d)
+    noise = 0.1 * scores.std() * rng.normal(size=n)
+    return X, np.where(scores + noise > 0, 1.0, -1.0)
+
+
+def liblinear_time(X, y, limit):
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / "scaling16.npz"
+    np.savez(path, data=X.data, indices=X.indices, indptr=X.indptr, shape=X.shape, y=y)
+    try:
+        out = subprocess.run([sys.executable, "-c", LIBLINEAR, str(path)], capture_output=True,
+                             text=True, timeout=limit)  # fmt: skip
+        return out.stdout.strip() or f"failed: {out.stderr.strip()[-200:]}"
+    except subprocess.TimeoutExpired:
+        return f"> {limit} s"
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--liblinear-limit", type=int, default=150)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    lines = [f"# {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"]
+    t = time.perf_counter()
+    X, y = uniform_set(args.rows)
+    lines.append(f"set: {X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} non-zeros, made in "
+                 f"{time.perf_counter() - t:.0f} s")  # fmt: skip
+    # compile every kernel a timed run uses: the parallel ones need a problem worth 2+ threads
+    for deterministic in (False, True):
+        for loss in ("squared_hinge", "hinge"):
+            solve_binary(X[:100_000], y[:100_000], loss=loss, n_jobs=max(args.threads),
+                         deterministic=deterministic, max_iter=2)  # fmt: skip
+    solve_binary(X[:5000], y[:5000], n_jobs=1, max_iter=2)
+    lines += ["", "| loss | threads | s | passes | speed-up | status |"]
+    lines += ["|---|---|---|---|---|---|"]
+    for loss in ("squared_hinge", "hinge"):
+        base = None
+        for k in args.threads:
+            if loss == "hinge" and k not in (1, max(args.threads)):
+                continue
+            t = time.perf_counter()
+            r = solve_binary(X, y, loss=loss, tol=0.1, n_jobs=k)
+            s = time.perf_counter() - t
+            base = base or s
+            lines.append(f"| {loss} | {k} | {s:.2f} | {r.n_iter} | {base / s:.2f} | "
+                         f"{r.status.value} |")  # fmt: skip
+            print(lines[-1], flush=True)
+            Path(args.out).write_text("\n".join(lines) + "\n")
+    reference = liblinear_time(X, y, args.liblinear_limit)
+    lines += ["", f"LIBLINEAR -s 1 -e 0.1, 1 thread: {reference} s"]
+    lines.append(f"load average at the end {os.getloadavg()[0]:.2f}")
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

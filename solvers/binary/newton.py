@@ -1,0 +1,124 @@
+"""The binary solver's finishing method: the primal truncated Newton method after a dual stall.
+
+Dual coordinate descent is slow exactly where the problem is hard (large C, data far from
+separable, raw unscaled features): its M − m stops falling. For the L2 losses (squared hinge,
+squared error) the primal P(w̃) is twice differentiable almost everywhere and strongly convex, so
+`solvers._core.newton` finishes the solve from the dual's w̃, as LIBLINEAR does after its dual
+passes (its -s 1 switches to -s 2).
+
+When: `solvers._core.newton.StallDetector` (after ``STALL_CAP`` passes, or as soon as the smallest
+M − m of the last ``STALL_WINDOW`` passes is more than half that of the window before).
+
+Stopping rule of the finishing method, derived from the dual's ``tol``:
+
+    ‖∇P(w̃)‖ ≤ ε′ ‖∇P(0)‖,   ε′ = 0.01 · tol · max(1, min(n₊, n₋)) / n   (classification),
+                              ε′ = 0.01 · tol                            (squared error),
+
+with n₊, n₋ the rows of each class among the n with C_i > 0 (LIBLINEAR's -s 2 scaling of its
+tolerance by the smaller class, at a tenth of its default for tol = 0.1). After a switch,
+``status == "converged"`` means this rule held; ``gap`` is ‖∇P(w̃)‖ / ‖∇P(0)‖; ``method`` is
+``"newton"``. The certificate: α(w̃) = 2 C_i max(0, 1 − y_i w̃ᵀx̃_i) (for squared error
+2 C_i (y_i − w̃ᵀx̃_i) sign(y_i)), the dual point the optimality conditions map w̃ to, or the dual
+iterate of the passes before the switch when its dual objective is better (on raw, badly scaled
+data α(w̃) becomes a good dual point only once w̃ is very accurate); ``alpha`` is that point,
+``duality_gap`` is that of (w̃, alpha), a bound on the distance of both to the optimum, and
+``pg_max``/``pg_min`` are alpha's projected gradients.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solvers._core.newton import METHOD, L2Loss, StallDetector, newton_finish
+from solvers._core.progress import Progress, SolveResult, relative_duality_gap
+from solvers._core.sparse import weighted_row_sum
+
+STALL_CAP = 300
+STALL_WINDOW = 50
+FINISHING_LOSSES = ("squared_hinge", "squared_error")
+
+
+def stall_detector(loss: str, enabled: bool) -> StallDetector | None:
+    """A detector for the losses Newton can finish, or None."""
+    if not enabled or loss not in FINISHING_LOSSES:
+        return None
+    return StallDetector(cap=STALL_CAP, window=STALL_WINDOW)
+
+
+def primal_tolerance(y, C, tol: float, regression: bool) -> float:
+    """ε′ of the module docstring."""
+    if regression:
+        return 0.01 * tol
+    kept = C > 0
+    n = max(int(kept.sum()), 1)
+    positives = int((y[kept] > 0).sum())
+    return 0.01 * tol * max(1, min(positives, n - positives)) / n
+
+
+def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
+    """Run the finishing method from the state's w̃ and build the result (module docstring)."""
+    csr = state.csr
+    C = np.broadcast_to(state.C, (csr.n_samples,)).astype(np.float64)
+    regression = loss == "squared_error"
+    l2 = L2Loss(np.asarray(y, dtype=np.float64), C, regression)
+    eps = primal_tolerance(l2.y, C, tol, regression)
+    # the dual point of the passes stays a candidate for the certificate: on raw data, α(w̃)
+    # becomes a good dual point only once w̃ is very accurate
+    _, dual_before = state.objectives()
+    outcome = newton_finish(
+        csr, state.bias, l2, state.w, eps=eps, max_iter=max(max_iter - n_iter, 1),
+        monitor=monitor, first_iteration=n_iter,
+    )  # fmt: skip
+    rec, width = state.record.values, state.record.width
+    if outcome.dual <= dual_before:
+        sign = np.where(l2.y >= 0, 1.0, -1.0)
+        rec[0::width] = sign * outcome.beta
+        # w̃(α) = Σ s_i α_i x̃_i, for the projected gradients of α(w̃)
+        state.w = weighted_row_sum(
+            outcome.beta, csr.data, csr.indices, csr.indptr, csr.n_features, state.bias
+        )
+    else:
+        outcome.dual = dual_before
+    alpha = rec[0::width].copy()
+    M, m = state.full_range()
+    n_iter += outcome.n_iter
+    final = monitor.conclude(_final_progress(monitor, n_iter, outcome, M, m, state.index.shape[0]))
+    w = outcome.w
+    d = csr.n_features
+    return SolveResult(
+        w=w[:d],
+        bias=float(state.bias * w[d]),
+        alpha=alpha,
+        n_iter=n_iter,
+        status=outcome.status,
+        gap=final.gap,
+        primal=outcome.primal,
+        dual=outcome.dual,
+        history=monitor.history,
+        duality_gap=outcome.duality_gap,
+        pg_max=_finite(M),
+        pg_min=_finite(m),
+        pg_range=_finite(M - m),
+        method=METHOD,
+    )
+
+
+def _final_progress(monitor, n_iter, outcome, M, m, active):
+    return Progress(
+        iteration=n_iter,
+        elapsed_s=monitor.elapsed(),
+        gap=outcome.grad_ratio,
+        pg_max=_finite(M),
+        pg_min=_finite(m),
+        pg_range=_finite(M - m),
+        active=int(active),
+        primal=outcome.primal,
+        dual=outcome.dual,
+        duality_gap=relative_duality_gap(outcome.primal, -outcome.dual),
+        method=METHOD,
+    )
+
+
+def _finite(value):
+    value = float(value)
+    return value if np.isfinite(value) else None

@@ -1,0 +1,257 @@
+"""One binary problem on several cores: parallel dual coordinate descent over blocks of samples.
+
+Problem: the dual of `solvers.binary.dcd` (hinge, squared hinge, squared error),
+f(α) = ½‖Σ_i s_i α_i x̃_i‖² + g(α), g separable (g(α) = Σ_i ½ D_ii α_i² − |y_i| α_i on the box).
+
+The kept samples are split into K blocks of about equal non-zeros, one per thread; a round is
+one pass in which every thread runs dual coordinate descent over its block (shrinking, its own
+permutation drawn from the solve's generator). Two ways to share w̃:
+
+Shared (the default; PASSCoDe-Wild, Hsieh, Yu, Dhillon, "PASSCoDe: parallel asynchronous stochastic
+dual co-ordinate descent", ICML 2015). Every thread reads and updates the one w̃ without locks, so
+each step sees the others' steps of the same round, as serial descent would: the passes to a given
+tol stay close to the serial count. Numba has no atomic float add on the CPU, so two threads that
+update the same feature at the same instant can lose one of the two additions; w̃ then drifts
+from Σ_i s_i α_i x̃_i by those lost additions. The driver therefore rebuilds w̃ exactly from α
+every ``RESYNC_EVERY`` rounds, before every convergence check and before returning. Guarantee:
+PASSCoDe-Wild converges to the optimum of a problem perturbed by the lost updates (its Theorem 4);
+the rebuilds remove the perturbation, and the solve stops only when LIBLINEAR's rule
+(M − m ≤ tol, |M| ≤ tol, |m| ≤ tol) holds on the rebuilt, consistent (w̃, α), measured by a parallel
+read-only pass, so what is returned is certified exactly as the serial solver's answer is.
+The order in which threads interleave is not fixed: results are not bit-for-bit repeatable.
+
+Deterministic (``deterministic=True``; CoCoA+, Ma, Smith, Jaggi, Jordan, Richtárik, Takáč,
+"Adding vs. averaging in distributed primal-dual optimization", ICML 2015). Every thread solves
+the local subproblem
+
+    min_Δ  g(α_b + Δ) + w̃ᵀA_bΔ + (σ′/2)‖A_bΔ‖²,       A_bΔ = Σ_{i ∈ b} s_i Δ_i x̃_i,
+
+on its own u_b = w̃ + σ′Δw̃_b with curvature σ′‖x̃_i‖² + D_ii, and the round's changes are then
+added, w̃ ← w̃ + Σ_b Δw̃_b. With Δf_b the local model's change, the true change of f is
+
+    f(α + Δ) − f(α) = Σ_b Δf_b − (σ′/2) Σ_b‖Δw̃_b‖² + ½‖Σ_b Δw̃_b‖²,
+
+so the local models bound f from above exactly when ‖Σ_b Δw̃_b‖² ≤ σ′ Σ_b ‖Δw̃_b‖². The driver
+checks that after every round (one O(K·d) merge): a round that fails is undone (α restored from
+saved values, w̃ unchanged) and σ′ grows by ``GROW`` up to K, where it always holds
+(Cauchy–Schwarz); after ``RELAX_AFTER`` accepted rounds in a row it shrinks by ``RELAX``, down to 1.
+Guarantee: every accepted round satisfies the upper bound on which the CoCoA+ analysis rests, so
+its rates hold round by round (linear for the squared hinge and squared error, O(1/t) in the
+duality gap for the hinge loss); f never increases. The blocks, seeds and merge order are fixed:
+the same seed and thread count give identical results. Its price: where blocks are correlated
+(dense or popular features) σ′ stays near K and a round does about 1/K of a serial pass's work.
+
+Not chosen: Chiang, Lee, Lin (KDD 2016, LIBLINEAR's -m) parallelise the gradient computations of a
+batch of coordinates and update the chosen ones serially, which scales only as far as most
+coordinates need no update; PASSCoDe-Atomic needs the atomic add.
+
+Threads: at most ``n_jobs``, and fewer on small problems (``MIN_NNZ_PER_THREAD`` non-zeros per
+thread, and enough non-zeros per thread that the merge stays a small part of a round), where a
+round would be dominated by the merge and the threads' start-up: such sets run serially.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from solvers._core.progress import Status
+from solvers._core.sparse import weighted_row_sum
+from solvers.binary import kernels
+from solvers.binary import parallel_kernels as pk
+
+MIN_NNZ_PER_THREAD = 300_000
+NNZ_PER_FEATURE_PER_THREAD = 8  # a round's merge costs K·d: keep it under ~1/8 of the pass
+RELAX_AFTER = 10
+RESYNC_EVERY = 100
+GROW, RELAX = 1.5, 1.25
+
+
+def available_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on every platform
+        return max(1, os.cpu_count() or 1)
+
+
+def check_n_jobs(n_jobs) -> int:
+    if n_jobs is None:
+        return available_threads()
+    if isinstance(n_jobs, bool) or int(n_jobs) != n_jobs or n_jobs < 1:
+        raise ValueError(f"n_jobs must be a positive integer or None, got {n_jobs!r}")
+    return int(n_jobs)
+
+
+def threads_for(csr, n_kept: int, n_jobs: int, deterministic: bool = False) -> int:
+    """Threads worth using on this problem: at most n_jobs, fewer when the work is small
+    (``MIN_NNZ_PER_THREAD``; deterministic rounds also keep their O(K·d) merge under about
+    1/``NNZ_PER_FEATURE_PER_THREAD`` of a round)."""
+    nnz = int(csr.data.shape[0]) * n_kept // max(csr.n_samples, 1)
+    wanted = min(n_jobs, max(1, nnz // MIN_NNZ_PER_THREAD), max(1, n_kept // 1000))
+    if deterministic:
+        per_merge = NNZ_PER_FEATURE_PER_THREAD * (csr.n_features + 1)
+        wanted = min(wanted, max(1, int(np.sqrt(nnz / per_merge))))
+    return max(1, wanted)
+
+
+def _blocks(csr, index, n_threads):
+    """Split the kept samples (in row order) into n_threads ranges of about equal non-zeros."""
+    rows = index.astype(np.int64)
+    weight = np.cumsum(csr.indptr[rows + 1] - csr.indptr[rows] + 1)
+    cuts = np.searchsorted(weight, weight[-1] * np.arange(1, n_threads) / n_threads)
+    bounds = np.concatenate(([0], cuts, [rows.shape[0]]))
+    return [index[bounds[b] : bounds[b + 1]] for b in range(n_threads)]
+
+
+class _Round:
+    """The blocks, the threads' vectors and σ′ of one parallel solve."""
+
+    def __init__(self, state, n_threads, pool, deterministic):
+        self.state, self.pool = state, pool
+        self.shared = not deterministic
+        self.rounds_since_sync = 0
+        self.segments = _blocks(state.csr, state.index, n_threads)
+        self.active = [seg.shape[0] for seg in self.segments]
+        width = 0 if self.shared else state.w.shape[0]
+        self.U = np.empty((n_threads, width))
+        self.total = np.empty(width)
+        self.saved = np.empty(state.csr.n_samples)
+        self.sigma = 1.0
+        self.accepted_in_row = 0
+
+    def _map(self, fn, items):
+        futures = [self.pool.submit(fn, *item) for item in items[1:]]
+        first = fn(*items[0])
+        return [first] + [f.result() for f in futures]
+
+    def run(self, seeds, bars):
+        """One round; returns (accepted, active sizes before, M, m)."""
+        if self.shared:
+            return self._run_shared(seeds, bars)
+        st = self.state
+        before = list(self.active)
+
+        def one(b, seed):
+            seg = self.segments[b]
+            kernels.shuffle_prefix(seg, self.active[b], seed)
+            u = self.U[b]
+            u[:] = st.w
+            return pk.block_epoch(
+                st.csr, st.bias, st.record, u, seg, self.active[b], bars, self.sigma,
+                self.saved, 0,
+            )  # fmt: skip
+
+        outs = self._map(one, [(b, int(seeds[b])) for b in range(len(self.segments))])
+        together, apart = pk.merge(st.w, self.U, self.sigma, self.total)
+        if together <= self.sigma * apart * (1 + 1e-12) + 1e-300:
+            pk.add_into(st.w, self.total)
+            self.active = [o[0] for o in outs]
+            self.accepted_in_row += 1
+            if self.accepted_in_row >= RELAX_AFTER and self.sigma > 1.0:
+                self.sigma = max(1.0, self.sigma / RELAX)
+                self.accepted_in_row = 0
+            return True, before, max(o[1] for o in outs), min(o[2] for o in outs)
+        rec, width = st.record.values, st.record.width
+        for b, seg in enumerate(self.segments):
+            pk.restore_alpha(rec, width, seg, before[b], self.saved, 0)
+        self.sigma = min(float(len(self.segments)), GROW * self.sigma)
+        self.accepted_in_row = 0
+        return False, before, np.inf, -np.inf
+
+    def _run_shared(self, seeds, bars):
+        """The shared mode: every thread steps on w̃ itself (module docstring)."""
+        st = self.state
+        before = list(self.active)
+
+        def one(b, seed):
+            seg = self.segments[b]
+            kernels.shuffle_prefix(seg, self.active[b], seed)
+            return pk.block_epoch(
+                st.csr, st.bias, st.record, st.w, seg, self.active[b], bars, 1.0, self.saved, 0
+            )
+
+        outs = self._map(one, [(b, int(seeds[b])) for b in range(len(self.segments))])
+        self.active = [o[0] for o in outs]
+        self.rounds_since_sync += 1
+        if self.rounds_since_sync >= RESYNC_EVERY:
+            self.resync()
+        return True, before, max(o[1] for o in outs), min(o[2] for o in outs)
+
+    def resync(self):
+        """w̃ ← Σ_i s_i α_i x̃_i exactly (a shared-mode round may lose a racing update)."""
+        st = self.state
+        if not self.shared:
+            return
+        rec, width = st.record.values, st.record.width
+        signed = np.where(rec[1::width] >= 0, rec[0::width], -rec[0::width])
+        X = st.csr
+        st.w[:] = weighted_row_sum(signed, X.data, X.indices, X.indptr, X.n_features, st.bias)
+        self.rounds_since_sync = 0
+
+    def full_range(self):
+        """M and m over every kept sample at the merged w̃, the blocks in parallel."""
+        self.resync()
+        st = self.state
+        outs = self._map(
+            lambda seg: pk.block_pg_range(st.csr, st.bias, st.record, st.w, seg),
+            [(seg,) for seg in self.segments],
+        )
+        return max(o[0] for o in outs), min(o[1] for o in outs)
+
+    def restore_all(self):
+        self.active = [seg.shape[0] for seg in self.segments]
+
+
+def run_parallel(state, monitor, rng, tol, max_iter, shrinking, objective_every, stall, n_threads,
+                 rules, deterministic):  # fmt: skip
+    """The outer loop of `solvers.binary.dcd._run`, with rounds instead of passes; ``rules`` holds
+    the driver's (progress, with_objectives, meets, gap) functions, so both loops share them."""
+    progress, with_objectives, meets, gap_of = rules
+    n_kept = state.index.shape[0]
+    pool = ThreadPoolExecutor(max_workers=n_threads - 1)
+    try:
+        rounds = _Round(state, n_threads, pool, deterministic)
+        M_bar, m_bar = np.inf, -np.inf
+        status, M, m = Status.MAX_ITER, np.inf, -np.inf
+        work = 0.0
+        n_iter = 0
+        for n_iter in range(1, max_iter + 1):
+            seeds = rng.integers(0, 2**63, size=n_threads)
+            bars = (M_bar, m_bar) if shrinking else (np.inf, -np.inf)
+            accepted, before, M_new, m_new = rounds.run(seeds, bars)
+            if accepted:
+                M, m = M_new, m_new
+            active = sum(rounds.active)
+            work += sum(before) / n_kept
+            met = accepted and meets(M, m, tol)
+            converged = False
+            if met and sum(before) == n_kept and active == n_kept:
+                M, m = rounds.full_range()  # exact, on the merged w̃
+                converged = meets(M, m, tol)
+            record = progress(monitor, n_iter, M, m, active)
+            if objective_every == 1 or work >= objective_every - 1e-9:
+                work = 0.0
+                record = with_objectives(record, *state.objectives())
+            stop = monitor.report(record)
+            if converged:
+                return Status.CONVERGED, n_iter, M, m
+            if stop is not None:
+                rounds.resync()
+                return stop, n_iter, M, m
+            if not accepted:
+                continue
+            if stall is not None and n_iter < max_iter and stall.stalled(gap_of(M, m)):
+                rounds.resync()
+                return None, n_iter, M, m
+            if met or active == 0:
+                rounds.restore_all()
+                M_bar, m_bar = np.inf, -np.inf
+            else:
+                M_bar = M if M > 0 else np.inf
+                m_bar = m if m < 0 else -np.inf
+        rounds.resync()
+        return status, n_iter, M, m
+    finally:
+        pool.shutdown()

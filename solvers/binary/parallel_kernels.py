@@ -1,0 +1,136 @@
+"""Compiled pieces of the parallel binary dual coordinate descent (`solvers.binary.parallel`).
+
+`block_epoch` is one thread's pass over its block of samples: the coordinate steps of
+`solvers.binary.kernels.dcd_epoch` on the local model of CoCoA+ — the gradient reads the thread's
+own vector u = w̃ + σ′Δw̃_b (Δw̃_b its block's change this round) and the curvature is
+σ′‖x̃_i‖² + D_ii — and it saves each α_i it changes so that a rejected round can be undone. `merge`
+folds the threads' vectors back into w̃.
+"""
+
+import numpy as np
+from numba import njit
+
+from solvers._core.sparse import (
+    prefetch,
+    prefetch_row_ends,
+    row_axpy,
+    row_dot,
+    row_sq_norm,
+)
+from solvers.binary.kernels import terms
+
+
+@njit(cache=True, nogil=True)
+def block_epoch(X, bias, record, u, index, active_size, shrink_bounds, sigma, saved, first):
+    """One local pass over ``index[:active_size]`` (one block's samples), updating α in the
+    record, ``u`` and ``index`` (shrinking) in place; ``saved[i - first]`` gets α_i before the
+    pass for every sample visited. Returns (active_size, M, m) as `dcd_epoch` does."""
+    data, indices, indptr, n_features = X
+    rec, width, hinge, lower = record
+    M_bar, m_bar = shrink_bounds
+    M = -np.inf
+    m = np.inf
+    s = 0
+    while s < active_size:
+        if s + 2 < active_size:
+            ahead = index[s + 2]
+            prefetch_row_ends(data, indices, indptr, ahead)
+            prefetch(rec, width * ahead)
+        i = index[s]
+        r = width * i
+        start = indptr[i]
+        end = indptr[i + 1]
+        ai = rec[r]
+        saved[i - first] = ai
+        sign, yabs, Ui, Dii = terms(rec, r, width, hinge)
+        G = sign * row_dot(data, indices, start, end, u, n_features, bias) - yabs + Dii * ai
+        PG = 0.0
+        if ai <= lower:
+            if G > M_bar:
+                active_size -= 1
+                index[s], index[active_size] = index[active_size], index[s]
+                continue
+            if G < 0.0:
+                PG = G
+        elif ai >= Ui:
+            if G < m_bar:
+                active_size -= 1
+                index[s], index[active_size] = index[active_size], index[s]
+                continue
+            if G > 0.0:
+                PG = G
+        else:
+            PG = G
+        if PG > M:
+            M = PG
+        if PG < m:
+            m = PG
+        if abs(PG) > 1e-12:
+            qd = rec[r + 2]
+            if qd < 0.0:
+                qd = row_sq_norm(data, start, end, bias * bias) + Dii
+                rec[r + 2] = qd
+            local = sigma * (qd - Dii) + Dii
+            if local > 0.0:
+                new = min(max(ai - G / local, lower), Ui)
+            else:
+                new = Ui if G < 0.0 else lower
+            rec[r] = new
+            row_axpy((new - ai) * sign * sigma, data, indices, start, end, u, n_features, bias)
+        s += 1
+    return active_size, M, m
+
+
+@njit(cache=True, nogil=True)
+def restore_alpha(rec, width, index, active_size, saved, first):
+    """Undo a block's pass: α_i ← saved[i − first] for the samples it visited."""
+    for s in range(active_size):
+        i = index[s]
+        rec[width * i] = saved[i - first]
+
+
+@njit(cache=True, nogil=True)
+def merge(w, U, sigma, total):
+    """total = Σ_b Δw̃_b with Δw̃_b = (U[b] − w̃)/σ′; returns (‖total‖², Σ_b ‖Δw̃_b‖²)."""
+    together = 0.0
+    apart = 0.0
+    for j in range(w.shape[0]):
+        acc = 0.0
+        for b in range(U.shape[0]):
+            delta = (U[b, j] - w[j]) / sigma
+            acc += delta
+            apart += delta * delta
+        total[j] = acc
+        together += acc * acc
+    return together, apart
+
+
+@njit(cache=True, nogil=True)
+def add_into(w, total):
+    for j in range(w.shape[0]):
+        w[j] += total[j]
+
+
+@njit(cache=True, nogil=True)
+def block_pg_range(X, bias, record, w, index):
+    """Largest and smallest projected gradient over the samples in ``index`` at w̃."""
+    data, indices, indptr, n_features = X
+    rec, width, hinge, lower = record
+    M = -np.inf
+    m = np.inf
+    for s in range(index.shape[0]):
+        i = index[s]
+        r = width * i
+        ai = rec[r]
+        sign, yabs, Ui, Dii = terms(rec, r, width, hinge)
+        G = sign * row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
+        G += Dii * ai - yabs
+        if ai <= lower:
+            PG = min(G, 0.0)
+        elif ai >= Ui:
+            PG = max(G, 0.0)
+        else:
+            PG = G
+        M = max(M, PG)
+        m = min(m, PG)
+    return M, m

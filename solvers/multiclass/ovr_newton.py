@@ -1,0 +1,101 @@
+"""One-vs-rest's finishing method: each class still running after a stall ends by primal Newton.
+
+For the squared hinge, a class whose passes have stalled (`solvers._core.newton.StallDetector` on
+the largest per-class M − m of each pass: after ``STALL_CAP`` passes, or when it stops falling
+geometrically) is finished by the primal truncated Newton method of `solvers._core.newton` from
+its w_c, exactly as the binary solver does (`solvers.binary.newton` states the stopping rule
+ε′ = 0.01 · tol · max(1, min(n₊, n₋)) / n and the certificate). Classes are independent, so they
+are finished on the fit's threads. A class finished this way reports ``gap`` = ‖∇P‖/‖∇P(0)‖ and its
+own duality gap; its α is α(w_c) or its dual iterate before the switch, whichever has the better
+dual objective; the result's ``method`` is ``"newton"`` when any class was finished so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from solvers._core.newton import L2Loss, StallDetector, newton_finish
+from solvers._core.progress import Status
+from solvers.binary.newton import STALL_CAP, STALL_WINDOW, primal_tolerance
+
+
+@dataclass
+class Finished:
+    """What the finishing method left for one class."""
+
+    primal: float
+    dual: float  # f(α), minimisation form
+    ratio: float  # ‖∇P‖ / ‖∇P(0)‖
+    converged: bool
+
+
+def stall_detector(loss: str, enabled: bool) -> StallDetector | None:
+    if not enabled or loss != "squared_hinge":
+        return None
+    return StallDetector(cap=STALL_CAP, window=STALL_WINDOW)
+
+
+class _Silent:
+    """A monitor for the per-class solves: they run on threads, so none reports on its own."""
+
+    def __init__(self, monitor):
+        self.monitor = monitor
+
+    def elapsed(self):
+        return self.monitor.elapsed()
+
+    def report(self, progress):
+        limit = self.monitor.time_limit
+        if limit is not None and self.monitor.elapsed() >= limit:
+            return Status.TIME_LIMIT
+        return None
+
+
+def finish_class(problem, block, j, C_class, tol, max_iter, monitor, dual_before):
+    """Finish class ``block.classes[j]`` in place (its W column, bias weight and α column)."""
+    X, bias = problem.X, problem.bias
+    y = np.where(problem.y == block.classes[j], 1.0, -1.0)
+    C = np.ascontiguousarray(C_class, dtype=np.float64)
+    loss = L2Loss(y, C, regression=False)
+    w = np.empty(X.n_features + 1)
+    w[:-1] = block.W[:, j]
+    w[-1] = block.wb[j]
+    outcome = newton_finish(
+        X, bias, loss, w, eps=primal_tolerance(y, C, tol, False), max_iter=max_iter,
+        monitor=_Silent(monitor), first_iteration=0,
+    )  # fmt: skip
+    block.W[:, j] = outcome.w[:-1]
+    block.wb[j] = outcome.w[-1]
+    dual = dual_before
+    if outcome.dual <= dual_before:
+        block.alpha[:, j] = y * outcome.beta
+        dual = outcome.dual
+    return Finished(outcome.primal, dual, outcome.grad_ratio, outcome.status is Status.CONVERGED)
+
+
+def finish_live_classes(problem, blocks, Cfull, tol, max_iter, monitor, pool, measures):
+    """Finish every live class of every block; returns {class: Finished}.
+
+    ``measures(block)`` gives the block's per-class (primal, f(α), M, m) before the switch.
+    """
+    jobs = []
+    for b in blocks:
+        live = np.flatnonzero(b.live)
+        if live.shape[0] == 0:
+            continue
+        dual_before = measures(b)[1]
+        for j in live:
+            c = int(b.classes[j])
+            C_class = Cfull if Cfull.ndim == 1 else Cfull[c]
+            jobs.append((b, int(j), c, C_class, float(dual_before[j])))
+
+    def run(job):
+        b, j, c, C_class, dual_before = job
+        return c, finish_class(problem, b, j, C_class, tol, max_iter, monitor, dual_before)
+
+    done = list(pool.map(run, jobs)) if pool is not None else [run(job) for job in jobs]
+    for b in blocks:
+        b.live[:] = 0
+    return dict(done)

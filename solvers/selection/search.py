@@ -1,0 +1,202 @@
+"""The search behind `LinearSVCCV` and `LinearSVRCV`: a warm-started C path per fold, its table,
+the calibration from its held-out decision values, and the warm-started refit.
+
+Why the warm start is sound: in every formulation here the dual feasible set at C is a product
+over rows of sets that only grow with C (binary and one-vs-rest hinge: 0 ≤ α_i ≤ C_i; squared
+hinge: α_i ≥ 0, with C entering the objective only; Crammer–Singer: α_i^m ≤ C_i·[m = y_i] with
+Σ_m α_i^m = 0; Weston–Watkins: 0 ≤ α_i^m ≤ C_i; SVR: |β_i| ≤ C_i, or unbounded for the squared
+loss, whatever ε). So the solution at a smaller C is feasible at the next larger C and the next
+solve starts from it, as Chu, Ho, Tsai, Lin and Lin, "Warm start for parameter selection of
+linear classifiers" (KDD 2015) do for the dual solvers. They observe that the dual warm start
+helps little at large C for the hinge loss, where the dual solver itself converges slowly;
+the primal (Newton) warm start that LIBLINEAR's -C uses is better there. Each solve is stopped by
+the solver's own rule and reports its duality gap, so a warm start never changes the optimum it
+certifies. The refit on all rows starts from the per-row average of the folds' solutions at the
+chosen C (feasible by the same row-wise convexity).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.base import clone
+
+from solvers._core.progress import Progress, Status
+from solvers.selection import grid
+from solvers.selection.calibration import fit_calibration
+from solvers.selection.path import Step, averaged_alpha, out_of_fold, run_path
+
+CHUNK_ROWS = 8192  # held-out rows scored per block: no copy of a fold's rows beyond this
+
+
+@dataclass(frozen=True)
+class SearchProgress:
+    """One solver pass inside a search: ``stage`` "path" (with ``fold`` and ``c_index``) or
+    "refit"; ``solves_done`` of ``solves_total`` (refit included) finished before this pass."""
+
+    stage: str
+    fold: int | None
+    c_index: int | None
+    C: float
+    epsilon: float | None
+    solves_done: int
+    solves_total: int
+    progress: Progress
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage, "fold": self.fold, "c_index": self.c_index, "C": self.C,
+            "epsilon": self.epsilon, "solves_done": self.solves_done,
+            "solves_total": self.solves_total, **self.progress.as_dict(),
+        }  # fmt: skip
+
+
+def thread_budget(n_jobs, n_folds: int) -> tuple[int, int]:
+    """(fold threads, threads inside one solve): folds first, never more than n_jobs in all."""
+    total = int(n_jobs) if n_jobs else (os.cpu_count() or 1)
+    outer = max(1, min(total, n_folds))
+    return outer, max(1, total // outer)
+
+
+def held_out_decisions(Xs, test, coef, intercept) -> np.ndarray:
+    """x̃ᵀw for the ``test`` rows of the scipy CSR ``Xs``, a block of rows at a time."""
+    k = coef.shape[0]
+    out = np.empty((len(test), k))
+    for start in range(0, len(test), CHUNK_ROWS):
+        block = test[start : start + CHUNK_ROWS]
+        out[start : start + len(block)] = np.asarray(Xs[block] @ coef.T) + intercept
+    return out[:, 0] if k == 1 else out
+
+
+class Search:
+    """One fit's search state: the grid, folds, the estimator template and the callback."""
+
+    def __init__(self, owner, X, target, grid_points, fold_list, *, fit_one, decisions_of):
+        self.owner, self.X, self.Xs, self.target = owner, X, X.to_scipy(), target
+        self.points = grid_points  # list of dicts of parameters, in path order
+        self.folds = fold_list
+        self.fit_one, self.decisions_of = fit_one, decisions_of
+        self.scoring = grid.check_scoring(owner.scoring, owner._classifier)
+        self.outer, self.inner = thread_budget(owner.n_jobs, len(fold_list))
+        self.lock, self.stop = threading.Lock(), threading.Event()
+        self.total = len(grid_points) * len(fold_list) + (1 if owner.refit else 0)
+        self.done = 0
+        self.means: list[float] = []
+        self.scores: dict[int, list[float]] = {}  # per grid point that every fold finished
+        self.best: tuple[int, np.ndarray, dict] | None = None  # (index, held-out, steps)
+
+    def template(self, point: dict, stage: str, fold, c_index):
+        est = clone(self.owner._template()).set_params(**point)
+        if "n_jobs" in est.get_params():
+            est.set_params(n_jobs=self.inner)
+        est.callback = self._callback(stage, fold, c_index, point)
+        return est
+
+    def _callback(self, stage, fold, c_index, point):
+        user = self.owner.callback
+
+        def report(progress: Progress):
+            if self.stop.is_set():
+                return False
+            if user is None:
+                return None
+            record = SearchProgress(
+                stage, fold, c_index, float(point["C"]), point.get("epsilon"), self.done,
+                self.total, progress,
+            )  # fmt: skip
+            with self.lock:
+                if user(record) is False:
+                    self.stop.set()
+                    return False
+            return None
+
+        return report
+
+    def solve(self, i: int, f: int, alpha0):
+        point = self.points[i]
+        if point.get("restart"):
+            alpha0 = None
+        est = self.template({k: v for k, v in point.items() if k != "restart"}, "path", f, i)
+        train, test = self.folds[f]
+        result = self.fit_one(est, train, alpha0)
+        return result, self.decisions_of(est, result, test)
+
+    def score(self, step: Step) -> float:
+        test = self.folds[step.fold][1]
+        if isinstance(self.scoring, str):
+            return grid.FAST_SCORES[self.scoring](self.target[test], step.decisions)
+        est = self.owner._stand_in(step.result)
+        return float(self.scoring(est, self.Xs[test], self.owner._labels_of(test)))
+
+    def complete(self, i: int, steps: dict[int, Step]) -> bool:
+        self.done += len(steps)
+        if self.stop.is_set() or any(s.result.status is Status.STOPPED for s in steps.values()):
+            return False
+        scores = [self.score(steps[f]) for f in range(len(self.folds))]
+        self.scores[i] = scores
+        self.means.append(float(np.mean(scores)))
+        if self.best is None or self.means[-1] > self.means[self.best[0]]:
+            shape = (len(self.target),) + np.shape(steps[0].decisions)[1:]
+            self.best = (i, out_of_fold(steps, self.folds, shape), steps)
+        return not (self.owner._early_stop and self.points[i].get("early_stop", True)
+                    and grid.should_stop(self.means))  # fmt: skip
+
+    def run(self):
+        state = run_path(len(self.points), len(self.folds), self.solve, self.outer, self.complete)
+        return state
+
+
+def cv_table(search: Search, state) -> dict[str, np.ndarray]:
+    """scikit-learn-style ``cv_results_``: one entry per grid point that every fold finished."""
+    n_folds = len(search.folds)
+    rows = sorted(search.scores)
+    table: dict[str, Any] = {}
+    for name in search.points[0]:
+        if name != "restart":
+            table[f"param_{name}"] = np.array([search.points[i][name] for i in rows])
+    scores = np.array([search.scores[i] for i in rows]).reshape(len(rows), n_folds)
+    table["mean_test_score"] = scores.mean(axis=1)
+    table["std_test_score"] = scores.std(axis=1)
+    order = np.argsort(-table["mean_test_score"], kind="stable")
+    rank = np.empty(len(rows), dtype=np.int64)
+    rank[order] = np.arange(1, len(rows) + 1)
+    table["rank_test_score"] = rank
+    for f in range(n_folds):
+        steps = [state.steps[i][f] for i in rows]
+        table[f"split{f}_test_score"] = scores[:, f]
+        table[f"split{f}_n_iter"] = np.array([int(s.result.n_iter) for s in steps])
+        table[f"split{f}_fit_time"] = np.array([s.seconds for s in steps])
+        table[f"split{f}_status"] = np.array([str(s.result.status) for s in steps])
+        table[f"split{f}_duality_gap"] = np.array([float(s.result.duality_gap) for s in steps])
+    times = np.array([[state.steps[i][f].seconds for f in range(n_folds)] for i in rows])
+    table["mean_fit_time"] = times.reshape(len(rows), n_folds).mean(axis=1)
+    return table, scores, rows
+
+
+def finish(search: Search, state, *, row_axis: int, calibrate: str | None):
+    """Table, best point, held-out calibration and the refit's warm start, set on the owner."""
+    owner = search.owner
+    table, scores, rows = cv_table(search, state)
+    owner.cv_results_, owner.scores_ = table, scores
+    owner.search_status_ = "stopped" if search.stop.is_set() else "complete"
+    if search.best is None:
+        best_index, oof, steps = 0, None, None
+    else:
+        best_index, oof, steps = search.best
+    best = {k: v for k, v in search.points[best_index].items() if k != "restart"}
+    owner.best_params_ = best
+    owner.C_ = float(best["C"])
+    owner.best_score_ = float(search.means[best_index]) if search.means else float("nan")
+    if owner._classifier:
+        owner.calibration_ = None
+    if calibrate and oof is not None:
+        seen = ~np.isnan(oof if oof.ndim == 1 else oof[:, 0])
+        owner.calibration_ = fit_calibration(oof[seen], search.target[seen], calibrate)
+    alpha0 = None
+    if steps is not None:
+        alpha0 = averaged_alpha(steps, search.folds, len(search.target), row_axis)
+    return best, alpha0

@@ -1,0 +1,135 @@
+"""Checkpoints of a running job's iterate (CHECKPOINT_S), a retried attempt that resumes from the
+last one and says so in its history, and cancel?keep_model=true."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from app.jobs.runner import RunContext, run_job
+from app.storage import checkpoint_key, get_storage
+from app.tables import Job, Model
+from solvers import LinearSVC, read_libsvm
+from tests.app.conftest import HEART
+
+PARAMS = {"C": 4.0, "tol": 1e-6, "max_iter": 100000}
+
+
+class StopAfter(threading.Event):
+    """A shutdown signal that turns on after `n` looks (the worker is stopped mid-solve)."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.left = n
+
+    def is_set(self) -> bool:
+        self.left -= 1
+        return self.left < 0 or super().is_set()
+
+
+def _job(client, heart, **params):
+    body = {"dataset_id": heart["id"], "params": {**PARAMS, **params}}
+    return client.post("/v1/jobs", json=body).json()["id"]
+
+
+def _coef(db, job_id):
+    with db.session() as session:
+        model = session.query(Model).filter_by(job_id=job_id).one()
+        from app.services.model_cache import model_from_row
+
+        return model_from_row(model).coef, model
+
+
+def test_a_job_checkpoints_and_ends_at_the_uninterrupted_optimum(app, client, db, heart):
+    settings = app.state.settings
+    settings.checkpoint_s = 1e-4  # a checkpoint at (nearly) every iteration
+    job_id = _job(client, heart)
+    assert run_job(job_id, RunContext(settings, db)) == "succeeded"
+    with db.session() as session:
+        job = session.get(Job, job_id)
+    assert job.checkpoint_iteration is not None and job.checkpoint_iteration >= 3
+    assert not get_storage(settings).exists(checkpoint_key(job_id))  # removed once done
+    coef, model = _coef(db, job_id)
+    X, y = read_libsvm(HEART)[:2]
+    straight = LinearSVC(**PARAMS).fit(X, y)
+    assert model.status == "converged" and model.n_iter >= job.checkpoint_iteration
+    np.testing.assert_allclose(coef[0], straight.coef_[0], atol=1e-4)
+
+
+def test_a_retried_job_resumes_from_its_checkpoint(app, client, db, heart):
+    settings = app.state.settings
+    settings.checkpoint_s = 1e-4
+    job_id = _job(client, heart)
+    first = RunContext(settings, db, shutdown=StopAfter(6))
+    assert run_job(job_id, first) == "queued"  # stopped at shutdown: handed back
+    with db.session() as session:
+        job = session.get(Job, job_id)
+    stored = job.checkpoint_iteration
+    assert stored and get_storage(settings).exists(checkpoint_key(job_id))
+    assert run_job(job_id, RunContext(settings, db)) == "succeeded"
+    view = client.get(f"/v1/jobs/{job_id}").json()
+    assert view["resumed_from"] == stored
+    reasons = [e["reason"] for e in client.get(f"/v1/jobs/{job_id}/history").json()["items"]]
+    assert f"resumed from the checkpoint at iteration {stored}" in reasons
+    coef, model = _coef(db, job_id)
+    X, y = read_libsvm(HEART)[:2]
+    straight = LinearSVC(**PARAMS).fit(X, y)
+    assert model.status == "converged"
+    np.testing.assert_allclose(coef[0], straight.coef_[0], atol=1e-4)
+    progress = client.get(f"/v1/jobs/{job_id}/progress").json()["items"]
+    assert progress[0]["iteration"] > stored  # counted on from the checkpoint
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_cancel_with_keep_model_stores_the_iterate(app, client, db, heart, fake_trainer, keep):
+    fake_trainer(n_iter=400, delay=0.02)
+    job_id = client.post(
+        "/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-30}}
+    ).json()["id"]
+    result = {}
+    runner = threading.Thread(
+        target=lambda: result.update(s=run_job(job_id, RunContext(app.state.settings, db)))
+    )
+    runner.start()
+    deadline = time.monotonic() + 30
+    while client.get(f"/v1/jobs/{job_id}").json()["progress"] is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    response = client.post(f"/v1/jobs/{job_id}/cancel", params={"keep_model": keep})
+    assert response.status_code == 202
+    runner.join(30)
+    job = client.get(f"/v1/jobs/{job_id}").json()
+    assert result["s"] == "cancelled" and job["status"] == "cancelled"
+    assert job["converged"] is False
+    if not keep:
+        assert job["model_id"] is None
+        return
+    model = client.get(f"/v1/models/{job['model_id']}").json()
+    assert model["status"] == "stopped" and model["n_iter"] < 400
+    predicted = client.post(
+        f"/v1/models/{job['model_id']}/predict", json={"instances": [[0.0] * 13]}
+    )
+    assert predicted.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"search": {"Cs": [0.1, 1.0], "cv": 3}}, {"probability": True}],
+    ids=["search", "probability"],
+)
+def test_jobs_of_many_solves_are_not_cut_into_segments(app, client, db, heart, extra):
+    """A search or a calibrated fit runs many solves and has no one dual point to resume: with
+    checkpoints due at every pass it still trains to the end, uncut."""
+    settings = app.state.settings
+    settings.checkpoint_s = 1e-4
+    params = {"tol": 1e-3, **extra}
+    body = {"dataset_id": heart["id"], "params": params}
+    job_id = client.post("/v1/jobs", json=body).json()["id"]
+    assert run_job(job_id, RunContext(settings, db)) == "succeeded"
+    with db.session() as session:
+        assert session.get(Job, job_id).checkpoint_iteration is None
+        model = session.query(Model).filter_by(job_id=job_id).one()
+        assert model.calibration is not None and model.status == "converged"

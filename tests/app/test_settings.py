@@ -1,0 +1,59 @@
+"""Settings: every variable is validated once, in `app.config.Settings` (nothing reads the
+environment elsewhere)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import Settings
+
+APP = Path(__file__).resolve().parents[2] / "app"
+
+
+def test_worker_shutdown_timeout_is_a_validated_setting(monkeypatch):
+    monkeypatch.setenv("WORKER_SHUTDOWN_TIMEOUT_S", "7.5")
+    assert Settings().worker_shutdown_timeout_s == 7.5
+    monkeypatch.setenv("WORKER_SHUTDOWN_TIMEOUT_S", "soon")
+    with pytest.raises(ValidationError, match="worker_shutdown_timeout_s"):
+        Settings()
+    with pytest.raises(ValidationError):
+        Settings(worker_shutdown_timeout_s=-1)
+
+
+@pytest.mark.parametrize("url", ["http://bucket", "bucket/prefix", "s4://b"])
+def test_storage_url_is_validated(url):
+    with pytest.raises(ValidationError, match="storage_url"):
+        Settings(storage_url=url)
+
+
+def test_storage_defaults_to_the_data_directory(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    assert settings.storage == f"file://{tmp_path}"
+    assert not settings.uses_object_storage
+    assert settings.cache_path == tmp_path / "cache"
+    assert Settings(storage_url="s3://b/p").uses_object_storage
+
+
+def test_no_module_reads_a_setting_from_the_environment():
+    """Only app/config.py reads settings; `os.environ` elsewhere in app/ only sets variables
+    for child processes or libraries (Numba's thread count)."""
+    names = {name.upper() for name in Settings.model_fields}
+    offenders = []
+    for path in sorted(APP.rglob("*.py")):
+        if path.name == "config.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            key = None
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in (
+                "os.environ.get", "os.getenv", "environ.get", "getenv",
+            ) and node.args:  # fmt: skip
+                key = node.args[0]
+            elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
+                key = node.slice
+            if isinstance(key, ast.Constant) and key.value in names:
+                offenders.append(f"{path.relative_to(APP)}:{node.lineno} {key.value}")
+    assert offenders == []

@@ -1,0 +1,188 @@
+"""STORAGE_URL: the file storage (default) and S3 storage against a real S3-speaking server
+(moto's), through the API: uploads stored as objects, jobs and predictions read them through the
+local cache, deletion removes them, an unreachable store answers 503 and stores nothing, and
+`margin storage migrate` copies a data directory into a bucket."""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+
+import numpy as np
+import pytest
+
+from app.config import Settings
+from app.jobs.runner import RunContext, run_job
+from app.storage import FileStorage, StorageUnavailable, open_storage
+from tests.app.conftest import HEART, finished_run, upload
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _stores(storage, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.npy").write_bytes(b"alpha")
+    (src / "b.npy").write_bytes(b"beta" * 1000)
+    storage.store_dir(src, "datasets/ds_1")
+    assert not src.exists()
+    assert [(o.key, o.size) for o in storage.list("datasets/")] == [
+        ("datasets/ds_1/a.npy", 5),
+        ("datasets/ds_1/b.npy", 4000),
+    ]
+    assert storage.exists("datasets/ds_1/a.npy") and not storage.exists("datasets/ds_1/c.npy")
+    storage.fetch("datasets/ds_1/b.npy", tmp_path / "b")
+    assert (tmp_path / "b").read_bytes() == b"beta" * 1000
+    assert b"".join(storage.read("datasets/ds_1/a.npy")) == b"alpha"
+    with pytest.raises(FileNotFoundError):
+        storage.fetch("datasets/ds_1/missing.npy", tmp_path / "m")
+    with pytest.raises(FileNotFoundError):
+        b"".join(storage.read("datasets/ds_1/missing.npy"))
+    one = tmp_path / "one.csv"
+    one.write_text("row,label\n")
+    storage.store_file(one, "predictions/pred_1.csv")
+    assert not one.exists() and storage.exists("predictions/pred_1.csv")
+    assert storage.delete_prefix("datasets/ds_1") == 2
+    assert storage.list("datasets/") == []
+    storage.delete("predictions/pred_1.csv")
+    assert not storage.exists("predictions/pred_1.csv")
+
+
+def test_file_storage_operations(tmp_path):
+    storage = open_storage(f"file://{tmp_path / 'root'}")
+    assert isinstance(storage, FileStorage)
+    storage.ensure_bucket()
+    _stores(storage, tmp_path)
+    with pytest.raises(ValueError, match="outside the storage root"):
+        storage.local_path("../escape")
+
+
+def test_s3_storage_operations(s3_env, tmp_path):
+    server, bucket = s3_env
+    storage = open_storage(f"s3://{bucket}/some/prefix", timeout_s=5)
+    _stores(storage, tmp_path)
+    assert server.keys(bucket) == []  # everything was under the prefix, and is gone
+
+
+def test_s3_bucket_is_created_when_missing(s3_env):
+    server, _ = s3_env
+    storage = open_storage("s3://margin-created-here/x")
+    storage.ensure_bucket()
+    storage.ensure_bucket()  # exists now: nothing to do
+    assert "margin-created-here" in [b["Name"] for b in server.client().list_buckets()["Buckets"]]
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://host/x", "s3:///no-bucket", "file://host/path", "bucket/prefix"]
+)
+def test_storage_url_is_checked(url):
+    with pytest.raises(ValueError):
+        open_storage(url)
+
+
+def test_upload_train_predict_delete_on_s3(s3_client, s3_settings, s3_env, db_url, fake_trainer):
+    server, bucket = s3_env
+    fake_trainer()
+    response = upload(s3_client, HEART.read_bytes(), "heart_scale")
+    assert response.status_code == 201, response.text
+    dataset = response.json()
+    stored = server.keys(bucket, f"margin/datasets/{dataset['id']}/")
+    assert [k.rsplit("/", 1)[1] for k in stored] == [
+        "data.npy", "indices.npy", "indptr.npy", "y.npy",
+    ]  # fmt: skip
+    assert not (s3_settings.data_dir / "datasets" / dataset["id"]).exists()
+
+    job = s3_client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).json()
+    app = s3_client.app
+    assert run_job(job["id"], RunContext(s3_settings, app.state.db)) == "succeeded"
+    cached = list((s3_settings.cache_path).iterdir())
+    assert any(p.name != ".locks" for p in cached), "the worker read a downloaded copy"
+    model_id = s3_client.get(f"/v1/jobs/{job['id']}").json()["model_id"]
+
+    run = s3_client.post(f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset["id"]})
+    assert run.status_code == 202, run.text
+    status = finished_run(s3_client, run.headers["Location"])
+    assert status["status"] == "succeeded", status
+    assert server.keys(bucket, "margin/predictions/") == [f"margin/predictions/{status['id']}.csv"]
+    body = s3_client.get(run.headers["Location"])
+    assert body.status_code == 200 and body.headers["content-type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(body.text)))
+    assert rows[0] == ["row", "label", "decision_value"] and len(rows) == 271
+
+    assert s3_client.delete(f"/v1/models/{model_id}").status_code == 204
+    assert server.keys(bucket, "margin/predictions/") == []
+    assert s3_client.delete(f"/v1/datasets/{dataset['id']}").status_code == 204
+    assert server.keys(bucket) == []
+
+
+def test_unreachable_storage_is_503_within_the_timeout_and_stores_nothing(
+    s3_client, s3_settings, s3_env
+):
+    server, bucket = s3_env
+    first = upload(s3_client, HEART.read_bytes(), "heart_scale")
+    assert first.status_code == 201
+    before = server.keys(bucket)
+    other = HEART.read_bytes().replace(b"+1 ", b"-1 ", 5)
+    server.pause()
+    try:
+        start = time.monotonic()
+        response = upload(s3_client, other, "other")
+        took = time.monotonic() - start
+    finally:
+        server.resume()
+    assert response.status_code == 503, response.text
+    assert "object storage" in response.json()["detail"]
+    assert took < s3_settings.storage_timeout_s + 3, took  # parse + the store's timeout
+    assert [d["id"] for d in s3_client.get("/v1/datasets").json()["items"]] == [first.json()["id"]]
+    assert server.keys(bucket) == before  # nothing of the failed upload was stored
+    again = upload(s3_client, other, "other")
+    assert again.status_code == 201, again.text
+    assert len(server.keys(bucket)) == 2 * len(before)
+
+
+def test_storage_migrate_copies_a_data_directory_into_the_bucket(
+    tmp_path, client, settings, s3_env, monkeypatch
+):
+    from app import cli
+
+    server, bucket = s3_env
+    dataset = upload(client, HEART.read_bytes(), "heart_scale").json()
+    files = sorted(p.name for p in (settings.data_dir / "datasets" / dataset["id"]).iterdir())
+    monkeypatch.setenv("DATABASE_URL", settings.db_url)
+    monkeypatch.setenv("STORAGE_URL", f"s3://{bucket}/moved")
+    monkeypatch.setenv("DATA_DIR", str(tmp_path / "new-local"))
+    argv = ["storage", "migrate", "--from", f"file://{settings.data_dir}"]
+    assert cli.main(argv) == 0
+    keys = server.keys(bucket)
+    assert keys == [f"moved/datasets/{dataset['id']}/{name}" for name in files]
+    assert cli.main(argv) == 0  # a second run copies nothing again
+    assert server.keys(bucket) == keys
+    # the migrated dataset loads from the bucket, equal to the original
+    from app.db import Database
+    from app.services.datasets import load_dataset
+    from app.tables import Dataset
+
+    moved = Settings(
+        data_dir=tmp_path / "new-local", database_url=settings.db_url,
+        storage_url=f"s3://{bucket}/moved",
+    )  # fmt: skip
+    db = Database(settings.db_url)
+    with db.session() as session:
+        row = session.get(Dataset, dataset["id"])
+    db.dispose()
+    X, y, _ = load_dataset(moved, row)
+    X0, y0, _ = load_dataset(settings, row)
+    assert (X != X0).nnz == 0 and np.array_equal(y, y0)
+
+
+def test_storage_errors_map_to_unavailable(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    storage = open_storage("s3://nowhere/x", timeout_s=1)
+    start = time.monotonic()
+    with pytest.raises(StorageUnavailable):
+        storage.list("datasets/")
+    assert time.monotonic() - start < 5
