@@ -90,8 +90,8 @@ class Settings(BaseSettings):
     dask_scheduler_address: str | None = Field(
         None,
         description="Dask scheduler that runs jobs with the `distributed` option, e.g. "
-        "tcp://scheduler:8786 (unset: such jobs are refused); its workers must read the "
-        "directory of the dataset's arrays that the job's worker reads",
+        "tcp://scheduler:8786 (unset: such jobs are refused); its workers read the stored "
+        "datasets themselves (the same STORAGE_URL)",
     )
     storage_url: str | None = Field(
         None,

@@ -32,7 +32,7 @@ from app.jobs.workers import new_worker_id
 from app.logs import job_context
 from app.services import lineage
 from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as
-from app.services.distributed_training import distributed_trainer
+from app.services.distributed_training import distributed_arrays, distributed_trainer
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
 from app.services.trainers import TRAINERS, Trained, resumable, streams
@@ -129,7 +129,7 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
         X = y = qid = None
         trainer = distributed_trainer(
             job.distributed,
-            dataset_arrays(ctx.settings, dataset),
+            distributed_arrays(ctx.settings, dataset),
             dataset.n_features,
             dataset.classes or [],
             ctx.settings.dask_scheduler_address,

@@ -2,15 +2,14 @@
 by `solvers.distributed` on the Dask cluster at DASK_SCHEDULER_ADDRESS.
 
 The job's worker is only the driver: it cuts the stored dataset into row ranges (reading its
-``indptr`` alone) and the Dask workers read their rows from the data directory themselves, so
-the dataset never passes through this process. ``tol`` is the target relative duality gap and
+``indptr`` alone) and the Dask workers read their rows from storage themselves (the data
+directory with file storage; the bucket, by range requests, with S3: `stored_ranges`), so the
+dataset never passes through this process. ``tol`` is the target relative duality gap and
 ``max_iter`` the rounds per class; ``train_accuracy`` is not computed (it would need the data
 here); a validation dataset is scored as for any job.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 
@@ -19,7 +18,19 @@ from app.services.trainers import Trained
 CONNECT_TIMEOUT_S = 30
 
 
-def distributed_trainer(option: dict, directory: Path, n_features: int, classes, address: str):
+def distributed_arrays(settings, dataset):
+    """Where the Dask workers read the dataset's arrays: its directory with file storage, else
+    the objects themselves (`app.services.stored_ranges.ObjectArrays`)."""
+    from app.services.stored_ranges import ObjectArrays
+    from app.storage import dataset_prefix, get_storage
+
+    local = get_storage(settings).local_path(dataset_prefix(dataset.id))
+    if local is not None:
+        return local
+    return ObjectArrays(settings.storage, settings.storage_timeout_s, dataset.id)
+
+
+def distributed_trainer(option: dict, directory, n_features: int, classes, address: str):
     """A trainer (the `TRAINERS` signature) that runs on the Dask cluster at ``address``."""
 
     def train(params: dict, X, y, qid, callback, n_jobs) -> Trained:

@@ -170,7 +170,7 @@ def test_env_file_values_reach_the_services(project):
     assert services["worker"]["environment"]["SOLVER_THREADS"] == "8"
 
 
-def test_dask_profile_adds_a_scheduler_and_workers_on_the_shared_volume(project):
+def test_dask_profile_adds_a_scheduler_and_workers_reading_the_bucket(project):
     proc = compose(project, "--profile", "dask", "config", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     services = json.loads(proc.stdout)["services"]
@@ -178,8 +178,9 @@ def test_dask_profile_adds_a_scheduler_and_workers_on_the_shared_volume(project)
     assert scheduler["entrypoint"] == ["dask", "scheduler"]
     assert worker["entrypoint"] == ["dask", "worker"]
     assert worker["command"][0] == "tcp://dask-scheduler:8786"
-    # the Dask workers read the stored datasets themselves: the same image and data volume
+    # the Dask workers read the stored datasets themselves, from the bucket: the same image
+    # and storage settings, and no volume shared with another service
     assert scheduler["image"] == worker["image"] == services["worker"]["image"]
-    mounts = {(v["source"], v["target"]) for v in worker["volumes"]}
-    assert ("margin-data", "/data") in mounts
+    assert worker["environment"]["STORAGE_URL"] == services["worker"]["environment"]["STORAGE_URL"]
+    assert not worker.get("volumes")
     assert "DASK_SCHEDULER_ADDRESS" in services["worker"]["environment"]
