@@ -52,7 +52,7 @@ def test_a_model_stored_with_float_classes_predicts_integer_labels():
     row = SimpleNamespace(
         id="m", kind="classifier", classes=[-1.0, 1.0], n_features=2, zero_based=False,
         weights=pack_weights(np.array([[1.0, 0.0]]), np.array([0.0])),
-        estimator="LinearSVC", params={}, tenant="local", feature_names=None,
+        estimator="LinearSVC", params={}, tenant="local", feature_names=None, calibration=None,
     )  # fmt: skip
     labels = predict_payload(model_from_row(row), np.array([[2.0, 0.0], [-2.0, 0.0]]))["labels"]
     assert labels == [1, -1] and all(type(v) is int for v in labels)
