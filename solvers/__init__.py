@@ -2,7 +2,8 @@
 
 The public API is what this module exports. Each family lives in a subpackage — `io` (LIBSVM
 files), `binary`, `multiclass`, `regression`, `structural`, `estimators` (scikit-learn
-compatible classes), `selection` (C by cross-validation, calibrated probabilities) — over a
+compatible classes), `selection` (C by cross-validation, calibrated probabilities),
+`distributed` (CoCoA+ on a Dask cluster, imported on its own: it needs `dask.distributed`) — over a
 small shared core, `_core` (the input door, progress and result records, compiled row kernels).
 Names are loaded lazily so that `import solvers` stays light: the estimator classes (which need
 scikit-learn) load only when first used.
