@@ -31,9 +31,12 @@ def test_default_tol_primal_within_a_tenth_of_a_percent(name, loss):
     ours = solve_binary(X, y, loss=loss, C=C, bias=1.0)
     ref = liblinear_w_tilde(X, y, f"-s {SOLVER[loss]} -c {C} -e 0.1", 1.0)
     p_ref = primal(X, y, ref, C, loss, 1.0)
-    # both stop early at tol 0.1; ours may land lower (better), never more than 0.1% higher
+    # both stop early at tol 0.1; ours may land lower (better), never more than 0.1% higher.
+    # How much lower depends on LIBLINEAR's pass order (its process-wide RNG, so on the tests
+    # run before): the lower side is held by the dual bound, which neither primal may cross.
     assert ours.primal <= p_ref * (1 + 1e-3)
-    assert ours.primal >= p_ref * (1 - 5e-3)
+    assert -ours.dual <= min(ours.primal, p_ref) * (1 + 1e-12)
+    assert ours.primal >= p_ref * (1 - 2e-2)
 
 
 @pytest.mark.parametrize("name", ["heart_scale", "breast-cancer", "reuters-money-fx"])
