@@ -30,6 +30,7 @@ of X.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -266,6 +267,14 @@ def restrict_C(C: np.ndarray, n_samples: int, rows: np.ndarray | None) -> np.nda
     out = np.zeros(C.shape[:-1] + (n_samples,))
     out[..., rows] = C if C.shape[-1] == 1 else C[..., rows]
     return out
+
+
+def subset_alpha(result, rows: np.ndarray | None):
+    """The result of a solve restricted by `restrict_C`, with the α of its own rows only (last
+    axis; the others had C_i = 0, so α_i = 0). The result itself when ``rows`` is None."""
+    if rows is None:
+        return result
+    return replace(result, alpha=result.alpha[..., rows])
 
 
 def fold_weights_into_C(

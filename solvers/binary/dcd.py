@@ -43,6 +43,7 @@ from solvers._core.problem import (
     compact_C,
     csr_arrays,
     restrict_C,
+    subset_alpha,
 )
 from solvers._core.progress import (
     Callback,
@@ -183,8 +184,7 @@ def solve_binary(
         )
     if status is None:  # stalled: the primal Newton method finishes
         result = newton_finisher.finish(state, y, tol, n_iter, max_iter, monitor, loss)
-        # rows outside the subset have C_i = 0 there, so α_i = 0: return the subset's own α
-        return result if rows is None else replace(result, alpha=result.alpha[rows])
+        return subset_alpha(result, rows)
     if status is not Status.CONVERGED and n_iter > 0:
         # the last pass measured the state it started from, or a shrunk set: measure the
         # state returned, over every sample

@@ -34,7 +34,7 @@ from solvers._core.params import (
     check_objective_every,
     check_tol,
 )
-from solvers._core.problem import check_rows, per_sample_C, restrict_C
+from solvers._core.problem import check_rows, per_sample_C, restrict_C, subset_alpha
 from solvers._core.progress import (
     Callback,
     Monitor,
@@ -178,7 +178,7 @@ def solve_ovr(
             random_state=random_state, newton=newton,
         )  # fmt: skip
         result = ovr_parallel.solve_by_class(problem, Cfull, k, inner, monitor, options)
-        return _subset_alpha(result, rows)
+        return subset_alpha(result, rows)
     storage = ClassBlocks(k, _fused_threads(problem, n_threads), problem.n_features, n)
     blocks = [
         _make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b))
@@ -279,7 +279,7 @@ def solve_ovr(
         if pool is not None:
             pool.shutdown()
     result = _result(problem, blocks, storage, hinge, status, iteration, monitor, tol, finished)
-    return _subset_alpha(result, rows)
+    return subset_alpha(result, rows)
 
 
 def _finish_by_newton(problem, blocks, Cfull, tol, max_iter, monitor, n_threads, hinge):
@@ -303,13 +303,6 @@ def _fused_threads(problem, n_threads: int) -> int:
     k = problem.n_classes
     work = int(problem.X.data.shape[0]) * k
     return max(1, min(n_threads, k, work // WORK_PER_THREAD))
-
-
-def _subset_alpha(result, rows):
-    """A subset solve returns the α of its own rows (the others have C_i = 0, so α_i = 0)."""
-    if rows is not None:
-        result.alpha = result.alpha[:, rows]
-    return result
 
 
 def _scattered(warm_start, k, n, rows):

@@ -21,12 +21,17 @@ it returns by one more read-only pass.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from solvers._core.params import check_bias, check_choice, check_max_iter, check_tol
-from solvers._core.problem import check_rows, check_vector, csr_arrays, per_sample_C, restrict_C
+from solvers._core.problem import (
+    check_rows,
+    check_vector,
+    csr_arrays,
+    per_sample_C,
+    restrict_C,
+    subset_alpha,
+)
 from solvers._core.progress import (
     Callback,
     Monitor,
@@ -143,8 +148,7 @@ def solve_svr(
         result = svr_newton.finish(
             X, y, c, epsilon, bias, beta, w, tol, run.n_iter, max_iter, monitor, dual
         )
-        # rows outside the subset have C_i = 0 there, so β_i = 0: return the subset's own β
-        return result if rows is None else replace(result, alpha=result.alpha[rows])
+        return subset_alpha(result, rows)
     if status is not Status.CONVERGED:
         status = run.measure_returned_state(tol, status)
     primal, dual = svr_objectives(X, y, w, beta, loss=loss, epsilon=epsilon, C=c, bias=bias)
