@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import output_block, rcv1_like, synthetic_sparse  # noqa: E402
+from solvers.binary.parallel import MIN_NNZ_PER_THREAD  # noqa: E402
 
 TARGETS = (1e-2, 1e-3, 1e-4)
 
@@ -43,6 +46,7 @@ class Trace:
 
     def __init__(self, targets, objective_every=None):
         self.targets, self.hit, self.bytes = targets, {}, []
+        self.last = None  # (rounds, gap) of the last measurement
         if objective_every is not None:
             self.objective_every = objective_every
 
@@ -52,42 +56,60 @@ class Trace:
         gap = progress.duality_gap
         if gap is None:
             return None
+        self.last = (progress.iteration, gap)
         for t in self.targets:
             if gap <= t and t not in self.hit:
                 self.hit[t] = (progress.iteration, progress.elapsed_s)
         return False if gap <= min(self.targets) else None
 
 
-def single_machine(X, y, args):
+def single_machine(X, y, threads, args):
     import solvers
 
-    solvers.solve_binary(X[:200], y[:200], C=args.C, max_iter=2)  # kernels loaded first
+    # kernels loaded first (the parallel ones only run on rows enough for two threads)
+    warm = int(np.searchsorted(X.indptr, 3 * MIN_NNZ_PER_THREAD)) if threads > 1 else 200
+    solvers.solve_binary(X[:warm], y[:warm], C=args.C, max_iter=2, n_jobs=threads)
     trace = Trace(TARGETS, objective_every=1)
     solvers.solve_binary(
         X, y, loss=args.loss, C=args.C, bias=args.bias, tol=1e-12, max_iter=100_000,
-        time_limit=args.time_limit, callback=trace,
+        time_limit=args.time_limit, callback=trace, n_jobs=threads,
     )  # fmt: skip
     return trace
 
 
-def distributed(X, y, K, args):
+def distributed(X, y, K, sigma, args, store=None):
+    """CoCoA+ on K worker processes; the partitions sent by the driver, or read by the
+    workers from ``store`` (a directory of the set's arrays) when given."""
     from distributed import Client, LocalCluster
 
-    from solvers.distributed import solve_binary, split_rows
+    from solvers.distributed import solve_binary, split_rows, stored_partitions
 
-    parts = split_rows(X, y, K)
     options = dict(threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=0)
     with LocalCluster(n_workers=K, silence_logs=40, **options) as cluster:
         with Client(cluster) as client:
             warm = split_rows(X[:200], y[:200], K)  # kernels loaded on every worker first
             solve_binary([p.X for p in warm], [p.y for p in warm], client=client, max_rounds=2)
+            if store is None:
+                parts = split_rows(X, y, K)
+                X_parts, y_parts = [p.X for p in parts], [p.y for p in parts]
+            else:
+                X_parts, y_parts = stored_partitions(store, K, X.shape[1]), None
             trace = Trace(TARGETS)
             solve_binary(
-                [p.X for p in parts], [p.y for p in parts], client=client, loss=args.loss,
+                X_parts, y_parts, client=client, loss=args.loss,
                 C=args.C, bias=args.bias, tol=min(TARGETS), max_rounds=100_000,
                 local_passes=args.local_passes, time_limit=args.time_limit, callback=trace,
+                sigma=sigma, checkpoint_every=args.checkpoint_every,
             )  # fmt: skip
     return trace
+
+
+def store_arrays(X, y, directory) -> str:
+    """The set's CSR arrays and labels as `.npy` files, as the service stores a dataset."""
+    for name, values in (("data", X.data), ("indices", X.indices), ("indptr", X.indptr),
+                         ("y", y)):  # fmt: skip
+        np.save(Path(directory) / f"{name}.npy", values)
+    return str(directory)
 
 
 def against_spark(args):
@@ -136,6 +158,8 @@ def cells(trace):
         if t in trace.hit:
             rounds, seconds = trace.hit[t]
             out.append(f"{rounds} / {seconds:.1f}")
+        elif trace.last is not None:
+            out.append(f"not reached (gap {trace.last[1]:.1e} after {trace.last[0]})")
         else:
             out.append("not reached")
     return out
@@ -150,32 +174,52 @@ def main():
     parser.add_argument("--C", type=float, default=1.0)
     parser.add_argument("--bias", type=float, default=0.0)
     parser.add_argument("--local-passes", type=int, default=1)
+    parser.add_argument("--sigmas", nargs="+", default=["adaptive"],
+                        help="σ' of the runs: adaptive and/or K (the safe bound)")
+    parser.add_argument("--threads", nargs="+", type=int, default=[1],
+                        help="thread counts of the single-machine runs")
+    parser.add_argument("--checkpoint-every", type=int, default=1)
+    parser.add_argument("--source", choices=["memory", "stored"], default="memory",
+                        help="partitions sent by the driver, or read by each worker from "
+                             "the set stored as .npy arrays in a temporary directory")
     parser.add_argument("--time-limit", type=float, default=300.0)
     parser.add_argument("--spark-python", default=None,
                         help="python of a venv with pyspark: also compare with Spark's LinearSVC")
     parser.add_argument("--out", default=None, help="fragment of benchmarks/results to write")
     args = parser.parse_args()
     with output_block(args.out):
-        print(f"loss {args.loss}, C = {args.C}, bias = {args.bias}, H = {args.local_passes} "
-              f"local pass(es) a round, time limit {args.time_limit:.0f} s a run\n")  # fmt: skip
-        print("| set | rows × features, nnz | solver | K | to 1e-2 (rounds / s) | to 1e-3 | "
-              "to 1e-4 | MB per round | load avg |")  # fmt: skip
+        source = {"stored": "read by the workers from stored arrays",
+                  "memory": "sent by the driver"}[args.source]  # fmt: skip
+        print(f"partitions: {source}; "
+              f"loss {args.loss}, C = {args.C}, bias = {args.bias}, H = {args.local_passes} "
+              f"local pass(es) a round, α checkpoint every {args.checkpoint_every} round(s), "
+              f"time limit {args.time_limit:.0f} s a run\n")  # fmt: skip
+        print("| set | rows × features, nnz | solver | K (processes or threads) "
+              "| to 1e-2 (rounds / s) | to 1e-3 | to 1e-4 | MB per round | load avg |")  # fmt: skip
         print("|---|---|---|---:|---:|---:|---:|---:|---|")
         for name in args.sets:
             X, y = make_set(name, args.scale)
             shape = f"{X.shape[0]:,} × {X.shape[1]:,}, {X.nnz:,}"
-            runs = [("single machine (DCD)", 1)] + [("CoCoA+ on Dask", K) for K in args.workers]
-            for label, K in runs:
+            store = None
+            if args.source == "stored":
+                store = store_arrays(X, y, tempfile.mkdtemp(prefix="cocoa-bench-"))
+            runs = [(f"single machine, {t} thread(s)", t, None) for t in args.threads]
+            runs += [(f"CoCoA+ on Dask, σ' {sigma}", K, sigma)
+                     for K in args.workers for sigma in args.sigmas]  # fmt: skip
+            for label, K, sigma in runs:
                 before = os.getloadavg()[0]
-                if label.startswith("single"):
-                    trace = single_machine(X, y, args)
+                if sigma is None:
+                    trace = single_machine(X, y, K, args)
                 else:
-                    trace = distributed(X, y, K, args)
+                    sigma = "adaptive" if sigma == "adaptive" else K
+                    trace = distributed(X, y, K, sigma, args, store)
                 mb = f"{np.mean(trace.bytes) / 1e6:.2f}" if trace.bytes else "-"
                 load = f"{before:.1f} / {os.getloadavg()[0]:.1f}"
                 print(f"| {name} | {shape} | {label} | {K} | " + " | ".join(cells(trace))
                       + f" | {mb} | {load} |", flush=True)  # fmt: skip
             del X, y
+            if store is not None:
+                shutil.rmtree(store)
         if args.spark_python:
             against_spark(args)
         print(f"\nmeasured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")

@@ -12,6 +12,7 @@ from solvers.distributed.sources import (
     Partition,
     StoredRows,
     balanced_cuts,
+    dask_partitions,
     split_rows,
     stored_partitions,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "Partition",
     "StoredRows",
     "balanced_cuts",
+    "dask_partitions",
     "solve_binary",
     "solve_ovr",
     "split_rows",

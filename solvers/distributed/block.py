@@ -10,6 +10,8 @@ by σ') and the true projected gradients (they are equal).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from solvers._core.problem import check_labels, compact_C, csr_arrays
@@ -20,6 +22,7 @@ from solvers.distributed.sources import as_partition
 LOSS_CODES = {"hinge": kernels.HINGE, "squared_hinge": kernels.SQUARED_HINGE}
 WIDTH = 3  # classification record: α, s_i·U_i or s_i·D_ii, Q̄_ii
 LONG_ROW_ENTRIES = 128
+CHUNKS_PER_PASS = 16  # how often a time-budgeted pass looks at the clock
 
 
 class Block:
@@ -49,6 +52,13 @@ class Block:
     def setup(self, spec: dict, alpha=None):
         """Start a binary problem (spec: loss, C, bias, sigma, positive, class_weight) at α = 0,
         or at ``alpha`` (clipped to the bounds); returns A_k α_k when ``alpha`` is given."""
+        self._configure(spec)
+        if alpha is None:
+            return None
+        self._load_alpha(alpha)
+        return self.contribution()
+
+    def _configure(self, spec: dict) -> None:
         n = self.csr.n_samples
         if spec["positive"] is None:
             y = check_labels(self.labels, n, binary=True)
@@ -59,6 +69,7 @@ class Block:
             C *= np.asarray(self.sample_weight, dtype=np.float64)
         for label, weight in (spec["class_weight"] or {}).items():
             C[self.labels == label] *= weight  # by the original label (a class, for OvR)
+        self.spec = dict(spec)
         self.sigma, self.bias = float(spec["sigma"]), float(spec["bias"])
         self.loss = LOSS_CODES[spec["loss"]]
         hinge = spec["loss"] == "hinge"
@@ -69,14 +80,30 @@ class Block:
         kernels.fill_record(rec, y, self.C, hinge, WIDTH)
         self.record = kernels.Record(rec, WIDTH, hinge, 0.0)
         self.index = np.flatnonzero(C > 0).astype(np.uint32 if n < 2**32 else np.int64)
-        return None if alpha is None else self.set_alpha(alpha)
+        self.saved = None
 
-    def set_alpha(self, alpha):
-        """Set α_k (clipped to its bounds; rows with C_i = 0 stay at 0) and return A_k α_k."""
+    def _load_alpha(self, alpha) -> None:
         alpha = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, self.upper)
         alpha[self.C_values() <= 0] = 0.0
         self.record.values[0::WIDTH] = alpha * self.sigma
+
+    def set_alpha(self, alpha):
+        """Set α_k (clipped to its bounds; rows with C_i = 0 stay at 0) and return A_k α_k."""
+        self._load_alpha(alpha)
         return self.contribution()
+
+    def set_sigma(self, sigma: float) -> None:
+        """Keep α_k and solve the local subproblem with σ' = ``sigma`` from now on."""
+        if float(sigma) != self.sigma:
+            alpha = self.alpha()
+            self._configure({**self.spec, "sigma": float(sigma)})
+            self._load_alpha(alpha)
+
+    def revert(self) -> None:
+        """Undo the last round's change of α_k (the driver rejected its step)."""
+        if self.saved is not None:
+            self.record.values[0::WIDTH] = self.saved
+            self.saved = None
 
     def contribution(self):
         """A_k α_k = Σ_{i in k} y_i α_i x̃_i, dense with the bias entry last."""
@@ -107,23 +134,41 @@ class Block:
             "alpha": self.alpha() if with_alpha else None,
         }
 
-    def round(self, w, passes: int, seed: int, with_alpha: bool) -> dict:
-        """One CoCoA+ round: measure (w, α_k), then ``passes`` DCD epochs of the local
-        subproblem from w; returns the measures and Δw_k (sparse when that is smaller)."""
+    def round(self, w, passes: int, seed: int, with_alpha: bool, sigma=None,
+              time_s: float | None = None) -> dict:
+        """One CoCoA+ round: measure (w, α_k), then up to ``passes`` DCD epochs of the local
+        subproblem (with σ' = ``sigma`` when given) from w, stopping early once ``time_s``
+        seconds have passed (checked every `CHUNKS_PER_PASS`-th of a pass); returns the
+        measures, Δw_k (sparse when that is smaller) and the coordinate steps taken."""
+        if sigma is not None:
+            self.set_sigma(sigma)
         out = self.measure(w, with_alpha)
+        self.saved = self.record.values[0::WIDTH].copy()
         w_local = np.array(w)
-        n_kept = self.index.shape[0]
-        no_shrinking = (np.inf, -np.inf)
-        for p in range(passes):
-            kernels.shuffle_prefix(self.index, n_kept, (seed + p * 0x9E3779B9) % 2**63)
-            kernels.dcd_epoch(
-                self.csr, self.bias, self.record, w_local, self.index, n_kept, no_shrinking,
-                self.long_rows,
-            )  # fmt: skip
+        out["steps"] = self._local_passes(w_local, passes, seed, time_s)
         w_local -= w
         w_local /= self.sigma
         out["dw"] = compact_delta(w_local)
         return out
+
+    def _local_passes(self, w_local, passes, seed, time_s) -> int:
+        n_kept = self.index.shape[0]
+        no_shrinking = (np.inf, -np.inf)
+        chunk = n_kept if time_s is None else max(1, -(-n_kept // CHUNKS_PER_PASS))
+        deadline = None if time_s is None else time.perf_counter() + time_s
+        steps = 0
+        for p in range(passes):
+            kernels.shuffle_prefix(self.index, n_kept, (seed + p * 0x9E3779B9) % 2**63)
+            for start in range(0, n_kept, chunk):
+                part = self.index[start:start + chunk]
+                kernels.dcd_epoch(
+                    self.csr, self.bias, self.record, w_local, part, part.shape[0],
+                    no_shrinking, self.long_rows,
+                )  # fmt: skip
+                steps += part.shape[0]
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return steps
+        return steps
 
 
 def compact_delta(dw: np.ndarray):

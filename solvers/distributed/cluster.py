@@ -32,8 +32,7 @@ class BlockSet:
         self.checkpoint = [None] * len(sources)  # None: α = 0
         self.recoveries: list[dict] = []
         workers = self._live_workers()
-        for k in range(len(sources)):
-            self._place(k, workers[k % len(workers)])
+        self._place_all([workers[k % len(workers)] for k in range(len(sources))])
         self.info, failed = self.call_all("describe")
         if failed:
             self.info, _ = self.call_all("describe")
@@ -61,12 +60,21 @@ class BlockSet:
         return workers
 
     def _place(self, k: int, worker: str) -> None:
-        arg = self.sources[k].place(self.client, worker)
-        future = self.client.submit(
-            Block, arg, actor=True, workers=[worker], allow_other_workers=True, pure=False
-        )
-        self.actors[k] = future.result()
-        self.futures[k] = future  # the actor lives as long as its future is held
+        self._place_all([worker], [k])
+
+    def _place_all(self, workers: list[str], which: list[int] | None = None) -> None:
+        """Start the blocks ``which`` (all by default) on ``workers``, all at once: each
+        worker loads its partition while the others load theirs."""
+        which = range(len(self.sources)) if which is None else which
+        futures = {}
+        for k, worker in zip(which, workers, strict=True):
+            arg = self.sources[k].place(self.client, worker)
+            futures[k] = self.client.submit(
+                Block, arg, actor=True, workers=[worker], allow_other_workers=True, pure=False
+            )
+        for k, future in futures.items():
+            self.actors[k] = future.result()
+            self.futures[k] = future  # the actor lives as long as its future is held
 
     def setup(self, spec: dict) -> None:
         """Start a new binary problem on every block at α = 0."""

@@ -15,20 +15,33 @@ worker approximately solves its local subproblem
 
     min_{Δα_[k]}  G_k = w̃ᵀA_kΔα_[k] + (σ'/2)‖A_kΔα_[k]‖² + Σ_{i∈P_k} (½ D_ii (α_i + Δα_i)² − Δα_i)
 
-within the bounds, then α_[k] += Δα_[k] and w̃ += Σ_k A_kΔα_[k] ("adding", γ = 1). With σ' = K,
-‖Σ_k v_k‖² ≤ K Σ_k ‖v_k‖² makes Σ_k G_k an upper bound of f(α + Δα) − f(α): every round is a safe
-descent step, whatever the other workers did. The papers' guarantee: with local solutions of
+within the bounds, then α_[k] += Δα_[k] and w̃ += Σ_k A_kΔα_[k] ("adding", γ = 1). Exactly,
+
+    f(α + Δα) − f(α) = Σ_k G_k(Δα_[k]) + ½‖Σ_k v_k‖² − (σ'/2) Σ_k ‖v_k‖²,   v_k = A_kΔα_[k],
+
+so whenever ‖Σ_k v_k‖² ≤ σ' Σ_k ‖v_k‖² the local decreases (G_k ≤ 0: coordinate descent
+never rises from Δα = 0) add up to a descent of f. σ' = K makes this hold for any step
+(‖Σ_k v_k‖² ≤ K Σ_k ‖v_k‖²), but it charges every partition as if all moved w the same way; on
+real data the steps partly cancel and the ratio is often near 1 ("sigma" = K is the safe
+choice). The default ``sigma="adaptive"`` (`SigmaControl`) starts at σ' = K (from α = 0 the
+partitions' first steps point the same way), has the driver check the inequality on the Δw_k
+it receives, lowers σ' towards the ratio it saw, undoes a step that fails it on the workers and
+retries with a larger σ' (K at most, where it cannot fail): every step taken descends, which is
+the one inequality the papers' analysis asks of σ'. Their guarantee: with local solutions of
 relative accuracy Θ < 1, the dual suboptimality falls linearly for smooth losses (the squared
-hinge) and the duality gap as O(1/T) for Lipschitz ones (the hinge), with rates that degrade
-with K only through Θ and the data's spread across partitions.
+hinge) and the duality gap as O(1/T) for Lipschitz ones (the hinge), at rates that improve as
+σ' falls and degrade with K through Θ and the coupling between partitions (directions in which
+the partitions' steps cancel, which block methods like this one resolve slowly).
 
 Local solver: with β = σ'α_[k] the subproblem times σ' is exactly the single-machine dual of
 `solvers.binary.dcd` for C' = σ'C (bounds σ'U_i, diagonal D_ii/σ') started from w̃, so each worker
 runs the unchanged DCD epoch kernel on its rows and returns Δw_k = (w̃_local − w̃)/σ'
 (`solvers.distributed.block`). H, the local work per round, is ``local_passes`` full passes in a
-fresh random order (default 1, the papers' H = n_k): more passes make Θ smaller and the rounds
-fewer but each longer; with one machine's processes communication is cheap, and one pass keeps a
-round's time near one single-machine epoch. No shrinking: the subproblem changes every round.
+fresh random order (default 1, the papers' H = n_k), cut short by ``local_time`` seconds when
+given (so a slow or large partition does not hold every round back): more passes make Θ smaller
+and the rounds fewer but each longer; where communication is cheap (one machine's processes,
+a fast network) one pass keeps a round near one single-machine epoch, and over a slow network
+more passes or a time budget per round pay. No shrinking: the subproblem changes every round.
 
 Stopping: each round every worker first measures its sums of C_i ξ_i(w̃) and of the dual terms at
 the current (w̃, α_[k]) and its projected-gradient range; the driver adds ½‖w̃‖² and stops when the
@@ -60,7 +73,14 @@ from solvers._core.progress import (
 )
 from solvers.distributed.block import LOSS_CODES, expand_delta, payload_bytes
 from solvers.distributed.cluster import BlockSet
-from solvers.distributed.sources import InCluster, InMemory, Partition, StoredRows
+from solvers.distributed.sources import (
+    InCluster,
+    InMemory,
+    Partition,
+    StoredRows,
+    dask_partitions,
+    is_dask_collection,
+)
 
 
 def solve_binary(
@@ -74,6 +94,8 @@ def solve_binary(
     tol: float = 1e-3,
     max_rounds: int = 1000,
     local_passes: int = 1,
+    local_time: float | None = None,
+    sigma: float | str = "adaptive",
     sample_weight=None,
     class_weight: dict | str | None = None,
     random_state: int | None = 0,
@@ -87,21 +109,28 @@ def solve_binary(
 
     Parameters
     ----------
-    X_parts : list
+    X_parts : list or Dask collection
         The partitions: CSR matrices (with ``y_parts``), futures of `Partition` or ``(X, y)``
-        pairs already in the cluster, or `StoredRows` (see `stored_partitions`), which the
-        workers read themselves.
-    y_parts : list of arrays or None
-        Labels in {-1, +1} per partition, for matrices given in memory.
+        pairs already in the cluster, `StoredRows` (see `stored_partitions`), which the
+        workers read themselves, or a Dask bag of partitions or a Dask array chunked by rows
+        (`dask_partitions`), computed in the cluster.
+    y_parts : list of arrays, Dask array or None
+        Labels in {-1, +1} per partition, for matrices given in memory or a Dask array.
     client : dask.distributed.Client
     loss : {"squared_hinge", "hinge"}
     C, bias : as in `solvers.solve_binary` (C a number; weights come separately)
     tol : float
         Target relative duality gap (P − D)/max(1, |P|) of the returned state.
     max_rounds, local_passes : rounds at most; DCD passes per worker and round (H).
-    sample_weight : list of arrays or None
-        Per-partition sample weights for matrices given in memory (stored and in-cluster
-        partitions carry their own).
+    local_time : float or None
+        Seconds of local work per worker and round at most (H becomes "up to
+        ``local_passes`` passes or this long, whichever ends first").
+    sigma : "adaptive" or float in [1, K]
+        σ' of the local subproblems: a fixed value (K is always safe) or "adaptive" (module
+        docstring: steps verified by the driver, σ' moved between 1 and K).
+    sample_weight : list of arrays, Dask array or None
+        Per-partition sample weights for matrices given in memory or a Dask array (stored and
+        in-cluster partitions carry their own).
     class_weight : dict {label: weight}, "balanced" or None
     random_state, time_limit, callback : as in `solvers.solve_binary`; the callback sees one
         `Progress` per round, with ``bytes_sent`` (w broadcast, Δw and checkpoints).
@@ -121,8 +150,9 @@ def solve_binary(
         bounds, bytes communicated and recoveries.
     """
     monitor = Monitor(callback, time_limit)
-    options = _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every)
-    sources = make_sources(X_parts, y_parts, sample_weight)
+    options = _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every,
+                       local_time, sigma)  # fmt: skip
+    sources = make_sources(X_parts, y_parts, sample_weight, client)
     blocks = BlockSet(client, sources, max_recoveries)
     try:
         spec = problem_spec(blocks, options, class_weight, positive=positive_label)
@@ -132,11 +162,18 @@ def solve_binary(
         blocks.close()
 
 
-def _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every) -> dict:
+def _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every,
+             local_time=None, sigma="adaptive") -> dict:
     check_choice(loss, sorted(LOSS_CODES), "loss")
-    if not isinstance(C, numbers.Real) or isinstance(C, bool) or not (np.isfinite(C) and C > 0):
+    if not _positive_number(C):
         raise ValueError(f"C must be a finite number > 0, got {C!r}")
+    if local_time is not None and not _positive_number(local_time):
+        raise ValueError(f"local_time must be None or a finite number > 0, got {local_time!r}")
+    if sigma != "adaptive" and not (_positive_number(sigma) and sigma >= 1):
+        raise ValueError(f'sigma must be "adaptive" or a number >= 1, got {sigma!r}')
     return {
+        "local_time": None if local_time is None else float(local_time),
+        "sigma": sigma,
         "loss": loss,
         "C": float(C),
         "bias": check_bias(bias),
@@ -147,10 +184,17 @@ def _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every) -> 
     }
 
 
-def make_sources(X_parts, y_parts, sample_weight):
+def _positive_number(value) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and bool(np.isfinite(value)) and value > 0)  # fmt: skip
+
+
+def make_sources(X_parts, y_parts, sample_weight, client=None):
     """The partitions as sources (`solvers.distributed.sources`), checked where they are."""
     from distributed import Future
 
+    if is_dask_collection(X_parts):
+        return [InCluster(f) for f in dask_partitions(client, X_parts, y_parts, sample_weight)]
     X_parts = list(X_parts)
     if not X_parts:
         raise ValueError("X_parts must hold at least one partition")
@@ -189,7 +233,10 @@ def problem_spec(blocks, options, class_weight, positive) -> dict:
     elif class_weight is not None and not isinstance(class_weight, dict):
         raise ValueError(f'class_weight must be a dict, "balanced" or None, got {class_weight!r}')
     spec = {k: options[k] for k in ("loss", "C", "bias")}
-    spec.update(sigma=float(len(blocks.sources)), positive=positive, class_weight=class_weight)
+    K = len(blocks.sources)
+    sigma = options["sigma"]
+    start = float(K) if sigma == "adaptive" else min(float(sigma), K)
+    spec.update(sigma=start, positive=positive, class_weight=class_weight)
     blocks.setup(spec)
     return spec
 
@@ -199,14 +246,19 @@ def run_rounds(blocks, spec, options, rng, monitor, first_round) -> SolveResult:
     K, d = len(blocks.sources), blocks.n_features
     w = np.zeros(d + 1)
     sent = {"broadcast": 0, "deltas": 0, "checkpoints": 0}
+    control = SigmaControl(spec["sigma"], K, adaptive=options["sigma"] == "adaptive")
+    steps: list[int] = []  # coordinate steps a round, all blocks together
     status, measured, n_rounds = Status.MAX_ITER, None, 0
     for n_rounds in range(1, options["max_rounds"] + 1):
         with_alpha = (n_rounds - 1) % options["checkpoint_every"] == 0
         seeds = rng.integers(0, 2**62, size=K)
-        args = [(w, options["local_passes"], int(seed), with_alpha) for seed in seeds]
+        args = [(w, options["local_passes"], int(seed), with_alpha, control.sigma,
+                 options["local_time"]) for seed in seeds]  # fmt: skip
         results, failed = blocks.call_all("round", args)
         round_bytes = _count_bytes(sent, w, results)
-        if failed:  # no certificate this round: rebuild w from the restored blocks
+        steps.append(sum(r["steps"] for r in results if r is not None))
+        if failed:  # no certificate this round: undo the others' steps, rebuild w
+            blocks.call_all("revert")
             w = blocks.rebuild_w()
             continue
         measured = _certificate(w, results, options["tol"])
@@ -217,7 +269,12 @@ def run_rounds(blocks, spec, options, rng, monitor, first_round) -> SolveResult:
         if measured["met"] and with_alpha:
             status = Status.CONVERGED
             break
-        w = w + sum(expand_delta(r["dw"], d + 1) for r in results)
+        deltas = [expand_delta(r["dw"], d + 1) for r in results]
+        if control.accepts(deltas):
+            w = w + sum(deltas)
+        else:  # the step may not descend: take it back, retry with the larger σ'
+            blocks.call_all("revert")
+        blocks.spec["sigma"] = control.sigma  # a block placed again starts with it
         measured = None  # the blocks have moved on: the returned state is measured below
         if stop is not None:
             status = stop
@@ -226,7 +283,44 @@ def run_rounds(blocks, spec, options, rng, monitor, first_round) -> SolveResult:
         w, measured = _measure_current(blocks, w, options["tol"])
         if measured["met"]:
             status = Status.CONVERGED
-    return _result(blocks, spec, w, measured, status, n_rounds, monitor, sent, first_round)
+    extra = {"sigma": control.sigma, "rejected_rounds": control.rejected, "local_steps": steps}
+    return _result(blocks, spec, w, measured, status, n_rounds, monitor, sent, first_round,
+                   extra)  # fmt: skip
+
+
+class SigmaControl:
+    """σ' for the next round, and the check that makes a round's step safe with it.
+
+    The step Σ_k Δα_[k] with Δw_k = A_kΔα_[k] descends f whenever
+    ‖Σ_k Δw_k‖² ≤ σ' Σ_k ‖Δw_k‖² (module docstring). With σ' = K this always holds; with a
+    smaller σ' the driver checks it: a step that fails is undone on the workers and σ' grows
+    to at least twice its value and the observed ratio (K at most, where the check cannot
+    fail), and σ' stays there for `HOLD` rounds; after a passed check σ' moves down towards
+    `MARGIN` times the observed ratio (never below 1). So at most one round in `HOLD` + 1 is
+    wasted, and every step taken descends.
+    """
+
+    MARGIN = 1.25
+    HOLD = 10
+    FLOOR = 1.0
+
+    def __init__(self, sigma: float, K: int, adaptive: bool):
+        self.sigma, self.K, self.adaptive = float(sigma), float(K), adaptive
+        self.hold, self.rejected = 0, 0
+
+    def accepts(self, deltas) -> bool:
+        together = float(np.square(sum(deltas)).sum())
+        apart = sum(float(dw @ dw) for dw in deltas)
+        ratio = together / apart if apart > 0 else 1.0
+        if ratio <= self.sigma * (1 + 1e-12) or self.sigma >= self.K:
+            if self.adaptive and self.hold == 0:
+                self.sigma = min(self.K, max(self.FLOOR, self.MARGIN * ratio, 0.5 * self.sigma))
+            self.hold = max(0, self.hold - 1)
+            return True
+        self.rejected += 1
+        self.sigma = min(self.K, max(2.0 * self.sigma, self.MARGIN * ratio))
+        self.hold = self.HOLD
+        return False
 
 
 def _count_bytes(sent, w, results) -> int:
@@ -277,7 +371,7 @@ def _progress(monitor, iteration, measured, K, round_bytes=None) -> Progress:
     )
 
 
-def _result(blocks, spec, w, measured, status, n_rounds, monitor, sent, first_round):
+def _result(blocks, spec, w, measured, status, n_rounds, monitor, sent, first_round, extra):
     d = blocks.n_features
     last = first_round + n_rounds - 1
     final = monitor.conclude(_progress(monitor, last, measured, len(blocks.sources)))
@@ -299,7 +393,7 @@ def _result(blocks, spec, w, measured, status, n_rounds, monitor, sent, first_ro
             "partitions": blocks.bounds,
             "bytes": dict(sent),
             "recoveries": list(blocks.recoveries),
-            "sigma": spec["sigma"],
+            **extra,
             "sources": [s.describe() for s in blocks.sources],
         },
     )

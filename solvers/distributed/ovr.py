@@ -22,6 +22,8 @@ def solve_ovr(
     tol: float = 1e-3,
     max_rounds: int = 1000,
     local_passes: int = 1,
+    local_time: float | None = None,
+    sigma: float | str = "adaptive",
     sample_weight=None,
     class_weight: dict | str | None = None,
     random_state: int | None = 0,
@@ -40,8 +42,9 @@ def solve_ovr(
     summed objectives with their relative gap, and per-class figures in ``extra``.
     """
     monitor = Monitor(callback, time_limit)
-    options = _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every)
-    sources = make_sources(X_parts, y_parts, sample_weight)
+    options = _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every,
+                       local_time, sigma)  # fmt: skip
+    sources = make_sources(X_parts, y_parts, sample_weight, client)
     blocks = BlockSet(client, sources, max_recoveries)
     try:
         classes = _classes(blocks, n_classes)

@@ -14,7 +14,9 @@ that worker is lost:
   worker reads its row range itself (only that range is read), and a lost
   worker's rows are simply read again elsewhere. The data never passes through the driver.
 
-`stored_partitions` splits a stored dataset into K row ranges of about equal non-zeros.
+`stored_partitions` splits a stored dataset into K row ranges of about equal non-zeros;
+`dask_partitions` turns a Dask collection (a bag of partitions, or an array chunked by rows)
+into futures of partitions computed in the cluster, which then are `InCluster` sources.
 """
 
 from __future__ import annotations
@@ -228,3 +230,54 @@ def split_rows(X, y, n_partitions: int, sample_weight=None) -> list[Partition]:
         sw = None if sample_weight is None else np.asarray(sample_weight)[a:b]
         parts.append(Partition(X[a:b], y[a:b], sw))
     return parts
+
+
+def is_dask_collection(value) -> bool:
+    """A Dask bag or array (without importing Dask for anything else)."""
+    module = type(value).__module__
+    return module.startswith(("dask.bag", "dask.array")) and hasattr(value, "to_delayed")
+
+
+def dask_partitions(client, X, y=None, sample_weight=None) -> list:
+    """Futures of `Partition`, computed where the collection lives (never on the driver).
+
+    ``X`` is a Dask bag whose elements are partitions (`Partition` or ``(X, y[, weights])``),
+    one partition an element, with ``y`` None; or a 2-D Dask array chunked by rows only (its
+    chunks CSR matrices or dense arrays), one partition a row chunk, with ``y`` (and
+    ``sample_weight``) 1-D Dask arrays of the same row chunks.
+    """
+    import dask.array as da
+    import dask.bag as db
+
+    if isinstance(X, db.Bag):
+        if y is not None or sample_weight is not None:
+            raise ValueError("a bag's elements carry their own labels: y_parts must be None")
+        lists = client.compute(X.map(as_partition).to_delayed())
+        sizes = client.gather(client.map(len, lists))
+        return [client.submit(_item, part, i, pure=False)
+                for part, n in zip(lists, sizes, strict=True) for i in range(n)]  # fmt: skip
+    if not isinstance(X, da.Array) or X.ndim != 2 or len(X.chunks[1]) != 1:
+        raise ValueError("a Dask array X must be 2-D and chunked by rows only")
+    columns = [_row_chunks(v, X.chunks[0], name) for v, name in
+               ((y, "y_parts"), (sample_weight, "sample_weight")) if v is not None]  # fmt: skip
+    blocks = zip(X.to_delayed()[:, 0], *columns, strict=True)
+    from dask import delayed
+
+    return client.compute([delayed(_array_partition)(*block) for block in blocks])
+
+
+def _row_chunks(v, chunks, name):
+    import dask.array as da
+
+    if not isinstance(v, da.Array) or v.ndim != 1 or v.chunks[0] != chunks:
+        raise ValueError(f"{name} must be a 1-D Dask array with the row chunks of X")
+    return v.to_delayed()
+
+
+def _array_partition(X, y, sample_weight=None) -> Partition:
+    sw = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    return Partition(sp.csr_matrix(X), np.asarray(y), sw)
+
+
+def _item(values, i):
+    return values[i]
