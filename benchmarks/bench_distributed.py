@@ -139,7 +139,7 @@ def against_spark(args):
         parts = split_rows(X, y, 2)
         warm = split_rows(X[:200], y[:200], 2)  # kernels loaded on every worker first
         solve_binary([p.X for p in warm], [p.y for p in warm], client=c, max_rounds=2)
-        for tol in (1e-2, 1e-3):
+        for tol in (1e-1, 1e-2, 1e-3):
             start = time.perf_counter()
             r = solve_binary([p.X for p in parts], [p.y for p in parts], client=c, loss="hinge",
                              C=args.C, tol=tol, time_limit=args.time_limit)  # fmt: skip

@@ -119,11 +119,14 @@ class Block:
     def alpha(self):
         return self.record.values[0::WIDTH] / self.sigma
 
-    def measure(self, w, with_alpha: bool = False) -> dict:
-        """Sums this block adds to the objectives at (w, α_k), its projected-gradient range,
-        and α_k when asked (the driver's checkpoint)."""
+    def measure(self, w, with_alpha: bool = False, with_range: bool = True) -> dict:
+        """Sums this block adds to the objectives at (w, α_k), its projected-gradient range
+        (a pass of its own: skipped, as ±inf, without ``with_range``), and α_k when asked
+        (the driver's checkpoint)."""
         csr, rec = self.csr, self.record
-        M, m = kernels.projected_gradient_range(csr, self.bias, rec, w, self.C)
+        M, m = -np.inf, np.inf
+        if with_range:
+            M, m = kernels.projected_gradient_range(csr, self.bias, rec, w, self.C)
         primal, dual = kernels.objectives(csr, self.bias, rec, self.C, w, self.loss)
         half_norm = 0.5 * sq_norm(w)
         return {
@@ -139,36 +142,43 @@ class Block:
         """One CoCoA+ round: measure (w, α_k), then up to ``passes`` DCD epochs of the local
         subproblem (with σ' = ``sigma`` when given) from w, stopping early once ``time_s``
         seconds have passed (checked every `CHUNKS_PER_PASS`-th of a pass); returns the
-        measures, Δw_k (sparse when that is smaller) and the coordinate steps taken."""
+        measures, Δw_k (sparse when that is smaller) and the coordinate steps taken. The
+        projected-gradient range is the one the local passes saw (for progress only: the
+        driver measures the returned state's own at the end), which spares a pass a round."""
         if sigma is not None:
             self.set_sigma(sigma)
-        out = self.measure(w, with_alpha)
+        out = self.measure(w, with_alpha, with_range=False)
         self.saved = self.record.values[0::WIDTH].copy()
         w_local = np.array(w)
-        out["steps"] = self._local_passes(w_local, passes, seed, time_s)
+        out["steps"], out["pg_max"], out["pg_min"] = self._local_passes(
+            w_local, passes, seed, time_s
+        )
         w_local -= w
         w_local /= self.sigma
         out["dw"] = compact_delta(w_local)
         return out
 
-    def _local_passes(self, w_local, passes, seed, time_s) -> int:
+    def _local_passes(self, w_local, passes, seed, time_s):
+        """(coordinate steps, largest and smallest projected gradient of the last pass)."""
         n_kept = self.index.shape[0]
         no_shrinking = (np.inf, -np.inf)
         chunk = n_kept if time_s is None else max(1, -(-n_kept // CHUNKS_PER_PASS))
         deadline = None if time_s is None else time.perf_counter() + time_s
-        steps = 0
+        steps, M, m = 0, -np.inf, np.inf
         for p in range(passes):
             kernels.shuffle_prefix(self.index, n_kept, (seed + p * 0x9E3779B9) % 2**63)
+            M, m = -np.inf, np.inf
             for start in range(0, n_kept, chunk):
                 part = self.index[start:start + chunk]
-                kernels.dcd_epoch(
+                _, M_part, m_part = kernels.dcd_epoch(
                     self.csr, self.bias, self.record, w_local, part, part.shape[0],
                     no_shrinking, self.long_rows,
                 )  # fmt: skip
+                M, m = max(M, float(M_part)), min(m, float(m_part))
                 steps += part.shape[0]
                 if deadline is not None and time.perf_counter() >= deadline:
-                    return steps
-        return steps
+                    return steps, M, m
+        return steps, M, m
 
 
 def compact_delta(dw: np.ndarray):

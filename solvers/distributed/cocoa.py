@@ -268,6 +268,7 @@ def run_rounds(blocks, spec, options, rng, monitor, first_round) -> SolveResult:
         stop = monitor.report(_progress(monitor, iteration, measured, K, round_bytes))
         if measured["met"] and with_alpha:
             status = Status.CONVERGED
+            measured = _with_range(blocks, w, measured)
             break
         deltas = [expand_delta(r["dw"], d + 1) for r in results]
         if control.accepts(deltas):
@@ -344,15 +345,30 @@ def _measure_current(blocks, w, tol):
     return w, _certificate(w, results, tol)
 
 
+def _with_range(blocks, w, measured) -> dict:
+    """The measured state's own projected-gradient range: the blocks step back to the α they
+    were measured at (the round's start, also the checkpoint) and measure it with w."""
+    blocks.call_all("revert")
+    results, failed = blocks.call_all("measure", (w, False))
+    if failed:  # a block placed again holds the checkpoint, the same α: measure once more
+        results, _ = blocks.call_all("measure", (w, False))
+    if any(r is None for r in results):
+        return measured
+    return {**measured, **_range(results)}
+
+
+def _range(results) -> dict:
+    M = max(r["pg_max"] for r in results)
+    m = min(r["pg_min"] for r in results)
+    return {"M": M, "m": m} if np.isfinite(M) and np.isfinite(m) else {"M": 0.0, "m": 0.0}
+
+
 def _certificate(w, results, tol) -> dict:
     half_norm = 0.5 * float(w @ w)
     primal = half_norm + sum(r["loss"] for r in results)
     dual = half_norm + sum(r["dual"] for r in results)  # f(α), minimisation form
-    M = max(r["pg_max"] for r in results)
-    m = min(r["pg_min"] for r in results)
-    M, m = (M, m) if np.isfinite(M) and np.isfinite(m) else (0.0, 0.0)
     gap = relative_duality_gap(primal, -dual)
-    return {"primal": primal, "dual": dual, "gap": gap, "M": M, "m": m, "met": gap <= tol}
+    return {"primal": primal, "dual": dual, "gap": gap, **_range(results), "met": gap <= tol}
 
 
 def _progress(monitor, iteration, measured, K, round_bytes=None) -> Progress:
