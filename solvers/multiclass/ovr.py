@@ -47,7 +47,7 @@ from solvers._core.progress import (
 )
 from solvers.multiclass import ovr_newton, ovr_parallel
 from solvers.multiclass.class_blocks import ClassBlocks
-from solvers.multiclass.ovr_kernels import ovr_measures, ovr_pass, rows_in_play
+from solvers.multiclass.ovr_kernels import after_pass, ovr_measures, ovr_pass, rows_in_play
 from solvers.multiclass.problem import check_problem, weights
 
 LOSSES = ("hinge", "squared_hinge")
@@ -77,6 +77,7 @@ class _Block:
     gap: np.ndarray
     n_iter: np.ndarray
     in_play: np.ndarray
+    stalled: np.ndarray  # (kb,) uint8: left the passes to be finished by primal Newton
 
 
 def solve_ovr(
@@ -216,7 +217,9 @@ def solve_ovr(
         measures = [_block_measures(problem, b, hinge) for b in blocks]
         return sum(float(m[0].sum()) for m in measures), sum(float(m[1].sum()) for m in measures)
 
-    stall = ovr_newton.stall_detector(loss, newton)
+    # one detector per class: a class whose passes stall leaves the pass at once, so no class
+    # runs passes while it waits for the slowest one
+    stalls = ovr_newton.stall_detectors(loss, newton, k)
     finished = {}
     status = Status.MAX_ITER
     verify = False
@@ -262,31 +265,33 @@ def solve_ovr(
                 duality_gap=None if dual is None else relative_duality_gap(primal, -dual),
             )
             stop = monitor.report(progress)
+            if stalls is not None and iteration < max_iter and stop is None:
+                for b in running:
+                    _set_aside_stalled(b, stalls)
             if not any(b.live.any() for b in blocks):
                 status = Status.CONVERGED
                 break
             if stop is not None:
                 status = stop
                 break
-            if stall is not None and iteration < max_iter and stall.stalled(gap):
-                finished = _finish_by_newton(
-                    problem, blocks, Cfull, tol, max_iter - iteration, monitor, n_threads, hinge
-                )
-                converged = all(f.converged for f in finished.values())
-                status = Status.CONVERGED if converged else Status.MAX_ITER
-                break
     finally:
         if pool is not None:
             pool.shutdown()
+    if status in (Status.CONVERGED, Status.MAX_ITER) and any(b.stalled.any() for b in blocks):
+        finished = _finish_by_newton(
+            problem, blocks, Cfull, tol, max_iter - iteration, monitor, n_threads, hinge
+        )
+        if status is Status.CONVERGED and not all(f.converged for f in finished.values()):
+            status = Status.MAX_ITER
     result = _result(problem, blocks, storage, hinge, status, iteration, monitor, tol, finished)
     return subset_alpha(result, rows)
 
 
 def _finish_by_newton(problem, blocks, Cfull, tol, max_iter, monitor, n_threads, hinge):
-    workers = min(n_threads, sum(int(b.live.sum()) for b in blocks))
+    workers = min(n_threads, sum(int(b.stalled.sum()) for b in blocks))
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
-        return ovr_newton.finish_live_classes(
+        return ovr_newton.finish_stalled_classes(
             problem, blocks, Cfull, tol, max_iter, monitor, pool,
             lambda b: _block_measures(problem, b, hinge),
         )  # fmt: skip
@@ -378,6 +383,7 @@ def _make_block(problem, Cfull, classes, warm_start, loss, W, alpha) -> _Block:
         gap=np.full(kb, np.inf),
         n_iter=np.zeros(kb, dtype=np.int64),
         in_play=in_play,
+        stalled=np.zeros(kb, dtype=np.uint8),
     )
 
 
@@ -421,27 +427,20 @@ def _rows_to_visit(running, order, rng, n, verify):
 
 def _after_pass(b: _Block, tol: float, shrink: bool, full_pass: bool, iteration: int) -> bool:
     """Per-class stopping and shrinking bookkeeping after a pass; True if some class met tol."""
-    live = b.live.astype(bool)
-    visited = b.n_kept > 0
-    met = ~visited | ((b.M - b.m <= tol) & (np.abs(b.M) <= tol) & (np.abs(b.m) <= tol))
-    met &= live
-    b.gap[live & visited] = (b.M - b.m)[live & visited]
-    b.gap[live & ~visited] = 0.0
-    b.n_iter[live] = iteration
-    whole = b.n_kept == b.n_usable
-    done = met & whole & full_pass
-    b.live[done] = 0
-    for c in np.flatnonzero(met & ~whole):
-        b.active[:, c] = b.usable[:, c]
-    restored = met & ~whole
-    if done.any() or restored.any():
+    return after_pass(
+        tol, shrink, full_pass, iteration, b.M, b.m, b.n_kept, b.n_usable, b.usable, b.active,
+        b.live, b.gap, b.n_iter, b.Mbar, b.mbar, b.in_play,
+    )  # fmt: skip
+
+
+def _set_aside_stalled(b: _Block, stalls) -> None:
+    """Take the block's live classes whose passes have stalled out of the passes (to be finished
+    by primal Newton once no class is left running)."""
+    out = [j for j in np.flatnonzero(b.live) if stalls[int(b.classes[j])].stalled(b.gap[j])]
+    if out:
+        b.live[out] = 0
+        b.stalled[out] = 1
         rows_in_play(b.active, b.live, b.in_play)
-    if shrink:
-        b.Mbar[:] = np.where(b.M > 0, b.M, np.inf)
-        b.mbar[:] = np.where(b.m < 0, b.m, -np.inf)
-        b.Mbar[restored] = np.inf
-        b.mbar[restored] = -np.inf
-    return bool(met.any())
 
 
 def _pass_summary(running):

@@ -95,35 +95,30 @@ def ovr_pass(
                 acc1 += v * W[j, c1]
             s[0] = acc
             s[1] = acc1
-        elif na <= 4:
-            # three classes run the fourth accumulator on a copy of the third
-            c0 = cls[0]
-            c1 = cls[1]
-            c2 = cls[2]
-            c3 = cls[na - 1]
-            acc = bias * wb[c0]
-            acc1 = bias * wb[c1]
-            acc2 = bias * wb[c2]
-            acc3 = bias * wb[c3]
-            for p in range(start, end):
-                v = data[p]
-                j = indices[p]
-                acc += v * W[j, c0]
-                acc1 += v * W[j, c1]
-                acc2 += v * W[j, c2]
-                acc3 += v * W[j, c3]
-            s[0] = acc
-            s[1] = acc1
-            s[2] = acc2
-            s[na - 1] = acc3
         else:
-            for r in range(na):
-                s[r] = bias * wb[cls[r]]
-            for p in range(start, end):
-                v = data[p]
-                j = indices[p]
-                for r in range(na):
-                    s[r] += v * W[j, cls[r]]
+            # groups of four register accumulators over the row (in L1 after the first group);
+            # a short last group repeats its last class, whose score it writes twice
+            for g in range(0, na, 4):
+                last = min(g + 3, na - 1)
+                c0 = cls[g]
+                c1 = cls[min(g + 1, last)]
+                c2 = cls[min(g + 2, last)]
+                c3 = cls[last]
+                acc = bias * wb[c0]
+                acc1 = bias * wb[c1]
+                acc2 = bias * wb[c2]
+                acc3 = bias * wb[c3]
+                for p in range(start, end):
+                    v = data[p]
+                    j = indices[p]
+                    acc += v * W[j, c0]
+                    acc1 += v * W[j, c1]
+                    acc2 += v * W[j, c2]
+                    acc3 += v * W[j, c3]
+                s[g] = acc
+                s[min(g + 1, last)] = acc1
+                s[min(g + 2, last)] = acc2
+                s[last] = acc3
         nd = 0
         kept = 0
         for r in range(na):
@@ -188,11 +183,20 @@ def ovr_pass(
                 W[j, c0] += d0 * v
                 W[j, c1] += d1 * v
         else:
-            for p in range(start, end):
-                v = data[p]
-                j = indices[p]
-                for q in range(nd):
-                    W[j, cls[q]] += delta[q] * v
+            # groups of four; a short last group pads with its first class and a zero change
+            for g in range(0, nd, 4):
+                c0 = cls[g]
+                d0 = delta[g]
+                c1, d1 = (cls[g + 1], delta[g + 1]) if g + 1 < nd else (c0, 0.0)
+                c2, d2 = (cls[g + 2], delta[g + 2]) if g + 2 < nd else (c0, 0.0)
+                c3, d3 = (cls[g + 3], delta[g + 3]) if g + 3 < nd else (c0, 0.0)
+                for p in range(start, end):
+                    v = data[p]
+                    j = indices[p]
+                    W[j, c0] += d0 * v
+                    W[j, c1] += d1 * v
+                    W[j, c2] += d2 * v
+                    W[j, c3] += d3 * v
 
 
 @njit(cache=True, nogil=True)
@@ -242,6 +246,48 @@ def ovr_measures(X, bias, labels, classes, Cmat, c_stride, hinge, alpha, W, wb):
         primal[c] = 0.5 * reg[c] + loss[c]
         dual[c] = 0.5 * reg[c] - lin[c]
     return primal, dual, M, m
+
+
+@njit(cache=True, nogil=True)
+def after_pass(
+    tol, shrink, full_pass, iteration, M, m, n_kept, n_usable, usable, active, live, gap, n_iter,
+    Mbar, mbar, in_play,
+):  # fmt: skip
+    """Per-class stopping and shrinking bookkeeping after a pass; True if some class met tol.
+
+    A live class meets tol when M − m ≤ tol, |M| ≤ tol and |m| ≤ tol (or it visited nothing);
+    it dies if that held on a full pass over all its usable rows, and is restored (its flags reset
+    to ``usable``, its thresholds to ±inf) if it held on its shrunk rows only. With ``shrink``,
+    the next pass shrinks by this pass's M > 0 and m < 0 (LIBLINEAR's M̄, m̄)."""
+    n, kb = active.shape
+    met_any = False
+    changed = False
+    for c in range(kb):
+        restored = False
+        if live[c]:
+            visited = n_kept[c] > 0
+            gap[c] = M[c] - m[c] if visited else 0.0
+            n_iter[c] = iteration
+            met = not visited or (
+                M[c] - m[c] <= tol and abs(M[c]) <= tol and abs(m[c]) <= tol
+            )  # fmt: skip
+            if met:
+                met_any = True
+                if n_kept[c] == n_usable[c]:
+                    if full_pass:
+                        live[c] = 0
+                        changed = True
+                else:
+                    for i in range(n):
+                        active[i, c] = usable[i, c]
+                    restored = True
+                    changed = True
+        if shrink:
+            Mbar[c] = M[c] if M[c] > 0.0 and not restored else np.inf
+            mbar[c] = m[c] if m[c] < 0.0 and not restored else -np.inf
+    if changed:
+        rows_in_play(active, live, in_play)
+    return met_any
 
 
 @njit(cache=True, nogil=True)
