@@ -47,7 +47,14 @@ from solvers._core.progress import (
 )
 from solvers.multiclass import ovr_newton, ovr_parallel
 from solvers.multiclass.class_blocks import ClassBlocks
-from solvers.multiclass.ovr_kernels import after_pass, ovr_measures, ovr_pass, rows_in_play
+from solvers.multiclass.ovr_kernels import (
+    after_pass,
+    ovr_measures,
+    ovr_pass,
+    pass_summary,
+    rows_in_play,
+    shuffled_rows,
+)
 from solvers.multiclass.problem import check_problem, weights
 
 LOSSES = ("hinge", "squared_hinge")
@@ -414,7 +421,9 @@ def _rows_to_visit(running, order, rng, n, verify):
     masks = [b.in_play.view(np.bool_) for b in running]
     union = masks[0] if len(masks) == 1 else np.logical_or.reduce(masks)
     if order == "permute":
-        rows = rng.permutation(np.flatnonzero(union))
+        buffer = np.empty(n, dtype=np.int64)
+        count = shuffled_rows(union.view(np.uint8), int(rng.integers(0, 2**63)), buffer)
+        rows = buffer[:count]
     elif order == "cyclic" or verify:
         rows = np.flatnonzero(union)
     else:
@@ -436,7 +445,8 @@ def _after_pass(b: _Block, tol: float, shrink: bool, full_pass: bool, iteration:
 def _set_aside_stalled(b: _Block, stalls) -> None:
     """Take the block's live classes whose passes have stalled out of the passes (to be finished
     by primal Newton once no class is left running)."""
-    out = [j for j in np.flatnonzero(b.live) if stalls[int(b.classes[j])].stalled(b.gap[j])]
+    live, classes, gaps = b.live.tolist(), b.classes.tolist(), b.gap.tolist()
+    out = [j for j, c in enumerate(classes) if live[j] and stalls[c].stalled(gaps[j])]
     if out:
         b.live[out] = 0
         b.stalled[out] = 1
@@ -446,12 +456,8 @@ def _set_aside_stalled(b: _Block, stalls) -> None:
 def _pass_summary(running):
     gap, M, m, kept = 0.0, -np.inf, np.inf, 0
     for b in running:
-        visited = b.n_kept > 0
-        if visited.any():
-            gap = max(gap, float((b.M - b.m)[visited].max()))
-            M = max(M, float(b.M[visited].max()))
-            m = min(m, float(b.m[visited].min()))
-        kept += int(b.n_kept.sum())
+        g, top, bottom, k = pass_summary(b.M, b.m, b.n_kept)
+        gap, M, m, kept = max(gap, g), max(M, top), min(m, bottom), kept + k
     return gap, M, m, kept
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from numba import njit
 
 from solvers._core.sparse import prefetch, prefetch_row
+from solvers.binary.kernels import shuffle_prefix
 from solvers.multiclass.kernels import row_scores
 
 _TINY = 1e-12
@@ -288,6 +289,35 @@ def after_pass(
     if changed:
         rows_in_play(active, live, in_play)
     return met_any
+
+
+@njit(cache=True, nogil=True)
+def shuffled_rows(in_play, seed, out):
+    """The rows flagged in ``in_play`` written to ``out`` in a random order drawn from ``seed``
+    (`solvers.binary.kernels.shuffle_prefix`); returns how many."""
+    count = 0
+    for i in range(in_play.shape[0]):
+        if in_play[i]:
+            out[count] = i
+            count += 1
+    shuffle_prefix(out, count, seed)
+    return count
+
+
+@njit(cache=True, nogil=True)
+def pass_summary(M, m, n_kept):
+    """(largest M − m, largest M, smallest m, variables kept) over the classes a pass visited."""
+    gap = 0.0
+    top = -np.inf
+    bottom = np.inf
+    kept = 0
+    for c in range(M.shape[0]):
+        kept += n_kept[c]
+        if n_kept[c] > 0:
+            gap = max(gap, M[c] - m[c])
+            top = max(top, M[c])
+            bottom = min(bottom, m[c])
+    return gap, top, bottom, kept
 
 
 @njit(cache=True, nogil=True)
