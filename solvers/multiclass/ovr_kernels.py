@@ -76,35 +76,15 @@ def ovr_pass(
         if na == 0:
             in_play[i] = 0
             continue
-        if na == 1:
-            # one class (the common case once shrinking has worked): a register accumulator, not
-            # s[0], whose load-store chain through memory would serialise the loop
-            c0 = cls[0]
-            acc = bias * wb[c0]
-            for p in range(start, end):
-                acc += data[p] * W[indices[p], c0]
-            s[0] = acc
-        elif na == 2:
-            c0 = cls[0]
-            c1 = cls[1]
-            acc = bias * wb[c0]
-            acc1 = bias * wb[c1]
-            for p in range(start, end):
-                v = data[p]
-                j = indices[p]
-                acc += v * W[j, c0]
-                acc1 += v * W[j, c1]
-            s[0] = acc
-            s[1] = acc1
-        else:
-            # groups of four register accumulators over the row (in L1 after the first group);
-            # a short last group repeats its last class, whose score it writes twice
-            for g in range(0, na, 4):
-                last = min(g + 3, na - 1)
+        # register accumulators, four classes at a time, then two, then one (not s[r], whose
+        # load-store chain through memory would serialise the loop); the row stays in L1
+        g = 0
+        while g < na:
+            if na - g >= 4:
                 c0 = cls[g]
-                c1 = cls[min(g + 1, last)]
-                c2 = cls[min(g + 2, last)]
-                c3 = cls[last]
+                c1 = cls[g + 1]
+                c2 = cls[g + 2]
+                c3 = cls[g + 3]
                 acc = bias * wb[c0]
                 acc1 = bias * wb[c1]
                 acc2 = bias * wb[c2]
@@ -117,9 +97,30 @@ def ovr_pass(
                     acc2 += v * W[j, c2]
                     acc3 += v * W[j, c3]
                 s[g] = acc
-                s[min(g + 1, last)] = acc1
-                s[min(g + 2, last)] = acc2
-                s[last] = acc3
+                s[g + 1] = acc1
+                s[g + 2] = acc2
+                s[g + 3] = acc3
+                g += 4
+            elif na - g >= 2:
+                c0 = cls[g]
+                c1 = cls[g + 1]
+                acc = bias * wb[c0]
+                acc1 = bias * wb[c1]
+                for p in range(start, end):
+                    v = data[p]
+                    j = indices[p]
+                    acc += v * W[j, c0]
+                    acc1 += v * W[j, c1]
+                s[g] = acc
+                s[g + 1] = acc1
+                g += 2
+            else:
+                c0 = cls[g]
+                acc = bias * wb[c0]
+                for p in range(start, end):
+                    acc += data[p] * W[indices[p], c0]
+                s[g] = acc
+                g += 1
         nd = 0
         kept = 0
         for r in range(na):
@@ -168,29 +169,17 @@ def ovr_pass(
             continue
         for q in range(nd):
             wb[cls[q]] += delta[q] * bias
-        if nd == 1:
-            c0 = cls[0]
-            d0 = delta[0]
-            for p in range(start, end):
-                W[indices[p], c0] += d0 * data[p]
-        elif nd == 2:
-            c0 = cls[0]
-            c1 = cls[1]
-            d0 = delta[0]
-            d1 = delta[1]
-            for p in range(start, end):
-                v = data[p]
-                j = indices[p]
-                W[j, c0] += d0 * v
-                W[j, c1] += d1 * v
-        else:
-            # groups of four; a short last group pads with its first class and a zero change
-            for g in range(0, nd, 4):
+        g = 0
+        while g < nd:
+            if nd - g >= 4:
                 c0 = cls[g]
+                c1 = cls[g + 1]
+                c2 = cls[g + 2]
+                c3 = cls[g + 3]
                 d0 = delta[g]
-                c1, d1 = (cls[g + 1], delta[g + 1]) if g + 1 < nd else (c0, 0.0)
-                c2, d2 = (cls[g + 2], delta[g + 2]) if g + 2 < nd else (c0, 0.0)
-                c3, d3 = (cls[g + 3], delta[g + 3]) if g + 3 < nd else (c0, 0.0)
+                d1 = delta[g + 1]
+                d2 = delta[g + 2]
+                d3 = delta[g + 3]
                 for p in range(start, end):
                     v = data[p]
                     j = indices[p]
@@ -198,6 +187,24 @@ def ovr_pass(
                     W[j, c1] += d1 * v
                     W[j, c2] += d2 * v
                     W[j, c3] += d3 * v
+                g += 4
+            elif nd - g >= 2:
+                c0 = cls[g]
+                c1 = cls[g + 1]
+                d0 = delta[g]
+                d1 = delta[g + 1]
+                for p in range(start, end):
+                    v = data[p]
+                    j = indices[p]
+                    W[j, c0] += d0 * v
+                    W[j, c1] += d1 * v
+                g += 2
+            else:
+                c0 = cls[g]
+                d0 = delta[g]
+                for p in range(start, end):
+                    W[indices[p], c0] += d0 * data[p]
+                g += 1
 
 
 @njit(cache=True, nogil=True)
