@@ -85,6 +85,7 @@ class _Block:
     n_iter: np.ndarray
     in_play: np.ndarray
     stalled: np.ndarray  # (kb,) uint8: left the passes to be finished by primal Newton
+    n_live: int  # classes of the block still running
 
 
 def solve_ovr(
@@ -227,6 +228,7 @@ def solve_ovr(
     # one detector per class: a class whose passes stall leaves the pass at once, so no class
     # runs passes while it waits for the slowest one
     stalls = ovr_newton.stall_detectors(loss, newton, k)
+    order_buffer = np.empty(n, dtype=np.int64)
     finished = {}
     status = Status.MAX_ITER
     verify = False
@@ -238,8 +240,8 @@ def solve_ovr(
         while iteration < max_iter:
             iteration += 1
             full = order != "random" or verify
-            running = [b for b in blocks if b.live.any()]
-            block_rows = _rows_to_visit(running, order, rng, n, verify)
+            running = [b for b in blocks if b.n_live]
+            block_rows = _rows_to_visit(running, order, rng, order_buffer, verify)
             if pool is None:
                 for b, r in zip(running, block_rows, strict=True):
                     run_block(b, r)
@@ -275,7 +277,7 @@ def solve_ovr(
             if stalls is not None and iteration < max_iter and stop is None:
                 for b in running:
                     _set_aside_stalled(b, stalls)
-            if not any(b.live.any() for b in blocks):
+            if not any(b.n_live for b in blocks):
                 status = Status.CONVERGED
                 break
             if stop is not None:
@@ -391,6 +393,7 @@ def _make_block(problem, Cfull, classes, warm_start, loss, W, alpha) -> _Block:
         n_iter=np.zeros(kb, dtype=np.int64),
         in_play=in_play,
         stalled=np.zeros(kb, dtype=np.uint8),
+        n_live=kb,
     )
 
 
@@ -409,7 +412,7 @@ def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss) -
     return alpha
 
 
-def _rows_to_visit(running, order, rng, n, verify):
+def _rows_to_visit(running, order, rng, buffer, verify):
     """The rows each running block visits in this pass, in one order shared by all blocks.
 
     A row in which every live class of a block has shrunk its variable is a no-op for that block;
@@ -418,10 +421,13 @@ def _rows_to_visit(running, order, rng, n, verify):
     blocked, and each block keeps the rows it needs in that order: serial and threaded runs still
     give identical iterates.
     """
+    if order == "permute" and len(running) == 1:
+        count = shuffled_rows(running[0].in_play, int(rng.integers(0, 2**63)), buffer)
+        return [buffer[:count]]
+    n = buffer.shape[0]
     masks = [b.in_play.view(np.bool_) for b in running]
     union = masks[0] if len(masks) == 1 else np.logical_or.reduce(masks)
     if order == "permute":
-        buffer = np.empty(n, dtype=np.int64)
         count = shuffled_rows(union.view(np.uint8), int(rng.integers(0, 2**63)), buffer)
         rows = buffer[:count]
     elif order == "cyclic" or verify:
@@ -436,10 +442,11 @@ def _rows_to_visit(running, order, rng, n, verify):
 
 def _after_pass(b: _Block, tol: float, shrink: bool, full_pass: bool, iteration: int) -> bool:
     """Per-class stopping and shrinking bookkeeping after a pass; True if some class met tol."""
-    return after_pass(
+    met_any, b.n_live = after_pass(
         tol, shrink, full_pass, iteration, b.M, b.m, b.n_kept, b.n_usable, b.usable, b.active,
         b.live, b.gap, b.n_iter, b.Mbar, b.mbar, b.in_play,
     )  # fmt: skip
+    return met_any
 
 
 def _set_aside_stalled(b: _Block, stalls) -> None:
@@ -450,6 +457,7 @@ def _set_aside_stalled(b: _Block, stalls) -> None:
     if out:
         b.live[out] = 0
         b.stalled[out] = 1
+        b.n_live -= len(out)
         rows_in_play(b.active, b.live, b.in_play)
 
 

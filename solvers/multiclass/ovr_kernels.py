@@ -261,7 +261,8 @@ def after_pass(
     tol, shrink, full_pass, iteration, M, m, n_kept, n_usable, usable, active, live, gap, n_iter,
     Mbar, mbar, in_play,
 ):  # fmt: skip
-    """Per-class stopping and shrinking bookkeeping after a pass; True if some class met tol.
+    """Per-class stopping and shrinking bookkeeping after a pass; returns (some class met tol,
+    classes still live).
 
     A live class meets tol when M − m ≤ tol, |M| ≤ tol and |m| ≤ tol (or it visited nothing);
     it dies if that held on a full pass over all its usable rows, and is restored (its flags reset
@@ -295,7 +296,10 @@ def after_pass(
             mbar[c] = m[c] if m[c] < 0.0 and not restored else -np.inf
     if changed:
         rows_in_play(active, live, in_play)
-    return met_any
+    n_live = 0
+    for c in range(kb):
+        n_live += live[c]
+    return met_any, n_live
 
 
 @njit(cache=True, nogil=True)
