@@ -150,8 +150,8 @@ def solve_ovr(
         None: as the callback's ``objective_every`` attribute says (default 10), never
         without a callback.
     newton : bool
-        Squared hinge: when the passes stall, finish each running class by the primal
-        truncated Newton method (`solvers.multiclass.ovr_newton`).
+        Squared hinge: a class whose passes stall (its own detector) leaves the passes and is
+        finished by the primal truncated Newton method (`solvers.multiclass.ovr_newton`).
     rows : int array or None
         Solve on these rows only (distinct indices into X), without copying X: the problem of
         ``X[rows]``, ``y[rows]`` and ``C[..., rows]`` (y and an array C stay whole). With
