@@ -45,6 +45,7 @@ from solvers._core.progress import (
     objective_passes,
     relative_duality_gap,
 )
+from solvers.binary.dcd import LONG_ROW_ENTRIES
 from solvers.multiclass import ovr_newton, ovr_parallel
 from solvers.multiclass.class_blocks import ClassBlocks
 from solvers.multiclass.ovr_kernels import (
@@ -219,6 +220,7 @@ def solve_ovr(
             block.m,
             block.n_kept,
             block.in_play,
+            long_rows,
         )
 
     def objectives():
@@ -229,6 +231,7 @@ def solve_ovr(
     # runs passes while it waits for the slowest one
     stalls = ovr_newton.stall_detectors(loss, newton, k)
     order_buffer = np.empty(n, dtype=np.int64)
+    long_rows = problem.X.data.shape[0] >= LONG_ROW_ENTRIES * max(n, 1)
     finished = {}
     status = Status.MAX_ITER
     verify = False

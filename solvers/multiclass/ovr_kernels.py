@@ -16,7 +16,7 @@ visits, so the driver rescans the flags (`rows_in_play`) only when a class dies 
 import numpy as np
 from numba import njit
 
-from solvers._core.sparse import prefetch, prefetch_row
+from solvers._core.sparse import prefetch, prefetch_row, prefetch_row_ends
 from solvers.binary.kernels import shuffle_prefix
 from solvers.multiclass.kernels import row_scores
 
@@ -45,8 +45,12 @@ def ovr_pass(
     m,
     n_kept,
     in_play,
+    long_rows,
 ):
-    """One fused pass over the rows in ``order`` for the classes of a block (see module doc)."""
+    """One fused pass over the rows in ``order`` for the classes of a block (see module doc).
+
+    The row two positions ahead is prefetched: whole when ``long_rows`` (rows of many cache
+    lines), else its first and last lines (`solvers.binary.kernels.dcd_epoch` says why)."""
     data, indices, indptr, _ = X
     kb = W.shape[1]
     cls = np.empty(kb, dtype=np.uint32)  # unsigned: no wraparound checks on W[j, cls[r]]
@@ -60,7 +64,10 @@ def ovr_pass(
     for t in range(n_order):
         if t + 2 < n_order:
             ahead = order[t + 2]
-            prefetch_row(data, indices, indptr, ahead)
+            if long_rows:
+                prefetch_row(data, indices, indptr, ahead)
+            else:
+                prefetch_row_ends(data, indices, indptr, ahead)
             prefetch(active[ahead], 0)
             prefetch(alpha[ahead], 0)
         i = order[t]
