@@ -137,6 +137,7 @@ class _Round:
         self.sigma = 1.0
         self.accepted_in_row = 0
         self.crowded_in_row = 0
+        self.consistent = False  # w̃ exact and updated by one thread only since
 
     @property
     def active(self):
@@ -210,8 +211,10 @@ class _Round:
         some thread is regularly descheduled for part of the round (its CPU time well short of
         the round's wall time) and the others wait for it: such rounds cost more than serial
         passes. After ``CROWDED_ROUNDS`` rounds in a row in which the slowest thread ran less
-        than ``CPU_SHARE_FLOOR`` of the round, the remaining rounds run on one thread. Not in
-        the deterministic mode, whose result must not depend on the machine's load.
+        than ``CPU_SHARE_FLOOR`` of the round, the remaining rounds run on one thread, on a w̃
+        rebuilt once: no update can be lost from then on, so the rounds are serial passes,
+        judged by the serial rule without further rebuilds. Not in the deterministic mode,
+        whose result must not depend on the machine's load.
         """
         if not self.shared or self.n_threads == 1 or wall <= 0.0:
             return
@@ -220,17 +223,24 @@ class _Round:
         if self.crowded_in_row >= CROWDED_ROUNDS:
             self.n_threads = 1
             self.U = self.U[:1]
+            self.resync()
+            self.consistent = True
 
     def resync(self):
         """w̃ ← Σ_i s_i α_i x̃_i exactly (a shared-mode round may lose a racing update)."""
         st = self.state
-        if not self.shared:
+        if not self.shared or self.consistent:
             return
         rec, width = st.record.values, st.record.width
         signed = np.where(rec[1::width] >= 0, rec[0::width], -rec[0::width])
         X = st.csr
         st.w[:] = weighted_row_sum(signed, X.data, X.indices, X.indptr, X.n_features, st.bias)
         self.rounds_since_sync = 0
+
+    def confirm(self, M, m):
+        """The (M, m) that judge a full round that met tol: the round's own when w̃ is exact and
+        one thread updated it (as the serial solver judges its passes), else `full_range`."""
+        return (M, m) if self.consistent else self.full_range()
 
     def full_range(self):
         """M and m over every kept sample at the merged w̃, the threads in parallel."""
@@ -270,7 +280,7 @@ def run_parallel(state, monitor, rng, tol, max_iter, shrinking, objective_every,
             met = accepted and meets(M, m, tol)
             converged = False
             if met and sum(before) == n_kept and active == n_kept:
-                M, m = rounds.full_range()  # exact, on the merged w̃
+                M, m = rounds.confirm(M, m)  # exact, on the merged w̃
                 converged = meets(M, m, tol)
             record = progress(monitor, n_iter, M, m, active)
             if objective_every == 1 or work >= objective_every - 1e-9:
