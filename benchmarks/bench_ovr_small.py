@@ -2,10 +2,11 @@
 
 Per set: LIBLINEAR's one-vs-rest (`train()`, single-threaded), ours on 1 thread and on
 ``--threads`` threads, and the sum of our per-class binary fits (the class-by-class way), median
-of ``--repeat`` runs each, all at C 1, tol 0.1, no bias. Sets: dna, pendigits (shared data), usps
-(usps-esl.t), ``dense-a`` (4,435 × 36, 6 classes) and ``dense-b`` (15,000 × 16, 26 classes):
-Gaussian class centres plus noise, each feature scaled to [-1, 1] — the shapes of the satimage and
-letter sets. ``--busy`` runs a CPU-bound process beside the measurements (the shared server).
+of ``--repeat`` runs each, run in rounds of one of each, all at C 1, tol 0.1, no bias. Sets: dna,
+pendigits (shared data), usps (usps-esl.t), ``dense-a`` (4,435 × 36, 6 classes) and ``dense-b``
+(15,000 × 16, 26 classes): Gaussian class centres plus noise, each feature scaled to [-1, 1] —
+the shapes of the satimage and letter sets. ``--busy`` runs a CPU-bound process beside the
+measurements (the shared server).
 
     .venv/bin/python benchmarks/bench_ovr_small.py --repeat 5
     .venv/bin/python benchmarks/bench_ovr_small.py --repeat 5 --busy
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -55,27 +57,34 @@ def load(name):
     return X, index.astype(np.int64)
 
 
-def median_time(repeat, fn):
-    import time
-
-    times = []
+def interleaved_medians(repeat, fns):
+    """Median time of each function, run in rounds (one run of each per round) so that a change
+    of the machine's load falls on all of them alike."""
+    times = [[] for _ in fns]
     for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+        for fn, runs in zip(fns, times, strict=True):
+            t = time.perf_counter()
+            fn()
+            runs.append(time.perf_counter() - t)
+    return [float(np.median(runs)) for runs in times]
 
 
 def bench(name, threads, repeat):
     X, y = load(name)
     k = int(y.max()) + 1
-    solve_ovr(X, y, k, n_jobs=threads)  # compiled and warm
-    prob = liblinear_problem(X, y.astype(np.float64))
-    t_ll = median_time(repeat, lambda: liblinear_train(prob, 1, 1.0, 0.1))
-    t_one = median_time(repeat, lambda: solve_ovr(X, y, k, n_jobs=1))
-    t_many = median_time(repeat, lambda: solve_ovr(X, y, k, n_jobs=threads))
     labels = [np.where(y == c, 1.0, -1.0) for c in range(k)]
-    t_by_class = median_time(repeat, lambda: [solve_binary(X, lab) for lab in labels])
+    solve_ovr(X, y, k, n_jobs=threads)  # compiled and warm
+    solve_binary(X, labels[0])
+    prob = liblinear_problem(X, y.astype(np.float64))
+    t_ll, t_one, t_many, t_by_class = interleaved_medians(
+        repeat,
+        [
+            lambda: liblinear_train(prob, 1, 1.0, 0.1),
+            lambda: solve_ovr(X, y, k, n_jobs=1),
+            lambda: solve_ovr(X, y, k, n_jobs=threads),
+            lambda: [solve_binary(X, lab) for lab in labels],
+        ],
+    )
     print(
         f"| {name} | {X.shape[0]:,} × {X.shape[1]}, {k} | {os.getloadavg()[0]:.1f} | {t_ll:.3f} | "
         f"{t_one:.3f} ({t_one / t_ll:.2f}) | {t_many:.3f} ({t_many / t_one:.2f}) | "
@@ -95,7 +104,10 @@ def main():
     competitor = spin() if args.busy else None
     try:
         with output_block(args.out):
-            print(f"# busy={args.busy} (a competing CPU-bound process), medians of {args.repeat}")
+            print(
+                f"# busy={args.busy} (a competing CPU-bound process), "
+                f"medians of {args.repeat} rounds"
+            )
             print(
                 "| set | rows × features, classes | load | LIBLINEAR -s 1 s | ours 1 thread s "
                 f"(/LIBLINEAR) | ours {args.threads} threads s (/1 thread) | sum of per-class "

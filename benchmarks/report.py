@@ -28,6 +28,7 @@ SECTIONS = [
     "binary",
     "multiclass",
     "newton",
+    "hinge",
     "parallel",
     "scaling16",
     "ovr_small",

@@ -3,15 +3,22 @@
 Problem: the dual of `solvers.binary.dcd` (hinge, squared hinge, squared error),
 f(α) = ½‖Σ_i s_i α_i x̃_i‖² + g(α), g separable (g(α) = Σ_i ½ D_ii α_i² − |y_i| α_i on the box).
 
-The kept samples are split into K blocks of about equal non-zeros, one per thread; a round is
-one pass in which every thread runs dual coordinate descent over its block (shrinking, its own
-permutation drawn from the solve's generator). Two ways to share w̃:
+A round is one pass in which K threads run dual coordinate descent (shrinking) over the active
+samples: the round draws one permutation of them from the solve's generator and deals it out in K
+consecutive chunks, so every thread works on a fresh random subset. (Fixed blocks, each thread
+always on the same samples, made "all of block 1, then all of block 2" the order of every pass,
+a structured order under which coordinate descent converges several times more slowly near the
+optimum, even run serially; dealing anew each round keeps the passes to a tol at the serial
+count.) Two ways to share w̃:
 
 Shared (the default; PASSCoDe-Wild, Hsieh, Yu, Dhillon, "PASSCoDe: parallel asynchronous stochastic
 dual co-ordinate descent", ICML 2015). Every thread reads and updates the one w̃ without locks, so
 each step sees the others' steps of the same round, as serial descent would: the passes to a given
-tol stay close to the serial count. Numba has no atomic float add on the CPU, so two threads that
-update the same feature at the same instant can lose one of the two additions; w̃ then drifts
+tol stay close to the serial count. Two threads that update the same feature at the same instant
+can lose one of the two additions (Numba has no atomic float add on the CPU; the bias entry,
+which every row updates, goes through the compare-and-swap of `solvers._core.atomic`, and the
+features through plain additions, whose locked form would cost tens of cycles per non-zero for a
+rare loss: measured, it took more time and no fewer passes); w̃ then drifts
 from Σ_i s_i α_i x̃_i by those lost additions. The driver therefore rebuilds w̃ exactly from α
 every ``RESYNC_EVERY`` rounds, before every convergence check and before returning. Guarantee:
 PASSCoDe-Wild converges to the optimum of a problem perturbed by the lost updates (its Theorem 4);
@@ -43,7 +50,8 @@ the same seed and thread count give identical results. Its price: where blocks a
 
 Not chosen: Chiang, Lee, Lin (KDD 2016, LIBLINEAR's -m) parallelise the gradient computations of a
 batch of coordinates and update the chosen ones serially, which scales only as far as most
-coordinates need no update; PASSCoDe-Atomic needs the atomic add.
+coordinates need no update; PASSCoDe-Atomic (an atomic add per non-zero) measured slower than
+the rebuilds, for the same passes.
 
 Threads: at most ``n_jobs``, and fewer on small problems (``MIN_NNZ_PER_THREAD`` non-zeros per
 thread, and enough non-zeros per thread that the merge stays a small part of a round), where a
@@ -53,6 +61,7 @@ round would be dominated by the merge and the threads' start-up: such sets run s
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -66,6 +75,8 @@ MIN_NNZ_PER_THREAD = 300_000
 NNZ_PER_FEATURE_PER_THREAD = 8  # a round's merge costs K·d: keep it under ~1/8 of the pass
 RELAX_AFTER = 10
 RESYNC_EVERY = 100
+CPU_SHARE_FLOOR = 0.7  # a round whose slowest thread ran less than this share of it was crowded
+CROWDED_ROUNDS = 2  # crowded rounds in a row after which the solve goes on one thread
 GROW, RELAX = 1.5, 1.25
 
 
@@ -96,93 +107,129 @@ def threads_for(csr, n_kept: int, n_jobs: int, deterministic: bool = False) -> i
     return max(1, wanted)
 
 
-def _blocks(csr, index, n_threads):
-    """Split the kept samples (in row order) into n_threads ranges of about equal non-zeros."""
-    rows = index.astype(np.int64)
-    weight = np.cumsum(csr.indptr[rows + 1] - csr.indptr[rows] + 1)
-    cuts = np.searchsorted(weight, weight[-1] * np.arange(1, n_threads) / n_threads)
-    bounds = np.concatenate(([0], cuts, [rows.shape[0]]))
+def _chunks(index, size, n_threads):
+    """``index[:size]`` cut into n_threads consecutive views of about equal length."""
+    bounds = (np.arange(n_threads + 1) * size) // n_threads
     return [index[bounds[b] : bounds[b + 1]] for b in range(n_threads)]
 
 
 class _Round:
-    """The blocks, the threads' vectors and σ′ of one parallel solve."""
+    """The threads, their vectors and σ′ of one parallel solve.
+
+    Every round draws one permutation of the active samples and deals it out in consecutive
+    chunks, one per thread: each thread's samples are a fresh random subset. Fixed blocks (each
+    thread always on the same samples, shuffled within) converge far more slowly near the
+    optimum, even run one after the other on one thread: the order "all of block 1, then all of
+    block 2" repeated every pass is a structured order of the kind coordinate descent suffers
+    from, and it cost the shared rounds 3–4× the serial passes at tol 0.01."""
 
     def __init__(self, state, n_threads, pool, deterministic):
         self.state, self.pool = state, pool
         self.shared = not deterministic
+        self.n_threads = n_threads
         self.rounds_since_sync = 0
-        self.segments = _blocks(state.csr, state.index, n_threads)
-        self.active = [seg.shape[0] for seg in self.segments]
+        self.index = state.index  # the active samples first, then the shrunk ones
+        self.n_active = self.index.shape[0]
         width = 0 if self.shared else state.w.shape[0]
         self.U = np.empty((n_threads, width))
         self.total = np.empty(width)
         self.saved = np.empty(state.csr.n_samples)
         self.sigma = 1.0
         self.accepted_in_row = 0
+        self.crowded_in_row = 0
+        self.consistent = False  # w̃ exact and updated by one thread only since
+
+    @property
+    def active(self):
+        return [self.n_active]
 
     def _map(self, fn, items):
         futures = [self.pool.submit(fn, *item) for item in items[1:]]
         first = fn(*items[0])
         return [first] + [f.result() for f in futures]
 
+    def _deal(self, seed):
+        kernels.shuffle_prefix(self.index, self.n_active, seed)
+        return _chunks(self.index, self.n_active, self.n_threads)
+
+    def _regroup(self, chunks, kept):
+        """Each chunk's still-active samples to the front of the index, its shrunk ones after."""
+        active = [c[:k] for c, k in zip(chunks, kept, strict=True)]
+        shrunk = [c[k:] for c, k in zip(chunks, kept, strict=True)]
+        self.index[: self.n_active] = np.concatenate(active + shrunk)
+        self.n_active = int(sum(kept))
+
     def run(self, seeds, bars):
         """One round; returns (accepted, active sizes before, M, m)."""
-        if self.shared:
-            return self._run_shared(seeds, bars)
         st = self.state
-        before = list(self.active)
+        before = self.active
+        chunks = self._deal(int(seeds[0]))
+        sigma = 1.0 if self.shared else self.sigma
 
-        def one(b, seed):
-            seg = self.segments[b]
-            kernels.shuffle_prefix(seg, self.active[b], seed)
-            u = self.U[b]
-            u[:] = st.w
-            return pk.block_epoch(
-                st.csr, st.bias, st.record, u, seg, self.active[b], bars, self.sigma,
-                self.saved, 0,
-            )  # fmt: skip
+        def one(b):
+            seg = chunks[b]
+            u = st.w
+            if not self.shared:
+                u = self.U[b]
+                u[:] = st.w
+            started = time.thread_time()
+            out = pk.block_epoch(
+                st.csr, st.bias, st.record, u, seg, seg.shape[0], bars, sigma, self.saved, 0
+            )
+            return (*out, time.thread_time() - started)
 
-        outs = self._map(one, [(b, int(seeds[b])) for b in range(len(self.segments))])
+        started = time.perf_counter()
+        outs = self._map(one, [(b,) for b in range(self.n_threads)])
+        self._watch_crowding(min(o[3] for o in outs), time.perf_counter() - started)
+        M, m = max(o[1] for o in outs), min(o[2] for o in outs)
+        if self.shared:
+            self._regroup(chunks, [o[0] for o in outs])
+            self.rounds_since_sync += 1
+            if self.rounds_since_sync >= RESYNC_EVERY:
+                self.resync()
+            return True, before, M, m
         together, apart = pk.merge(st.w, self.U, self.sigma, self.total)
         if together <= self.sigma * apart * (1 + 1e-12) + 1e-300:
             pk.add_into(st.w, self.total)
-            self.active = [o[0] for o in outs]
+            self._regroup(chunks, [o[0] for o in outs])
             self.accepted_in_row += 1
             if self.accepted_in_row >= RELAX_AFTER and self.sigma > 1.0:
                 self.sigma = max(1.0, self.sigma / RELAX)
                 self.accepted_in_row = 0
-            return True, before, max(o[1] for o in outs), min(o[2] for o in outs)
+            return True, before, M, m
         rec, width = st.record.values, st.record.width
-        for b, seg in enumerate(self.segments):
-            pk.restore_alpha(rec, width, seg, before[b], self.saved, 0)
-        self.sigma = min(float(len(self.segments)), GROW * self.sigma)
+        for seg in chunks:
+            pk.restore_alpha(rec, width, seg, seg.shape[0], self.saved, 0)
+        self.sigma = min(float(self.n_threads), GROW * self.sigma)
         self.accepted_in_row = 0
         return False, before, np.inf, -np.inf
 
-    def _run_shared(self, seeds, bars):
-        """The shared mode: every thread steps on w̃ itself (module docstring)."""
-        st = self.state
-        before = list(self.active)
+    def _watch_crowding(self, least_cpu, wall):
+        """Go on one thread when the machine is too busy for threads to help.
 
-        def one(b, seed):
-            seg = self.segments[b]
-            kernels.shuffle_prefix(seg, self.active[b], seed)
-            return pk.block_epoch(
-                st.csr, st.bias, st.record, st.w, seg, self.active[b], bars, 1.0, self.saved, 0
-            )
-
-        outs = self._map(one, [(b, int(seeds[b])) for b in range(len(self.segments))])
-        self.active = [o[0] for o in outs]
-        self.rounds_since_sync += 1
-        if self.rounds_since_sync >= RESYNC_EVERY:
+        Each round ends when its slowest thread does. When other processes keep the cores busy,
+        some thread is regularly descheduled for part of the round (its CPU time well short of
+        the round's wall time) and the others wait for it: such rounds cost more than serial
+        passes. After ``CROWDED_ROUNDS`` rounds in a row in which the slowest thread ran less
+        than ``CPU_SHARE_FLOOR`` of the round, the remaining rounds run on one thread, on a w̃
+        rebuilt once: no update can be lost from then on, so the rounds are serial passes,
+        judged by the serial rule without further rebuilds. Not in the deterministic mode,
+        whose result must not depend on the machine's load.
+        """
+        if not self.shared or self.n_threads == 1 or wall <= 0.0:
+            return
+        crowded = least_cpu < CPU_SHARE_FLOOR * wall
+        self.crowded_in_row = self.crowded_in_row + 1 if crowded else 0
+        if self.crowded_in_row >= CROWDED_ROUNDS:
+            self.n_threads = 1
+            self.U = self.U[:1]
             self.resync()
-        return True, before, max(o[1] for o in outs), min(o[2] for o in outs)
+            self.consistent = True
 
     def resync(self):
         """w̃ ← Σ_i s_i α_i x̃_i exactly (a shared-mode round may lose a racing update)."""
         st = self.state
-        if not self.shared:
+        if not self.shared or self.consistent:
             return
         rec, width = st.record.values, st.record.width
         signed = np.where(rec[1::width] >= 0, rec[0::width], -rec[0::width])
@@ -190,18 +237,23 @@ class _Round:
         st.w[:] = weighted_row_sum(signed, X.data, X.indices, X.indptr, X.n_features, st.bias)
         self.rounds_since_sync = 0
 
+    def confirm(self, M, m):
+        """The (M, m) that judge a full round that met tol: the round's own when w̃ is exact and
+        one thread updated it (as the serial solver judges its passes), else `full_range`."""
+        return (M, m) if self.consistent else self.full_range()
+
     def full_range(self):
-        """M and m over every kept sample at the merged w̃, the blocks in parallel."""
+        """M and m over every kept sample at the merged w̃, the threads in parallel."""
         self.resync()
         st = self.state
         outs = self._map(
             lambda seg: pk.block_pg_range(st.csr, st.bias, st.record, st.w, seg),
-            [(seg,) for seg in self.segments],
+            [(seg,) for seg in _chunks(self.index, self.index.shape[0], self.n_threads)],
         )
         return max(o[0] for o in outs), min(o[1] for o in outs)
 
     def restore_all(self):
-        self.active = [seg.shape[0] for seg in self.segments]
+        self.n_active = self.index.shape[0]
 
 
 def run_parallel(state, monitor, rng, tol, max_iter, shrinking, objective_every, stall, n_threads,
@@ -228,7 +280,7 @@ def run_parallel(state, monitor, rng, tol, max_iter, shrinking, objective_every,
             met = accepted and meets(M, m, tol)
             converged = False
             if met and sum(before) == n_kept and active == n_kept:
-                M, m = rounds.full_range()  # exact, on the merged w̃
+                M, m = rounds.confirm(M, m)  # exact, on the merged w̃
                 converged = meets(M, m, tol)
             record = progress(monitor, n_iter, M, m, active)
             if objective_every == 1 or work >= objective_every - 1e-9:

@@ -10,10 +10,10 @@ folds the threads' vectors back into w̃.
 import numpy as np
 from numba import njit
 
+from solvers._core.atomic import atomic_add
 from solvers._core.sparse import (
     prefetch,
     prefetch_row_ends,
-    row_axpy,
     row_dot,
     row_sq_norm,
 )
@@ -76,9 +76,22 @@ def block_epoch(X, bias, record, u, index, active_size, shrink_bounds, sigma, sa
             else:
                 new = Ui if G < 0.0 else lower
             rec[r] = new
-            row_axpy((new - ai) * sign * sigma, data, indices, start, end, u, n_features, bias)
+            coef = (new - ai) * sign * sigma
+            shared_axpy(coef, data, indices, start, end, u, n_features, bias)
         s += 1
     return active_size, M, m
+
+
+@njit(cache=True, nogil=True)
+def shared_axpy(coef, data, indices, start, end, w, n_features, bias):
+    """w += coef · x̃_i where other threads update w too. The bias entry, which every row updates
+    (two threads would often lose one of two additions there), is added atomically, and not at
+    all when the bias is 0 (a write of nothing that would still bounce its cache line between
+    the cores); a rare lost addition elsewhere is repaired by the rebuild of w̃ from α."""
+    for k in range(np.uint64(start), np.uint64(end)):
+        w[indices[k]] += coef * data[k]
+    if bias != 0.0:
+        atomic_add(w, n_features, coef * bias)
 
 
 @njit(cache=True, nogil=True)

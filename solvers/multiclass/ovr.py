@@ -45,9 +45,17 @@ from solvers._core.progress import (
     objective_passes,
     relative_duality_gap,
 )
+from solvers.binary.dcd import LONG_ROW_ENTRIES
 from solvers.multiclass import ovr_newton, ovr_parallel
 from solvers.multiclass.class_blocks import ClassBlocks
-from solvers.multiclass.ovr_kernels import ovr_measures, ovr_pass, rows_in_play
+from solvers.multiclass.ovr_kernels import (
+    after_pass,
+    ovr_measures,
+    ovr_pass,
+    pass_summary,
+    rows_in_play,
+    shuffled_rows,
+)
 from solvers.multiclass.problem import check_problem, weights
 
 LOSSES = ("hinge", "squared_hinge")
@@ -77,6 +85,8 @@ class _Block:
     gap: np.ndarray
     n_iter: np.ndarray
     in_play: np.ndarray
+    stalled: np.ndarray  # (kb,) uint8: left the passes to be finished by primal Newton
+    n_live: int  # classes of the block still running
 
 
 def solve_ovr(
@@ -141,8 +151,8 @@ def solve_ovr(
         None: as the callback's ``objective_every`` attribute says (default 10), never
         without a callback.
     newton : bool
-        Squared hinge: when the passes stall, finish each running class by the primal
-        truncated Newton method (`solvers.multiclass.ovr_newton`).
+        Squared hinge: a class whose passes stall (its own detector) leaves the passes and is
+        finished by the primal truncated Newton method (`solvers.multiclass.ovr_newton`).
     rows : int array or None
         Solve on these rows only (distinct indices into X), without copying X: the problem of
         ``X[rows]``, ``y[rows]`` and ``C[..., rows]`` (y and an array C stay whole). With
@@ -210,13 +220,18 @@ def solve_ovr(
             block.m,
             block.n_kept,
             block.in_play,
+            long_rows,
         )
 
     def objectives():
         measures = [_block_measures(problem, b, hinge) for b in blocks]
         return sum(float(m[0].sum()) for m in measures), sum(float(m[1].sum()) for m in measures)
 
-    stall = ovr_newton.stall_detector(loss, newton)
+    # one detector per class: a class whose passes stall leaves the pass at once, so no class
+    # runs passes while it waits for the slowest one
+    stalls = ovr_newton.stall_detectors(loss, newton, k)
+    order_buffer = np.empty(n, dtype=np.int64)
+    long_rows = problem.X.data.shape[0] >= LONG_ROW_ENTRIES * max(n, 1)
     finished = {}
     status = Status.MAX_ITER
     verify = False
@@ -228,8 +243,8 @@ def solve_ovr(
         while iteration < max_iter:
             iteration += 1
             full = order != "random" or verify
-            running = [b for b in blocks if b.live.any()]
-            block_rows = _rows_to_visit(running, order, rng, n, verify)
+            running = [b for b in blocks if b.n_live]
+            block_rows = _rows_to_visit(running, order, rng, order_buffer, verify)
             if pool is None:
                 for b, r in zip(running, block_rows, strict=True):
                     run_block(b, r)
@@ -262,31 +277,33 @@ def solve_ovr(
                 duality_gap=None if dual is None else relative_duality_gap(primal, -dual),
             )
             stop = monitor.report(progress)
-            if not any(b.live.any() for b in blocks):
+            if stalls is not None and iteration < max_iter and stop is None:
+                for b in running:
+                    _set_aside_stalled(b, stalls)
+            if not any(b.n_live for b in blocks):
                 status = Status.CONVERGED
                 break
             if stop is not None:
                 status = stop
                 break
-            if stall is not None and iteration < max_iter and stall.stalled(gap):
-                finished = _finish_by_newton(
-                    problem, blocks, Cfull, tol, max_iter - iteration, monitor, n_threads, hinge
-                )
-                converged = all(f.converged for f in finished.values())
-                status = Status.CONVERGED if converged else Status.MAX_ITER
-                break
     finally:
         if pool is not None:
             pool.shutdown()
+    if status in (Status.CONVERGED, Status.MAX_ITER) and any(b.stalled.any() for b in blocks):
+        finished = _finish_by_newton(
+            problem, blocks, Cfull, tol, max_iter - iteration, monitor, n_threads, hinge
+        )
+        if status is Status.CONVERGED and not all(f.converged for f in finished.values()):
+            status = Status.MAX_ITER
     result = _result(problem, blocks, storage, hinge, status, iteration, monitor, tol, finished)
     return subset_alpha(result, rows)
 
 
 def _finish_by_newton(problem, blocks, Cfull, tol, max_iter, monitor, n_threads, hinge):
-    workers = min(n_threads, sum(int(b.live.sum()) for b in blocks))
+    workers = min(n_threads, sum(int(b.stalled.sum()) for b in blocks))
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
-        return ovr_newton.finish_live_classes(
+        return ovr_newton.finish_stalled_classes(
             problem, blocks, Cfull, tol, max_iter, monitor, pool,
             lambda b: _block_measures(problem, b, hinge),
         )  # fmt: skip
@@ -378,6 +395,8 @@ def _make_block(problem, Cfull, classes, warm_start, loss, W, alpha) -> _Block:
         gap=np.full(kb, np.inf),
         n_iter=np.zeros(kb, dtype=np.int64),
         in_play=in_play,
+        stalled=np.zeros(kb, dtype=np.uint8),
+        n_live=kb,
     )
 
 
@@ -396,7 +415,7 @@ def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss) -
     return alpha
 
 
-def _rows_to_visit(running, order, rng, n, verify):
+def _rows_to_visit(running, order, rng, buffer, verify):
     """The rows each running block visits in this pass, in one order shared by all blocks.
 
     A row in which every live class of a block has shrunk its variable is a no-op for that block;
@@ -405,10 +424,15 @@ def _rows_to_visit(running, order, rng, n, verify):
     blocked, and each block keeps the rows it needs in that order: serial and threaded runs still
     give identical iterates.
     """
+    if order == "permute" and len(running) == 1:
+        count = shuffled_rows(running[0].in_play, int(rng.integers(0, 2**63)), buffer)
+        return [buffer[:count]]
+    n = buffer.shape[0]
     masks = [b.in_play.view(np.bool_) for b in running]
     union = masks[0] if len(masks) == 1 else np.logical_or.reduce(masks)
     if order == "permute":
-        rows = rng.permutation(np.flatnonzero(union))
+        count = shuffled_rows(union.view(np.uint8), int(rng.integers(0, 2**63)), buffer)
+        rows = buffer[:count]
     elif order == "cyclic" or verify:
         rows = np.flatnonzero(union)
     else:
@@ -421,38 +445,30 @@ def _rows_to_visit(running, order, rng, n, verify):
 
 def _after_pass(b: _Block, tol: float, shrink: bool, full_pass: bool, iteration: int) -> bool:
     """Per-class stopping and shrinking bookkeeping after a pass; True if some class met tol."""
-    live = b.live.astype(bool)
-    visited = b.n_kept > 0
-    met = ~visited | ((b.M - b.m <= tol) & (np.abs(b.M) <= tol) & (np.abs(b.m) <= tol))
-    met &= live
-    b.gap[live & visited] = (b.M - b.m)[live & visited]
-    b.gap[live & ~visited] = 0.0
-    b.n_iter[live] = iteration
-    whole = b.n_kept == b.n_usable
-    done = met & whole & full_pass
-    b.live[done] = 0
-    for c in np.flatnonzero(met & ~whole):
-        b.active[:, c] = b.usable[:, c]
-    restored = met & ~whole
-    if done.any() or restored.any():
+    met_any, b.n_live = after_pass(
+        tol, shrink, full_pass, iteration, b.M, b.m, b.n_kept, b.n_usable, b.usable, b.active,
+        b.live, b.gap, b.n_iter, b.Mbar, b.mbar, b.in_play,
+    )  # fmt: skip
+    return met_any
+
+
+def _set_aside_stalled(b: _Block, stalls) -> None:
+    """Take the block's live classes whose passes have stalled out of the passes (to be finished
+    by primal Newton once no class is left running)."""
+    live, classes, gaps = b.live.tolist(), b.classes.tolist(), b.gap.tolist()
+    out = [j for j, c in enumerate(classes) if live[j] and stalls[c].stalled(gaps[j])]
+    if out:
+        b.live[out] = 0
+        b.stalled[out] = 1
+        b.n_live -= len(out)
         rows_in_play(b.active, b.live, b.in_play)
-    if shrink:
-        b.Mbar[:] = np.where(b.M > 0, b.M, np.inf)
-        b.mbar[:] = np.where(b.m < 0, b.m, -np.inf)
-        b.Mbar[restored] = np.inf
-        b.mbar[restored] = -np.inf
-    return bool(met.any())
 
 
 def _pass_summary(running):
     gap, M, m, kept = 0.0, -np.inf, np.inf, 0
     for b in running:
-        visited = b.n_kept > 0
-        if visited.any():
-            gap = max(gap, float((b.M - b.m)[visited].max()))
-            M = max(M, float(b.M[visited].max()))
-            m = min(m, float(b.m[visited].min()))
-        kept += int(b.n_kept.sum())
+        g, top, bottom, k = pass_summary(b.M, b.m, b.n_kept)
+        gap, M, m, kept = max(gap, g), max(M, top), min(m, bottom), kept + k
     return gap, M, m, kept
 
 

@@ -16,7 +16,8 @@ visits, so the driver rescans the flags (`rows_in_play`) only when a class dies 
 import numpy as np
 from numba import njit
 
-from solvers._core.sparse import prefetch, prefetch_row
+from solvers._core.sparse import prefetch, prefetch_row, prefetch_row_ends
+from solvers.binary.kernels import shuffle_prefix
 from solvers.multiclass.kernels import row_scores
 
 _TINY = 1e-12
@@ -44,8 +45,12 @@ def ovr_pass(
     m,
     n_kept,
     in_play,
+    long_rows,
 ):
-    """One fused pass over the rows in ``order`` for the classes of a block (see module doc)."""
+    """One fused pass over the rows in ``order`` for the classes of a block (see module doc).
+
+    The row two positions ahead is prefetched: whole when ``long_rows`` (rows of many cache
+    lines), else its first and last lines (`solvers.binary.kernels.dcd_epoch` says why)."""
     data, indices, indptr, _ = X
     kb = W.shape[1]
     cls = np.empty(kb, dtype=np.uint32)  # unsigned: no wraparound checks on W[j, cls[r]]
@@ -59,7 +64,10 @@ def ovr_pass(
     for t in range(n_order):
         if t + 2 < n_order:
             ahead = order[t + 2]
-            prefetch_row(data, indices, indptr, ahead)
+            if long_rows:
+                prefetch_row(data, indices, indptr, ahead)
+            else:
+                prefetch_row_ends(data, indices, indptr, ahead)
             prefetch(active[ahead], 0)
             prefetch(alpha[ahead], 0)
         i = order[t]
@@ -75,55 +83,51 @@ def ovr_pass(
         if na == 0:
             in_play[i] = 0
             continue
-        if na == 1:
-            # one class (the common case once shrinking has worked): a register accumulator, not
-            # s[0], whose load-store chain through memory would serialise the loop
-            c0 = cls[0]
-            acc = bias * wb[c0]
-            for p in range(start, end):
-                acc += data[p] * W[indices[p], c0]
-            s[0] = acc
-        elif na == 2:
-            c0 = cls[0]
-            c1 = cls[1]
-            acc = bias * wb[c0]
-            acc1 = bias * wb[c1]
-            for p in range(start, end):
-                v = data[p]
-                j = indices[p]
-                acc += v * W[j, c0]
-                acc1 += v * W[j, c1]
-            s[0] = acc
-            s[1] = acc1
-        elif na <= 4:
-            # three classes run the fourth accumulator on a copy of the third
-            c0 = cls[0]
-            c1 = cls[1]
-            c2 = cls[2]
-            c3 = cls[na - 1]
-            acc = bias * wb[c0]
-            acc1 = bias * wb[c1]
-            acc2 = bias * wb[c2]
-            acc3 = bias * wb[c3]
-            for p in range(start, end):
-                v = data[p]
-                j = indices[p]
-                acc += v * W[j, c0]
-                acc1 += v * W[j, c1]
-                acc2 += v * W[j, c2]
-                acc3 += v * W[j, c3]
-            s[0] = acc
-            s[1] = acc1
-            s[2] = acc2
-            s[na - 1] = acc3
-        else:
-            for r in range(na):
-                s[r] = bias * wb[cls[r]]
-            for p in range(start, end):
-                v = data[p]
-                j = indices[p]
-                for r in range(na):
-                    s[r] += v * W[j, cls[r]]
+        # register accumulators, four classes at a time, then two, then one (not s[r], whose
+        # load-store chain through memory would serialise the loop); the row stays in L1
+        g = 0
+        while g < na:
+            if na - g >= 4:
+                c0 = cls[g]
+                c1 = cls[g + 1]
+                c2 = cls[g + 2]
+                c3 = cls[g + 3]
+                acc = bias * wb[c0]
+                acc1 = bias * wb[c1]
+                acc2 = bias * wb[c2]
+                acc3 = bias * wb[c3]
+                for p in range(start, end):
+                    v = data[p]
+                    j = indices[p]
+                    acc += v * W[j, c0]
+                    acc1 += v * W[j, c1]
+                    acc2 += v * W[j, c2]
+                    acc3 += v * W[j, c3]
+                s[g] = acc
+                s[g + 1] = acc1
+                s[g + 2] = acc2
+                s[g + 3] = acc3
+                g += 4
+            elif na - g >= 2:
+                c0 = cls[g]
+                c1 = cls[g + 1]
+                acc = bias * wb[c0]
+                acc1 = bias * wb[c1]
+                for p in range(start, end):
+                    v = data[p]
+                    j = indices[p]
+                    acc += v * W[j, c0]
+                    acc1 += v * W[j, c1]
+                s[g] = acc
+                s[g + 1] = acc1
+                g += 2
+            else:
+                c0 = cls[g]
+                acc = bias * wb[c0]
+                for p in range(start, end):
+                    acc += data[p] * W[indices[p], c0]
+                s[g] = acc
+                g += 1
         nd = 0
         kept = 0
         for r in range(na):
@@ -172,27 +176,42 @@ def ovr_pass(
             continue
         for q in range(nd):
             wb[cls[q]] += delta[q] * bias
-        if nd == 1:
-            c0 = cls[0]
-            d0 = delta[0]
-            for p in range(start, end):
-                W[indices[p], c0] += d0 * data[p]
-        elif nd == 2:
-            c0 = cls[0]
-            c1 = cls[1]
-            d0 = delta[0]
-            d1 = delta[1]
-            for p in range(start, end):
-                v = data[p]
-                j = indices[p]
-                W[j, c0] += d0 * v
-                W[j, c1] += d1 * v
-        else:
-            for p in range(start, end):
-                v = data[p]
-                j = indices[p]
-                for q in range(nd):
-                    W[j, cls[q]] += delta[q] * v
+        g = 0
+        while g < nd:
+            if nd - g >= 4:
+                c0 = cls[g]
+                c1 = cls[g + 1]
+                c2 = cls[g + 2]
+                c3 = cls[g + 3]
+                d0 = delta[g]
+                d1 = delta[g + 1]
+                d2 = delta[g + 2]
+                d3 = delta[g + 3]
+                for p in range(start, end):
+                    v = data[p]
+                    j = indices[p]
+                    W[j, c0] += d0 * v
+                    W[j, c1] += d1 * v
+                    W[j, c2] += d2 * v
+                    W[j, c3] += d3 * v
+                g += 4
+            elif nd - g >= 2:
+                c0 = cls[g]
+                c1 = cls[g + 1]
+                d0 = delta[g]
+                d1 = delta[g + 1]
+                for p in range(start, end):
+                    v = data[p]
+                    j = indices[p]
+                    W[j, c0] += d0 * v
+                    W[j, c1] += d1 * v
+                g += 2
+            else:
+                c0 = cls[g]
+                d0 = delta[g]
+                for p in range(start, end):
+                    W[indices[p], c0] += d0 * data[p]
+                g += 1
 
 
 @njit(cache=True, nogil=True)
@@ -242,6 +261,81 @@ def ovr_measures(X, bias, labels, classes, Cmat, c_stride, hinge, alpha, W, wb):
         primal[c] = 0.5 * reg[c] + loss[c]
         dual[c] = 0.5 * reg[c] - lin[c]
     return primal, dual, M, m
+
+
+@njit(cache=True, nogil=True)
+def after_pass(
+    tol, shrink, full_pass, iteration, M, m, n_kept, n_usable, usable, active, live, gap, n_iter,
+    Mbar, mbar, in_play,
+):  # fmt: skip
+    """Per-class stopping and shrinking bookkeeping after a pass; returns (some class met tol,
+    classes still live).
+
+    A live class meets tol when M − m ≤ tol, |M| ≤ tol and |m| ≤ tol (or it visited nothing);
+    it dies if that held on a full pass over all its usable rows, and is restored (its flags reset
+    to ``usable``, its thresholds to ±inf) if it held on its shrunk rows only. With ``shrink``,
+    the next pass shrinks by this pass's M > 0 and m < 0 (LIBLINEAR's M̄, m̄)."""
+    n, kb = active.shape
+    met_any = False
+    changed = False
+    for c in range(kb):
+        restored = False
+        if live[c]:
+            visited = n_kept[c] > 0
+            gap[c] = M[c] - m[c] if visited else 0.0
+            n_iter[c] = iteration
+            met = not visited or (
+                M[c] - m[c] <= tol and abs(M[c]) <= tol and abs(m[c]) <= tol
+            )  # fmt: skip
+            if met:
+                met_any = True
+                if n_kept[c] == n_usable[c]:
+                    if full_pass:
+                        live[c] = 0
+                        changed = True
+                else:
+                    for i in range(n):
+                        active[i, c] = usable[i, c]
+                    restored = True
+                    changed = True
+        if shrink:
+            Mbar[c] = M[c] if M[c] > 0.0 and not restored else np.inf
+            mbar[c] = m[c] if m[c] < 0.0 and not restored else -np.inf
+    if changed:
+        rows_in_play(active, live, in_play)
+    n_live = 0
+    for c in range(kb):
+        n_live += live[c]
+    return met_any, n_live
+
+
+@njit(cache=True, nogil=True)
+def shuffled_rows(in_play, seed, out):
+    """The rows flagged in ``in_play`` written to ``out`` in a random order drawn from ``seed``
+    (`solvers.binary.kernels.shuffle_prefix`); returns how many."""
+    count = 0
+    for i in range(in_play.shape[0]):
+        if in_play[i]:
+            out[count] = i
+            count += 1
+    shuffle_prefix(out, count, seed)
+    return count
+
+
+@njit(cache=True, nogil=True)
+def pass_summary(M, m, n_kept):
+    """(largest M − m, largest M, smallest m, variables kept) over the classes a pass visited."""
+    gap = 0.0
+    top = -np.inf
+    bottom = np.inf
+    kept = 0
+    for c in range(M.shape[0]):
+        kept += n_kept[c]
+        if n_kept[c] > 0:
+            gap = max(gap, M[c] - m[c])
+            top = max(top, M[c])
+            bottom = min(bottom, m[c])
+    return gap, top, bottom, kept
 
 
 @njit(cache=True, nogil=True)

@@ -1,8 +1,10 @@
 """One-vs-rest's finishing method: each class still running after a stall ends by primal Newton.
 
-For the squared hinge, a class whose passes have stalled (`solvers._core.newton.StallDetector` on
-the largest per-class M − m of each pass: after ``STALL_CAP`` passes, or when it stops falling
-geometrically) is finished by the primal truncated Newton method of `solvers._core.newton` from
+For the squared hinge, a class whose passes have stalled (its own
+`solvers._core.newton.StallDetector` on its M − m of each pass: after ``STALL_CAP`` passes, or
+when it stops falling geometrically) leaves the fused passes at once, as its class-by-class solve
+would switch, so no class runs passes while it waits for the slowest; once no class is left
+running, each is finished by the primal truncated Newton method of `solvers._core.newton` from
 its w_c, exactly as the binary solver does (`solvers.binary.newton` states the stopping rule
 ε′ = 0.01 · tol · max(1, min(n₊, n₋)) / n and the certificate). Classes are independent, so they
 are finished on the fit's threads. A class finished this way reports ``gap`` = ‖∇P‖/‖∇P(0)‖ and its
@@ -31,10 +33,11 @@ class Finished:
     converged: bool
 
 
-def stall_detector(loss: str, enabled: bool) -> StallDetector | None:
+def stall_detectors(loss: str, enabled: bool, n_classes: int) -> list[StallDetector] | None:
+    """One detector per class, or None when the loss has no finishing method."""
     if not enabled or loss != "squared_hinge":
         return None
-    return StallDetector(cap=STALL_CAP, window=STALL_WINDOW)
+    return [StallDetector(cap=STALL_CAP, window=STALL_WINDOW) for _ in range(n_classes)]
 
 
 class _Silent:
@@ -75,18 +78,18 @@ def finish_class(problem, block, j, C_class, tol, max_iter, monitor, dual_before
     return Finished(outcome.primal, dual, outcome.grad_ratio, outcome.status is Status.CONVERGED)
 
 
-def finish_live_classes(problem, blocks, Cfull, tol, max_iter, monitor, pool, measures):
-    """Finish every live class of every block; returns {class: Finished}.
+def finish_stalled_classes(problem, blocks, Cfull, tol, max_iter, monitor, pool, measures):
+    """Finish every stalled class of every block; returns {class: Finished}.
 
     ``measures(block)`` gives the block's per-class (primal, f(α), M, m) before the switch.
     """
     jobs = []
     for b in blocks:
-        live = np.flatnonzero(b.live)
-        if live.shape[0] == 0:
+        stalled = np.flatnonzero(b.stalled)
+        if stalled.shape[0] == 0:
             continue
         dual_before = measures(b)[1]
-        for j in live:
+        for j in stalled:
             c = int(b.classes[j])
             C_class = Cfull if Cfull.ndim == 1 else Cfull[c]
             jobs.append((b, int(j), c, C_class, float(dual_before[j])))
@@ -97,5 +100,5 @@ def finish_live_classes(problem, blocks, Cfull, tol, max_iter, monitor, pool, me
 
     done = list(pool.map(run, jobs)) if pool is not None else [run(job) for job in jobs]
     for b in blocks:
-        b.live[:] = 0
+        b.stalled[:] = 0
     return dict(done)

@@ -6,6 +6,7 @@ thread count to exercise the parallel rounds (on 2 cores, 3 threads also test ov
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from solvers._core.problem import csr_arrays
 from solvers._core.progress import Status
@@ -18,6 +19,65 @@ from tests.solvers.test_binary_optimality import TIGHT, _check_certified
 @pytest.fixture
 def forced_threads(monkeypatch):
     monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs, *mode: n_jobs)
+    # a busy test machine must not send the rounds to one thread
+    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", 0.0)
+
+
+@pytest.fixture
+def chunk_sizes(monkeypatch):
+    """The threads' rounds run one after the other; the size of every chunk dealt is recorded."""
+    sizes = []
+    epoch = parallel.pk.block_epoch
+
+    def recording(X, bias, record, u, index, active_size, *rest):
+        sizes.append(active_size)
+        return epoch(X, bias, record, u, index, active_size, *rest)
+
+    monkeypatch.setattr(parallel.pk, "block_epoch", recording)
+    monkeypatch.setattr(parallel._Round, "_map", lambda self, fn, items: [fn(*i) for i in items])
+    return sizes
+
+
+def text_like(n=3000, d=500, per_row=20, seed=0):
+    """Rows of positive values over features of Zipf-like popularity (a few in most rows),
+    unit-norm, labelled by a hidden linear model: the correlated rows of bag-of-words data."""
+    rng = np.random.default_rng(seed)
+    popularity = np.arange(1, d + 1) ** -1.1
+    cols = rng.choice(d, size=(n, per_row), p=popularity / popularity.sum())
+    X = sp.csr_matrix(
+        (rng.random(n * per_row) + 0.5, cols.ravel(), np.arange(0, n * per_row + 1, per_row)),
+        shape=(n, d),
+    )
+    X.sum_duplicates()
+    X = sp.csr_matrix(X.multiply(1.0 / np.sqrt(X.multiply(X).sum(axis=1))))
+    score = X @ rng.standard_normal(d)
+    return X, np.where(score > np.median(score), 1.0, -1.0)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_threads_need_no_more_passes_than_one(forced_threads, chunk_sizes, loss):
+    # Run one after the other, two threads' rounds are serial passes in the order the rounds
+    # deal: a fresh permutation of all active samples cut in two. Fixed blocks, each shuffled
+    # apart, needed several times the serial passes on such correlated rows (160 against 23).
+    X, y = text_like()
+    common = dict(loss=loss, tol=1e-4, max_iter=100_000, newton=False)
+    one = solve_binary(X, y, **common)
+    two = solve_binary(X, y, n_jobs=2, **common)
+    assert one.status == two.status == "converged"
+    assert two.n_iter <= 1.3 * one.n_iter + 2, (two.n_iter, one.n_iter)
+
+
+def test_crowded_rounds_go_on_one_thread(forced_threads, chunk_sizes, monkeypatch):
+    # every round crowded (no thread can run more than all of the round)
+    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", np.inf)
+    X, y = synthetic(n=2000, d=200, density=0.05)
+    result = solve_binary(X, y, C=0.5, tol=1e-6, max_iter=100_000, n_jobs=2, newton=False)
+    _check_certified(X, y, result, 0.5, "squared_hinge", 0.0, 1e-6)
+    n_threaded = parallel.CROWDED_ROUNDS * 2
+    assert len(chunk_sizes) > n_threaded + 1
+    assert all(size <= 1000 for size in chunk_sizes[:n_threaded])  # two chunks a round
+    # then one chunk, of every active sample, per round (the full rounds hold all 2000)
+    assert max(chunk_sizes[n_threaded:]) == 2000
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

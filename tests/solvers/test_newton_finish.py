@@ -84,6 +84,26 @@ def test_one_vs_rest_classes_finish_by_newton():
     assert np.all(gaps >= -1e-9 * np.abs(result.extra["primal"]))
 
 
+def test_one_vs_rest_classes_stall_on_their_own():
+    # Each class leaves the fused passes when its own passes stall, as its class-by-class solve
+    # switches, not when the slowest class does. On dna two classes stall and one converges by
+    # its passes (binary solves: about 100-150 passes then Newton, and 207 passes): that one
+    # still runs its passes after the others have left.
+    X, y = load_svmlight_file(str(shared_file("dna", "dna.scale")))
+    labels = np.unique(y, return_inverse=True)[1].astype(np.int64)
+    result = solve_ovr(X, labels, 3, C=1.0, tol=0.1, n_jobs=1)
+    assert result.status is Status.CONVERGED and result.method == "newton"
+    binaries = [solve_binary(X, np.where(labels == c, 1.0, -1.0), tol=0.1) for c in range(3)]
+    by_passes = [c for c, b in enumerate(binaries) if b.method == "dcd"]
+    assert len(by_passes) == 1 and binaries[by_passes[0]].status is Status.CONVERGED
+    passes = result.extra["n_iter"]
+    c = by_passes[0]
+    assert passes[c] >= binaries[c].n_iter - 20
+    assert all(passes[o] < passes[c] for o in range(3) if o != c)
+    for c, binary in enumerate(binaries):
+        assert result.extra["primal"][c] == pytest.approx(binary.primal, rel=1e-3)
+
+
 def test_squared_epsilon_insensitive_svr_finishes_by_newton():
     X, y = raw_news20()
     args = {"loss": "squared_epsilon_insensitive", "epsilon": 0.1, "C": 1.0, "tol": 1e-3}
