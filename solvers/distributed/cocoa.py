@@ -73,6 +73,7 @@ from solvers._core.progress import (
 )
 from solvers.distributed.block import LOSS_CODES, expand_delta, payload_bytes
 from solvers.distributed.cluster import BlockSet
+from solvers.distributed.sigma import SigmaControl
 from solvers.distributed.sources import (
     InCluster,
     InMemory,
@@ -287,41 +288,6 @@ def run_rounds(blocks, spec, options, rng, monitor, first_round) -> SolveResult:
     extra = {"sigma": control.sigma, "rejected_rounds": control.rejected, "local_steps": steps}
     return _result(blocks, spec, w, measured, status, n_rounds, monitor, sent, first_round,
                    extra)  # fmt: skip
-
-
-class SigmaControl:
-    """σ' for the next round, and the check that makes a round's step safe with it.
-
-    The step Σ_k Δα_[k] with Δw_k = A_kΔα_[k] descends f whenever
-    ‖Σ_k Δw_k‖² ≤ σ' Σ_k ‖Δw_k‖² (module docstring). With σ' = K this always holds; with a
-    smaller σ' the driver checks it: a step that fails is undone on the workers and σ' grows
-    to at least twice its value and the observed ratio (K at most, where the check cannot
-    fail), and σ' stays there for `HOLD` rounds; after a passed check σ' moves down towards
-    `MARGIN` times the observed ratio (never below 1). So at most one round in `HOLD` + 1 is
-    wasted, and every step taken descends.
-    """
-
-    MARGIN = 1.25
-    HOLD = 10
-    FLOOR = 1.0
-
-    def __init__(self, sigma: float, K: int, adaptive: bool):
-        self.sigma, self.K, self.adaptive = float(sigma), float(K), adaptive
-        self.hold, self.rejected = 0, 0
-
-    def accepts(self, deltas) -> bool:
-        together = float(np.square(sum(deltas)).sum())
-        apart = sum(float(dw @ dw) for dw in deltas)
-        ratio = together / apart if apart > 0 else 1.0
-        if ratio <= self.sigma * (1 + 1e-12) or self.sigma >= self.K:
-            if self.adaptive and self.hold == 0:
-                self.sigma = min(self.K, max(self.FLOOR, self.MARGIN * ratio, 0.5 * self.sigma))
-            self.hold = max(0, self.hold - 1)
-            return True
-        self.rejected += 1
-        self.sigma = min(self.K, max(2.0 * self.sigma, self.MARGIN * ratio))
-        self.hold = self.HOLD
-        return False
 
 
 def _count_bytes(sent, w, results) -> int:
