@@ -1,6 +1,7 @@
 """Training on rows split over a Dask cluster: CoCoA+ with the binary DCD kernel as the local
-solver (`cocoa`), one-vs-rest on top (`ovr`), the worker-side blocks (`block`), their placement
-and recovery (`cluster`) and where partitions come from (`sources`).
+solver (`cocoa`) with its σ' chosen round by round (`sigma`), one-vs-rest on top (`ovr`), the
+worker-side blocks (`block`), their placement and recovery (`cluster`) and where partitions
+come from (`sources`).
 
 Needs the ``distributed`` extra (dask.distributed).
 """
