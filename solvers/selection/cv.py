@@ -132,6 +132,7 @@ class LinearSVCCV(LinearSVC):
         sw = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
 
         primal = k == 2 and self.multi_class == "ovr" and self.loss == "squared_hinge"
+        primal = primal and min(len(train) for train, _ in fold_list) > X.n_features
 
         def fit_one(est, train, alpha0, start):
             weights = np.ones(k)

@@ -65,14 +65,17 @@ class WarmStarts:
     """Per fold, how the next solve starts: from the previous C's α (dual coordinate descent) or,
     for the L2 losses of two classes, from its w̃ by the primal Newton method.
 
-    A fold turns to the primal start once a solve needed ``PRIMAL_AFTER_PASSES`` dual passes or
-    stalled and ended by Newton: there the dual passes are slow from any start, while Newton
-    from the previous w̃ takes a few steps (Chu et al., KDD 2015; LIBLINEAR's -C). It turns back
-    to the dual start for good when a primal solve needed more than ``PRIMAL_MAX_STEPS`` Newton
-    steps: the previous w̃ was not close, and each step costs several passes (news20, with more
-    features than rows, needs 9 to 27 steps per C where a9a needs 0 to 2, and its dual passes
-    stay cheap). The rule counts steps, not seconds, so a search's result does not depend on
-    the load of the machine. Each fold's steps run one at a time, so its entries need no lock.
+    The caller allows the primal start (``primal``) only where the folds have more rows than
+    features: LIBLINEAR's guide recommends its primal solver for n ≫ d, and with d > n, as on
+    text data, each Newton step costs many passes while the dual passes stay cheap. A fold turns
+    to the primal start once a solve needed ``PRIMAL_AFTER_PASSES`` dual passes or stalled and
+    ended by Newton: there the dual passes are slow from any start, while Newton from the
+    previous w̃ takes a few steps (Chu et al., KDD 2015; LIBLINEAR's -C). It turns back to the
+    dual start for good when a primal solve needed more than ``PRIMAL_MAX_STEPS`` Newton steps:
+    the previous w̃ was not close (news20, were it allowed, needs 9 to 27 steps per C where a9a
+    needs 0 to 2). The rules count passes and steps, not seconds, so a search's result does not
+    depend on the load of the machine. Each fold's steps run one at a time, so its entries need
+    no lock.
     """
 
     def __init__(self, n_folds: int, primal: bool, bias: float):
