@@ -168,3 +168,17 @@ def weighted_row_sum(coef, data, indices, indptr, n_features, bias):
         if c != 0.0:
             row_axpy(c, data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
     return w
+
+
+@njit(cache=True, nogil=True)
+def subset_times(data, indices, indptr, rows, coef_t, out):
+    """out[r] = Σ_j X[rows[r], j] · coef_t[j] for the listed rows only (no copy of them);
+    ``coef_t`` has shape (n_features, k), ``out`` shape (len(rows), k), zeros on entry."""
+    k = coef_t.shape[1]
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        for p in range(indptr[i], indptr[i + 1]):
+            v = data[p]
+            j = indices[p]
+            for c in range(k):
+                out[r, c] += v * coef_t[j, c]

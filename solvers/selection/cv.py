@@ -143,7 +143,7 @@ class LinearSVCCV(LinearSVC):
 
         def decisions_of(est, result, test):
             est._set_weights(result, k)
-            return held_out_decisions(search.Xs, test, est.coef_, est.intercept_)
+            return held_out_decisions(X, test, est.coef_, est.intercept_)
 
         points = [{"C": float(c)} for c in Cs]
         search = Search(self, X, y_index, points, fold_list, fit_one=fit_one,
@@ -239,7 +239,7 @@ class LinearSVRCV(LinearSVR):
 
         def decisions_of(est, result, test):
             coef = np.asarray(result.w, dtype=np.float64)[None, :]
-            return held_out_decisions(search.Xs, test, coef, np.array([result.bias]))
+            return held_out_decisions(X, test, coef, np.array([result.bias]))
 
         search = Search(self, X, y, points, fold_list, fit_one=fit_one, decisions_of=decisions_of)
         self._labels = y

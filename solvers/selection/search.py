@@ -23,18 +23,18 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from sklearn.base import clone
 
 from solvers._core.progress import Progress, Status
+from solvers._core.sparse import subset_times
 from solvers.selection import grid
 from solvers.selection.calibration import fit_calibration
 from solvers.selection.path import Step, averaged_alpha, out_of_fold, run_path
 
-CHUNK_ROWS = 8192
 PRIMAL_AFTER_PASSES = 20
 PRIMAL_MAX_STEPS = 5
 
@@ -118,14 +118,22 @@ def thread_budget(n_jobs, n_folds: int) -> tuple[int, int]:
     return outer, max(1, total // outer)
 
 
-def held_out_decisions(Xs, test, coef, intercept) -> np.ndarray:
-    """x̃ᵀw for the ``test`` rows of the scipy CSR ``Xs``, a block of rows at a time."""
-    k = coef.shape[0]
-    out = np.empty((len(test), k))
-    for start in range(0, len(test), CHUNK_ROWS):
-        block = test[start : start + CHUNK_ROWS]
-        out[start : start + len(block)] = np.asarray(Xs[block] @ coef.T) + intercept
-    return out[:, 0] if k == 1 else out
+def held_out_decisions(X, test, coef, intercept) -> np.ndarray:
+    """x̃ᵀw for the ``test`` rows of X (`CSRArrays`), read in place (no copy of the rows)."""
+    coef_t = np.ascontiguousarray(np.asarray(coef, dtype=np.float64).T)
+    out = np.zeros((len(test), coef_t.shape[1]))
+    subset_times(X.data, X.indices, X.indptr, test, coef_t, out)
+    out += intercept
+    return out[:, 0] if coef_t.shape[1] == 1 else out
+
+
+def _lighten(steps: dict[int, Step]) -> None:
+    """Keep of a finished C's steps what the table needs: the weights, the dual variables, the
+    held-out values and the history go (the fold's next solve holds its own reference to the
+    result), so that the search holds the models of one C per fold, not of every C."""
+    for step in steps.values():
+        step.result = replace(step.result, w=None, alpha=None, history=[])
+        step.decisions = None
 
 
 class Search:
@@ -133,7 +141,7 @@ class Search:
 
     def __init__(self, owner, X, target, grid_points, fold_list, *, fit_one, decisions_of,
                  primal=False, bias=0.0):  # fmt: skip
-        self.owner, self.X, self.Xs, self.target = owner, X, X.to_scipy(), target
+        self.owner, self.X, self.target = owner, X, target
         self.points = grid_points  # list of dicts of parameters, in path order
         self.folds = fold_list
         self.fit_one, self.decisions_of = fit_one, decisions_of
@@ -191,7 +199,7 @@ class Search:
         if isinstance(self.scoring, str):
             return grid.FAST_SCORES[self.scoring](self.target[test], step.decisions)
         est = self.owner._stand_in(step.result)
-        return float(self.scoring(est, self.Xs[test], self.owner._labels_of(test)))
+        return float(self.scoring(est, self.X.to_scipy()[test], self.owner._labels_of(test)))
 
     def complete(self, i: int, steps: dict[int, Step]) -> bool:
         self.done += len(steps)
@@ -202,7 +210,11 @@ class Search:
         self.means.append(float(np.mean(scores)))
         if self.best is None or self.means[-1] > self.means[self.best[0]]:
             shape = (len(self.target),) + np.shape(steps[0].decisions)[1:]
+            if self.best is not None:
+                _lighten(self.best[2])
             self.best = (i, out_of_fold(steps, self.folds, shape), steps)
+        else:
+            _lighten(steps)
         return not (self.owner._early_stop and self.points[i].get("early_stop", True)
                     and grid.should_stop(self.means))  # fmt: skip
 

@@ -22,10 +22,12 @@ from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_validat
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from solvers import LinearSVC, LinearSVCCV, LinearSVR, LinearSVRCV
+from solvers._core.problem import csr_arrays
 from solvers.selection.search import (
     PRIMAL_AFTER_PASSES,
     PRIMAL_MAX_STEPS,
     WarmStarts,
+    held_out_decisions,
     thread_budget,
 )
 from tests.conftest import shared_file
@@ -182,6 +184,19 @@ def test_warm_start_rule_turns_primal_after_slow_dual_solves_and_back_after_slow
     assert starts.primal_start(0, _Result("newton", 3)) is None  # for good, on that fold only
     assert starts.primal_start(1, _Result("newton", 3)) is not None
     assert WarmStarts(1, primal=False, bias=0.0).primal_start(0, _Result("newton", 1)) is None
+
+
+def test_held_out_decisions_read_the_rows_in_place_as_scipy_computes_them():
+    X, _ = _a9a()
+    rows = np.random.default_rng(2).permutation(X.shape[0])[:300]
+    coef = np.random.default_rng(3).normal(size=(3, X.shape[1]))
+    intercept = np.array([0.5, -1.0, 2.0])
+    expected = X[rows] @ coef.T + intercept
+    X32 = csr_arrays(X.astype(np.float32))
+    np.testing.assert_allclose(held_out_decisions(csr_arrays(X), rows, coef, intercept), expected)
+    np.testing.assert_allclose(held_out_decisions(X32, rows, coef, intercept), expected, rtol=1e-6)
+    one = held_out_decisions(csr_arrays(X), rows, coef[:1], intercept[:1])
+    np.testing.assert_allclose(one, expected[:, 0])
 
 
 def test_folds_run_within_the_thread_budget():
