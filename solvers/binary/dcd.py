@@ -260,10 +260,8 @@ class _State:
             upper = C if hinge else np.inf
             alpha = _initial_alpha(warm_start, csr.n_samples, C, upper, lower, rows)
             rec[0::width] = alpha
-            signed_alpha = np.where(y >= 0, alpha, -alpha)
-            w = weighted_row_sum(
-                signed_alpha, csr.data, csr.indices, csr.indptr, csr.n_features, bias
-            )
+            np.negative(alpha, out=alpha, where=y < 0)  # s_i α_i, in place: our own copy
+            w = weighted_row_sum(alpha, csr.data, csr.indices, csr.indptr, csr.n_features, bias)
         return cls(csr, C, loss, bias, kernels.Record(rec, width, hinge, lower), w, index)
 
     def take_alpha(self):

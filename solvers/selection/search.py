@@ -213,6 +213,8 @@ class Search:
             if self.best is not None:
                 _lighten(self.best[2])
             self.best = (i, out_of_fold(steps, self.folds, shape), steps)
+            for step in steps.values():
+                step.decisions = None  # placed in the out-of-fold array
         else:
             _lighten(steps)
         return not (self.owner._early_stop and self.points[i].get("early_stop", True)
