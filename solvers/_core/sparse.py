@@ -171,14 +171,14 @@ def weighted_row_sum(coef, data, indices, indptr, n_features, bias):
 
 
 @njit(cache=True, nogil=True)
-def subset_times(data, indices, indptr, rows, coef_t, out):
-    """out[r] = Σ_j X[rows[r], j] · coef_t[j] for the listed rows only (no copy of them);
-    ``coef_t`` has shape (n_features, k), ``out`` shape (len(rows), k), zeros on entry."""
-    k = coef_t.shape[1]
-    for r in range(rows.shape[0]):
-        i = rows[r]
-        for p in range(indptr[i], indptr[i + 1]):
-            v = data[p]
-            j = indices[p]
-            for c in range(k):
-                out[r, c] += v * coef_t[j, c]
+def subset_times(data, indices, indptr, rows, coef, out):
+    """out[r, c] = x_{rows[r]}ᵀ coef[c] for the listed rows only (no copy of them, nor of coef:
+    a class at a time, so that each reads its own contiguous row of ``coef`` (k, n_features))."""
+    for c in range(coef.shape[0]):
+        w = coef[c]
+        for r in range(rows.shape[0]):
+            i = rows[r]
+            acc = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                acc += data[p] * w[indices[p]]
+            out[r, c] = acc

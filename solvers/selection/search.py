@@ -120,11 +120,11 @@ def thread_budget(n_jobs, n_folds: int) -> tuple[int, int]:
 
 def held_out_decisions(X, test, coef, intercept) -> np.ndarray:
     """x̃ᵀw for the ``test`` rows of X (`CSRArrays`), read in place (no copy of the rows)."""
-    coef_t = np.ascontiguousarray(np.asarray(coef, dtype=np.float64).T)
-    out = np.zeros((len(test), coef_t.shape[1]))
-    subset_times(X.data, X.indices, X.indptr, test, coef_t, out)
+    coef = np.ascontiguousarray(coef, dtype=np.float64)  # the model's own array, as a rule
+    out = np.empty((len(test), coef.shape[0]))
+    subset_times(X.data, X.indices, X.indptr, test, coef, out)
     out += intercept
-    return out[:, 0] if coef_t.shape[1] == 1 else out
+    return out[:, 0] if coef.shape[0] == 1 else out
 
 
 def _lighten(steps: dict[int, Step]) -> None:
