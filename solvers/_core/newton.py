@@ -90,7 +90,7 @@ class L2Loss:
 
     def value(self, z):
         a, _ = self.excess(z)
-        return float(self.C @ (a * a))
+        return float(dot(self.C, a * a))  # not BLAS: see `dot`
 
     def beta(self, z):
         a, direction = self.excess(z)
@@ -100,7 +100,7 @@ class L2Loss:
         """f(β) of the module docstring (minimisation form); rows with C_i = 0 have β_i = 0."""
         kept = self.C > 0
         quad = float(np.sum(beta[kept] ** 2 / (4.0 * self.C[kept])))
-        return 0.5 * dot(w_beta, w_beta) - float(self.y @ beta) + self.epsilon * float(
+        return 0.5 * dot(w_beta, w_beta) - float(dot(self.y, beta)) + self.epsilon * float(
             np.abs(beta).sum()
         ) + quad  # fmt: skip
 

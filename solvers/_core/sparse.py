@@ -168,3 +168,17 @@ def weighted_row_sum(coef, data, indices, indptr, n_features, bias):
         if c != 0.0:
             row_axpy(c, data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
     return w
+
+
+@njit(cache=True, nogil=True)
+def subset_times(data, indices, indptr, rows, coef, out):
+    """out[r, c] = x_{rows[r]}ᵀ coef[c] for the listed rows only (no copy of them, nor of coef:
+    a class at a time, so that each reads its own contiguous row of ``coef`` (k, n_features))."""
+    for c in range(coef.shape[0]):
+        w = coef[c]
+        for r in range(rows.shape[0]):
+            i = rows[r]
+            acc = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                acc += data[p] * w[indices[p]]
+            out[r, c] = acc

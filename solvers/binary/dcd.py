@@ -89,6 +89,7 @@ def solve_binary(
     n_jobs: int | None = 1,
     deterministic: bool = False,
     rows: np.ndarray | None = None,
+    primal_start: np.ndarray | None = None,
 ) -> SolveResult:
     """Train a binary linear SVM (or regularized least squares) by dual coordinate descent.
 
@@ -165,6 +166,18 @@ def solve_binary(
     y = check_labels(y, csr.n_samples, binary=loss != "squared_error")
     rows = check_rows(rows, csr.n_samples)
     C_arr = restrict_C(compact_C(C, csr.n_samples), csr.n_samples, rows)
+    if primal_start is not None:
+        if loss not in newton_finisher.FINISHING_LOSSES:
+            raise ValueError(f"primal_start needs an L2 loss, got loss={loss!r}")
+        start = np.asarray(primal_start, dtype=np.float64)
+        if start.shape != (csr.n_features + 1,):
+            raise ValueError(
+                f"primal_start must have shape ({csr.n_features + 1},), got {start.shape}"
+            )
+        result = newton_finisher.solve_from_primal(
+            csr, bias, y, C_arr, start, tol, max_iter, monitor, loss
+        )
+        return subset_alpha(result, rows)
     state = _State.build(csr, y, C_arr, loss, bias, warm_start, rows)
     rng = np.random.default_rng(random_state)
     stall = newton_finisher.stall_detector(loss, newton)
@@ -247,10 +260,8 @@ class _State:
             upper = C if hinge else np.inf
             alpha = _initial_alpha(warm_start, csr.n_samples, C, upper, lower, rows)
             rec[0::width] = alpha
-            signed_alpha = np.where(y >= 0, alpha, -alpha)
-            w = weighted_row_sum(
-                signed_alpha, csr.data, csr.indices, csr.indptr, csr.n_features, bias
-            )
+            np.negative(alpha, out=alpha, where=y < 0)  # s_i α_i, in place: our own copy
+            w = weighted_row_sum(alpha, csr.data, csr.indices, csr.indptr, csr.n_features, bias)
         return cls(csr, C, loss, bias, kernels.Record(rec, width, hinge, lower), w, index)
 
     def take_alpha(self):

@@ -280,10 +280,12 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         alpha = getattr(self, "dual_coef_", None)
         return alpha if alpha is not None and alpha.shape == shape else None
 
-    def _solve(self, X, y_index, n_classes, sample_weight, class_weight, rows=None, alpha0=None):
+    def _solve(self, X, y_index, n_classes, sample_weight, class_weight, rows=None, alpha0=None,
+               primal_start=None):  # fmt: skip
         """The solver's result at ``self.C``: on ``rows`` of X only when given (an index array,
         X not copied), starting from ``alpha0`` when given (else from the previous fit's α when
-        ``warm_start`` says so)."""
+        ``warm_start`` says so), or for two classes and an L2 loss from the weights
+        ``primal_start`` by the primal Newton method."""
         n = X.n_samples
         subset = {} if rows is None else {"rows": rows}
         m = n if rows is None else len(rows)
@@ -302,6 +304,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 C=C,
                 order=self.order,
                 warm_start=self._previous_alpha((m,)) if alpha0 is None else alpha0,
+                primal_start=primal_start,
                 n_jobs=self.n_jobs,
                 **subset,
                 **common,

@@ -19,7 +19,7 @@ from solvers.estimators.linear_svc import LinearSVC
 from solvers.estimators.linear_svr import LinearSVR
 from solvers.selection import grid
 from solvers.selection.calibration import METHODS
-from solvers.selection.search import Search, finish, held_out_decisions
+from solvers.selection.search import Search, averaged_primal, finish, held_out_decisions
 
 _SVC_FIELDS = tuple(LinearSVC._rules)
 _SVR_FIELDS = tuple(LinearSVR._rules)
@@ -81,7 +81,9 @@ class LinearSVCCV(LinearSVC):
     cv_results_ : dict of arrays
         Per grid point that every fold finished: ``param_C``, ``mean_test_score``,
         ``std_test_score``, ``rank_test_score``, ``mean_fit_time`` and per fold f
-        ``split{f}_test_score``, ``_n_iter``, ``_fit_time``, ``_status``, ``_duality_gap``.
+        ``split{f}_test_score``, ``_n_iter``, ``_fit_time``, ``_status``, ``_duality_gap``,
+        ``_method`` ("dcd", or "newton" where the solve ended by, or ran only, the primal
+        Newton method: `solvers.selection.search.WarmStarts` says when a path goes primal).
     scores_ : ndarray (n_points, n_folds)
     Cs_ : the grid searched (ascending).
     search_status_ : "complete", or "stopped" by the callback.
@@ -129,19 +131,23 @@ class LinearSVCCV(LinearSVC):
         self.Cs_ = Cs
         sw = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
 
-        def fit_one(est, train, alpha0):
+        primal = k == 2 and self.multi_class == "ovr" and self.loss == "squared_hinge"
+        primal = primal and min(len(train) for train, _ in fold_list) > X.n_features
+
+        def fit_one(est, train, alpha0, start):
             weights = np.ones(k)
             if est.class_weight is not None:  # per fold, as scikit-learn's search does
                 weights = compute_class_weight(est.class_weight, classes=self.classes_, y=y[train])
-            return est._solve(X, y_index, k, sw, weights, rows=train, alpha0=alpha0)
+            return est._solve(X, y_index, k, sw, weights, rows=train, alpha0=alpha0,
+                              primal_start=start)  # fmt: skip
 
         def decisions_of(est, result, test):
             est._set_weights(result, k)
-            return held_out_decisions(search.Xs, test, est.coef_, est.intercept_)
+            return held_out_decisions(X, test, est.coef_, est.intercept_)
 
         points = [{"C": float(c)} for c in Cs]
         search = Search(self, X, y_index, points, fold_list, fit_one=fit_one,
-                        decisions_of=decisions_of)  # fmt: skip
+                        decisions_of=decisions_of, primal=primal, bias=bias)  # fmt: skip
         self._labels = y
         state = search.run()
         best, alpha0 = finish(search, state, row_axis=self._row_axis(k), calibrate=method)
@@ -149,7 +155,11 @@ class LinearSVCCV(LinearSVC):
             est = search.template(best, "refit", None, None)
             est.n_jobs = self.n_jobs  # the whole budget: the folds are done
             weights = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
-            self._store(est._solve(X, y_index, k, sw, weights, alpha0=alpha0), k)
+            start = None
+            if primal and search.best is not None:
+                start = averaged_primal(search.best[2], bias)
+            self._store(est._solve(X, y_index, k, sw, weights, alpha0=alpha0,
+                                   primal_start=start), k)  # fmt: skip
         del self._labels
         return self
 
@@ -224,12 +234,12 @@ class LinearSVRCV(LinearSVR):
         points = [{"C": float(c), "epsilon": float(e), "restart": j == 0}
                   for e in self.epsilons_ for j, c in enumerate(Cs)]  # fmt: skip
 
-        def fit_one(est, train, alpha0):
+        def fit_one(est, train, alpha0, start):
             return est._solve(X, y, sw, rows=train, alpha0=alpha0)
 
         def decisions_of(est, result, test):
             coef = np.asarray(result.w, dtype=np.float64)[None, :]
-            return held_out_decisions(search.Xs, test, coef, np.array([result.bias]))
+            return held_out_decisions(X, test, coef, np.array([result.bias]))
 
         search = Search(self, X, y, points, fold_list, fit_one=fit_one, decisions_of=decisions_of)
         self._labels = y

@@ -48,19 +48,20 @@ def run_path(
     n_threads: int,
     on_complete_C: Callable[[int, dict[int, Step]], bool],
 ) -> PathState:
-    """Run ``solve(c_index, fold, alpha0) -> (result, held-out decisions)`` along each fold's
-    chain. ``on_complete_C(c_index, steps of that C)`` runs when every fold has finished that C
-    and returns False to end the path there (larger C are not run). A solve that raises stops
+    """Run ``solve(c_index, fold, previous) -> (result, held-out decisions)`` along each fold's
+    chain, ``previous`` the fold's result at the previous C (None at the first).
+    ``on_complete_C(c_index, steps of that C)`` runs when every fold has finished that C and
+    returns False to end the path there (larger C are not run). A solve that raises stops
     the path and the exception propagates once the running solves have returned."""
     state = PathState(n_folds)
-    last_alpha: list[object] = [None] * n_folds
+    last: list[object] = [None] * n_folds
     ready = [(0, f) for f in range(n_folds)]
     limit = n_Cs
     running = {}
 
-    def timed(i, f, alpha0):
+    def timed(i, f, previous):
         start = time.perf_counter()
-        result, decisions = solve(i, f, alpha0)
+        result, decisions = solve(i, f, previous)
         return Step(i, f, result, decisions, time.perf_counter() - start)
 
     with ThreadPoolExecutor(max_workers=max(1, n_threads)) as pool:
@@ -68,14 +69,14 @@ def run_path(
             while ready and len(running) < n_threads:
                 i, f = heapq.heappop(ready)
                 if i < limit:
-                    running[pool.submit(timed, i, f, last_alpha[f])] = (i, f)
+                    running[pool.submit(timed, i, f, last[f])] = (i, f)
             if not running:
                 break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 running.pop(future)
                 step = future.result()  # a failed solve raises here (the pool drains first)
-                last_alpha[step.fold] = step.result.alpha
+                last[step.fold] = step.result
                 state.n_done += 1
                 row = state.steps.setdefault(step.c_index, {})
                 row[step.fold] = step

@@ -9,28 +9,34 @@ loss, whatever ε). So the solution at a smaller C is feasible at the next large
 solve starts from it, as Chu, Ho, Tsai, Lin and Lin, "Warm start for parameter selection of
 linear classifiers" (KDD 2015) do for the dual solvers. They observe that the dual warm start
 helps little at large C for the hinge loss, where the dual solver itself converges slowly;
-the primal (Newton) warm start that LIBLINEAR's -C uses is better there. Each solve is stopped by
-the solver's own rule and reports its duality gap, so a warm start never changes the optimum it
-certifies. The refit on all rows starts from the per-row average of the folds' solutions at the
-chosen C (feasible by the same row-wise convexity).
+the primal (Newton) warm start that LIBLINEAR's -C uses is better there. So for two classes and
+the squared hinge a fold's path turns to the primal Newton method from the previous C's w̃ where
+the dual passes slow down (`WarmStarts`; the primal problem is unconstrained, so any w̃ is a
+valid start). Each solve is stopped by the solver's own rule and reports its duality gap (for a
+primal solve, that of (w̃, α(w̃))), so a warm start never changes the optimum it certifies.
+The refit on all rows starts from the per-row average of the folds' solutions at the chosen C
+(feasible by the same row-wise convexity), or from the mean of their w̃ where every fold ended
+by Newton.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from sklearn.base import clone
 
 from solvers._core.progress import Progress, Status
+from solvers._core.sparse import subset_times
 from solvers.selection import grid
 from solvers.selection.calibration import fit_calibration
 from solvers.selection.path import Step, averaged_alpha, out_of_fold, run_path
 
-CHUNK_ROWS = 8192  # held-out rows scored per block: no copy of a fold's rows beyond this
+PRIMAL_AFTER_PASSES = 20
+PRIMAL_MAX_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,56 @@ class SearchProgress:
         }  # fmt: skip
 
 
+class WarmStarts:
+    """Per fold, how the next solve starts: from the previous C's α (dual coordinate descent) or,
+    for the L2 losses of two classes, from its w̃ by the primal Newton method.
+
+    The caller allows the primal start (``primal``) only where the folds have more rows than
+    features: LIBLINEAR's guide recommends its primal solver for n ≫ d, and with d > n, as on
+    text data, each Newton step costs many passes while the dual passes stay cheap. A fold turns
+    to the primal start once a solve needed ``PRIMAL_AFTER_PASSES`` dual passes or stalled and
+    ended by Newton: there the dual passes are slow from any start, while Newton from the
+    previous w̃ takes a few steps (Chu et al., KDD 2015; LIBLINEAR's -C). It turns back to the
+    dual start for good when a primal solve needed more than ``PRIMAL_MAX_STEPS`` Newton steps:
+    the previous w̃ was not close (news20, were it allowed, needs 9 to 27 steps per C where a9a
+    needs 0 to 2). The rules count passes and steps, not seconds, so a search's result does not
+    depend on the load of the machine. Each fold's steps run one at a time, so its entries need
+    no lock.
+    """
+
+    def __init__(self, n_folds: int, primal: bool, bias: float):
+        self.bias = bias
+        self.dual_only = [not primal] * n_folds
+
+    def primal_start(self, fold: int, previous) -> np.ndarray | None:
+        """w̃ (weights, bias weight last) of ``previous`` when the fold's next solve starts the
+        primal method from it, else None."""
+        if previous is None or self.dual_only[fold]:
+            return None
+        if previous.method != "newton" and previous.n_iter < PRIMAL_AFTER_PASSES:
+            return None
+        return weights_of(previous, self.bias)
+
+    def record(self, fold: int, primal: bool, result) -> None:
+        if primal and result.n_iter > PRIMAL_MAX_STEPS:
+            self.dual_only[fold] = True
+
+
+def weights_of(result, bias: float) -> np.ndarray:
+    """w̃ of a binary result: its weights with the bias feature's weight last."""
+    w = np.asarray(result.w, dtype=np.float64)
+    return np.append(w, result.bias / bias if bias else 0.0)
+
+
+def averaged_primal(steps: dict[int, Step], bias: float) -> np.ndarray | None:
+    """The mean of the folds' w̃ at one C when every fold ended by Newton (the refit then starts
+    the primal method from it), else None."""
+    results = [step.result for step in steps.values()]
+    if any(r.method != "newton" for r in results):
+        return None
+    return np.mean([weights_of(r, bias) for r in results], axis=0)
+
+
 def thread_budget(n_jobs, n_folds: int) -> tuple[int, int]:
     """(fold threads, threads inside one solve): folds first, never more than n_jobs in all."""
     total = int(n_jobs) if n_jobs else (os.cpu_count() or 1)
@@ -62,21 +118,30 @@ def thread_budget(n_jobs, n_folds: int) -> tuple[int, int]:
     return outer, max(1, total // outer)
 
 
-def held_out_decisions(Xs, test, coef, intercept) -> np.ndarray:
-    """x̃ᵀw for the ``test`` rows of the scipy CSR ``Xs``, a block of rows at a time."""
-    k = coef.shape[0]
-    out = np.empty((len(test), k))
-    for start in range(0, len(test), CHUNK_ROWS):
-        block = test[start : start + CHUNK_ROWS]
-        out[start : start + len(block)] = np.asarray(Xs[block] @ coef.T) + intercept
-    return out[:, 0] if k == 1 else out
+def held_out_decisions(X, test, coef, intercept) -> np.ndarray:
+    """x̃ᵀw for the ``test`` rows of X (`CSRArrays`), read in place (no copy of the rows)."""
+    coef = np.ascontiguousarray(coef, dtype=np.float64)  # the model's own array, as a rule
+    out = np.empty((len(test), coef.shape[0]))
+    subset_times(X.data, X.indices, X.indptr, test, coef, out)
+    out += intercept
+    return out[:, 0] if coef.shape[0] == 1 else out
+
+
+def _lighten(steps: dict[int, Step]) -> None:
+    """Keep of a finished C's steps what the table needs: the weights, the dual variables, the
+    held-out values and the history go (the fold's next solve holds its own reference to the
+    result), so that the search holds the models of one C per fold, not of every C."""
+    for step in steps.values():
+        step.result = replace(step.result, w=None, alpha=None, history=[])
+        step.decisions = None
 
 
 class Search:
     """One fit's search state: the grid, folds, the estimator template and the callback."""
 
-    def __init__(self, owner, X, target, grid_points, fold_list, *, fit_one, decisions_of):
-        self.owner, self.X, self.Xs, self.target = owner, X, X.to_scipy(), target
+    def __init__(self, owner, X, target, grid_points, fold_list, *, fit_one, decisions_of,
+                 primal=False, bias=0.0):  # fmt: skip
+        self.owner, self.X, self.target = owner, X, target
         self.points = grid_points  # list of dicts of parameters, in path order
         self.folds = fold_list
         self.fit_one, self.decisions_of = fit_one, decisions_of
@@ -88,6 +153,7 @@ class Search:
         self.means: list[float] = []
         self.scores: dict[int, list[float]] = {}  # per grid point that every fold finished
         self.best: tuple[int, np.ndarray, dict] | None = None  # (index, held-out, steps)
+        self.starts = WarmStarts(len(fold_list), primal, bias)
 
     def template(self, point: dict, stage: str, fold, c_index):
         est = clone(self.owner._template()).set_params(**point)
@@ -116,13 +182,16 @@ class Search:
 
         return report
 
-    def solve(self, i: int, f: int, alpha0):
+    def solve(self, i: int, f: int, previous):
         point = self.points[i]
         if point.get("restart"):
-            alpha0 = None
+            previous = None
         est = self.template({k: v for k, v in point.items() if k != "restart"}, "path", f, i)
         train, test = self.folds[f]
-        result = self.fit_one(est, train, alpha0)
+        alpha0 = None if previous is None else previous.alpha
+        start = self.starts.primal_start(f, previous)
+        result = self.fit_one(est, train, alpha0, start)
+        self.starts.record(f, start is not None, result)
         return result, self.decisions_of(est, result, test)
 
     def score(self, step: Step) -> float:
@@ -130,7 +199,7 @@ class Search:
         if isinstance(self.scoring, str):
             return grid.FAST_SCORES[self.scoring](self.target[test], step.decisions)
         est = self.owner._stand_in(step.result)
-        return float(self.scoring(est, self.Xs[test], self.owner._labels_of(test)))
+        return float(self.scoring(est, self.X.to_scipy()[test], self.owner._labels_of(test)))
 
     def complete(self, i: int, steps: dict[int, Step]) -> bool:
         self.done += len(steps)
@@ -141,7 +210,13 @@ class Search:
         self.means.append(float(np.mean(scores)))
         if self.best is None or self.means[-1] > self.means[self.best[0]]:
             shape = (len(self.target),) + np.shape(steps[0].decisions)[1:]
+            if self.best is not None:
+                _lighten(self.best[2])
             self.best = (i, out_of_fold(steps, self.folds, shape), steps)
+            for step in steps.values():
+                step.decisions = None  # placed in the out-of-fold array
+        else:
+            _lighten(steps)
         return not (self.owner._early_stop and self.points[i].get("early_stop", True)
                     and grid.should_stop(self.means))  # fmt: skip
 
@@ -172,6 +247,7 @@ def cv_table(search: Search, state) -> dict[str, np.ndarray]:
         table[f"split{f}_fit_time"] = np.array([s.seconds for s in steps])
         table[f"split{f}_status"] = np.array([str(s.result.status) for s in steps])
         table[f"split{f}_duality_gap"] = np.array([float(s.result.duality_gap) for s in steps])
+        table[f"split{f}_method"] = np.array([str(s.result.method) for s in steps])
     times = np.array([[state.steps[i][f].seconds for f in range(n_folds)] for i in rows])
     table["mean_fit_time"] = times.reshape(len(rows), n_folds).mean(axis=1)
     return table, scores, rows

@@ -22,7 +22,14 @@ from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_validat
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from solvers import LinearSVC, LinearSVCCV, LinearSVR, LinearSVRCV
-from solvers.selection.search import thread_budget
+from solvers._core.problem import csr_arrays
+from solvers.selection.search import (
+    PRIMAL_AFTER_PASSES,
+    PRIMAL_MAX_STEPS,
+    WarmStarts,
+    held_out_decisions,
+    thread_budget,
+)
 from tests.conftest import shared_file
 from tests.solvers import multiclass_data
 
@@ -132,6 +139,64 @@ def test_an_int_grid_starts_at_liblinears_start_C_and_stops_when_the_score_falls
     # it ran until 3 values after the best failed to improve on it, and no further
     assert len(scores) == min(best + 4, len(search.Cs_))
     assert np.all(scores[best + 1 :] <= scores[best])
+
+
+def test_large_C_goes_on_by_primal_newton_certified_and_scored_like_cold_fits():
+    """Where the dual passes slow down, each fold's path goes on by Newton from the previous
+    w̃: every such solve is certified by its duality gap, and scores as the cold fit does."""
+    X, y = _a9a()
+    folds = list(StratifiedKFold(4, shuffle=True, random_state=0).split(X, y))
+    Cs = [0.1, 1.0, 10.0, 100.0]
+    tight = {"tol": 1e-6, "max_iter": 20_000}
+    search = LinearSVCCV(Cs=Cs, cv=folds, n_jobs=2, **tight).fit(X, y)
+    table = search.cv_results_
+    for f in range(len(folds)):
+        assert table[f"split{f}_method"][0] == "dcd"
+        assert table[f"split{f}_method"][-1] == "newton"
+        for i in range(len(Cs)):
+            assert table[f"split{f}_status"][i] == "converged"
+            assert 0 <= table[f"split{f}_duality_gap"][i] < 1e-4
+    for i, C in enumerate(Cs):
+        cold = cross_validate(LinearSVC(C=C, **tight), X, y, cv=folds, return_estimator=True)
+        for f, (_, test) in enumerate(folds):
+            ties = _near_ties(cold["estimator"][f].decision_function(X[test]))
+            difference = abs(table[f"split{f}_test_score"][i] - cold["test_score"][f])
+            assert difference <= ties.sum() / len(test) + 1e-12, (C, f)
+    assert abs(search.duality_gap_) < 1e-4
+
+
+class _Result:
+    def __init__(self, method, n_iter):
+        self.method, self.n_iter = method, n_iter
+        self.w, self.bias = np.array([1.0, 2.0]), 0.5
+
+
+def test_warm_start_rule_turns_primal_after_slow_dual_solves_and_back_after_slow_newton():
+    starts = WarmStarts(2, primal=True, bias=0.5)
+    assert starts.primal_start(0, None) is None
+    assert starts.primal_start(0, _Result("dcd", PRIMAL_AFTER_PASSES - 1)) is None
+    np.testing.assert_array_equal(starts.primal_start(0, _Result("dcd", PRIMAL_AFTER_PASSES)),
+                                  [1.0, 2.0, 1.0])  # fmt: skip
+    assert starts.primal_start(1, _Result("newton", 3)) is not None
+    starts.record(0, True, _Result("newton", PRIMAL_MAX_STEPS))
+    assert starts.primal_start(0, _Result("newton", 3)) is not None
+    starts.record(0, True, _Result("newton", PRIMAL_MAX_STEPS + 1))
+    assert starts.primal_start(0, _Result("newton", 3)) is None  # for good, on that fold only
+    assert starts.primal_start(1, _Result("newton", 3)) is not None
+    assert WarmStarts(1, primal=False, bias=0.0).primal_start(0, _Result("newton", 1)) is None
+
+
+def test_held_out_decisions_read_the_rows_in_place_as_scipy_computes_them():
+    X, _ = _a9a()
+    rows = np.random.default_rng(2).permutation(X.shape[0])[:300]
+    coef = np.random.default_rng(3).normal(size=(3, X.shape[1]))
+    intercept = np.array([0.5, -1.0, 2.0])
+    expected = X[rows] @ coef.T + intercept
+    X32 = csr_arrays(X.astype(np.float32))
+    np.testing.assert_allclose(held_out_decisions(csr_arrays(X), rows, coef, intercept), expected)
+    np.testing.assert_allclose(held_out_decisions(X32, rows, coef, intercept), expected, rtol=1e-6)
+    one = held_out_decisions(csr_arrays(X), rows, coef[:1], intercept[:1])
+    np.testing.assert_allclose(one, expected[:, 0])
 
 
 def test_folds_run_within_the_thread_budget():
