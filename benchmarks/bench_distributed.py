@@ -174,7 +174,7 @@ def main():
     parser.add_argument("--C", type=float, default=1.0)
     parser.add_argument("--bias", type=float, default=0.0)
     parser.add_argument("--local-passes", type=int, default=1)
-    parser.add_argument("--sigmas", nargs="+", default=["adaptive"],
+    parser.add_argument("--sigmas", nargs="+", default=["adaptive"], choices=["adaptive", "K"],
                         help="σ' of the runs: adaptive and/or K (the safe bound)")
     parser.add_argument("--threads", nargs="+", type=int, default=[1],
                         help="thread counts of the single-machine runs")
@@ -211,8 +211,8 @@ def main():
                 if sigma is None:
                     trace = single_machine(X, y, K, args)
                 else:
-                    sigma = "adaptive" if sigma == "adaptive" else K
-                    trace = distributed(X, y, K, sigma, args, store)
+                    sigma_value = "adaptive" if sigma == "adaptive" else K
+                    trace = distributed(X, y, K, sigma_value, args, store)
                 mb = f"{np.mean(trace.bytes) / 1e6:.2f}" if trace.bytes else "-"
                 load = f"{before:.1f} / {os.getloadavg()[0]:.1f}"
                 print(f"| {name} | {shape} | {label} | {K} | " + " | ".join(cells(trace))

@@ -162,7 +162,7 @@ class Block:
         """(coordinate steps, largest and smallest projected gradient of the last pass)."""
         n_kept = self.index.shape[0]
         no_shrinking = (np.inf, -np.inf)
-        chunk = n_kept if time_s is None else max(1, -(-n_kept // CHUNKS_PER_PASS))
+        chunk = max(1, n_kept if time_s is None else -(-n_kept // CHUNKS_PER_PASS))
         deadline = None if time_s is None else time.perf_counter() + time_s
         steps, M, m = 0, -np.inf, np.inf
         for p in range(passes):

@@ -124,6 +124,11 @@ class BlockSet:
             if not failed:
                 return np.sum(parts, axis=0)
 
+    def set_sigma(self, sigma: float) -> None:
+        """The σ' a block placed again starts with (the running ones get it each round)."""
+        if self.spec is not None:
+            self.spec = {**self.spec, "sigma": float(sigma)}
+
     def set_checkpoint(self, alphas) -> None:
         self.checkpoint = list(alphas)
 

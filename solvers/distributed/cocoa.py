@@ -13,7 +13,8 @@ communication-efficient distributed optimization", JMLR 2018): the rows are spli
 partitions P_k, each on a Dask worker with its block α_[k]. A round broadcasts w̃ = Aα and every
 worker approximately solves its local subproblem
 
-    min_{Δα_[k]}  G_k = w̃ᵀA_kΔα_[k] + (σ'/2)‖A_kΔα_[k]‖² + Σ_{i∈P_k} (½ D_ii (α_i + Δα_i)² − Δα_i)
+    min_{Δα_[k]}  G_k = w̃ᵀA_kΔα_[k] + (σ'/2)‖A_kΔα_[k]‖²
+                         + Σ_{i∈P_k} (½ D_ii ((α_i + Δα_i)² − α_i²) − Δα_i)
 
 within the bounds, then α_[k] += Δα_[k] and w̃ += Σ_k A_kΔα_[k] ("adding", γ = 1). Exactly,
 
@@ -44,7 +45,8 @@ a fast network) one pass keeps a round near one single-machine epoch, and over a
 more passes or a time budget per round pay. No shrinking: the subproblem changes every round.
 
 Stopping: each round every worker first measures its sums of C_i ξ_i(w̃) and of the dual terms at
-the current (w̃, α_[k]) and its projected-gradient range; the driver adds ½‖w̃‖² and stops when the
+the current (w̃, α_[k]) (the projected-gradient range shown in progress is the local pass's; the
+returned state's own is measured once at the end); the driver adds ½‖w̃‖² and stops when the
 relative duality gap (P − D)/max(1, |P|) ≤ ``tol``. The state returned is the one measured: the
 round's broadcast w̃ and α as it was at the round's start (the α checkpoint the workers return;
 with ``checkpoint_every`` > 1 only checkpoint rounds can end the solve). A solve stopped by its
@@ -126,9 +128,10 @@ def solve_binary(
     local_time : float or None
         Seconds of local work per worker and round at most (H becomes "up to
         ``local_passes`` passes or this long, whichever ends first").
-    sigma : "adaptive" or float in [1, K]
-        σ' of the local subproblems: a fixed value (K is always safe) or "adaptive" (module
-        docstring: steps verified by the driver, σ' moved between 1 and K).
+    sigma : "adaptive" or float >= 1
+        σ' of the local subproblems: "adaptive" (module docstring: steps checked by the
+        driver, σ' moved between 1 and K) or a fixed value (K, the safe bound, at most; a
+        fixed value below K is still raised when a step fails the driver's check).
     sample_weight : list of arrays, Dask array or None
         Per-partition sample weights for matrices given in memory or a Dask array (stored and
         in-cluster partitions carry their own).
@@ -152,7 +155,7 @@ def solve_binary(
     """
     monitor = Monitor(callback, time_limit)
     options = _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every,
-                       local_time, sigma)  # fmt: skip
+                       local_time=local_time, sigma=sigma)  # fmt: skip
     sources = make_sources(X_parts, y_parts, sample_weight, client)
     blocks = BlockSet(client, sources, max_recoveries)
     try:
@@ -163,7 +166,7 @@ def solve_binary(
         blocks.close()
 
 
-def _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every,
+def _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every, *,
              local_time=None, sigma="adaptive") -> dict:
     check_choice(loss, sorted(LOSS_CODES), "loss")
     if not _positive_number(C):
@@ -195,7 +198,10 @@ def make_sources(X_parts, y_parts, sample_weight, client=None):
     from distributed import Future
 
     if is_dask_collection(X_parts):
-        return [InCluster(f) for f in dask_partitions(client, X_parts, y_parts, sample_weight)]
+        futures = dask_partitions(client, X_parts, y_parts, sample_weight)
+        if not futures:
+            raise ValueError("X_parts must hold at least one partition")
+        return [InCluster(f) for f in futures]
     X_parts = list(X_parts)
     if not X_parts:
         raise ValueError("X_parts must hold at least one partition")
@@ -271,12 +277,7 @@ def run_rounds(blocks, spec, options, rng, monitor, first_round) -> SolveResult:
             status = Status.CONVERGED
             measured = _with_range(blocks, w, measured)
             break
-        deltas = [expand_delta(r["dw"], d + 1) for r in results]
-        if control.accepts(deltas):
-            w = w + sum(deltas)
-        else:  # the step may not descend: take it back, retry with the larger σ'
-            blocks.call_all("revert")
-        blocks.spec["sigma"] = control.sigma  # a block placed again starts with it
+        w = _take_step(blocks, control, w, results)
         measured = None  # the blocks have moved on: the returned state is measured below
         if stop is not None:
             status = stop
@@ -288,6 +289,22 @@ def run_rounds(blocks, spec, options, rng, monitor, first_round) -> SolveResult:
     extra = {"sigma": control.sigma, "rejected_rounds": control.rejected, "local_steps": steps}
     return _result(blocks, spec, w, measured, status, n_rounds, monitor, sent, first_round,
                    extra)  # fmt: skip
+
+
+def _take_step(blocks, control, w, results):
+    """w after the round's step: added when σ' makes it safe, else undone on the workers
+    (w rebuilt from the blocks if one was lost meanwhile and came back from its checkpoint)."""
+    d = w.shape[0]
+    deltas = [expand_delta(r["dw"], d) for r in results]
+    total = np.sum(deltas, axis=0)
+    if control.accepts(total, deltas):
+        w = w + total
+    else:
+        _, failed = blocks.call_all("revert")
+        if failed:
+            w = blocks.rebuild_w()
+    blocks.set_sigma(control.sigma)
+    return w
 
 
 def _count_bytes(sent, w, results) -> int:
@@ -315,12 +332,10 @@ def _with_range(blocks, w, measured) -> dict:
     """The measured state's own projected-gradient range: the blocks step back to the α they
     were measured at (the round's start, also the checkpoint) and measure it with w."""
     blocks.call_all("revert")
-    results, failed = blocks.call_all("measure", (w, False))
-    if failed:  # a block placed again holds the checkpoint, the same α: measure once more
-        results, _ = blocks.call_all("measure", (w, False))
-    if any(r is None for r in results):
-        return measured
-    return {**measured, **_range(results)}
+    while True:  # a block placed again holds the checkpoint, the same α: measure once more
+        results, failed = blocks.call_all("measure", (w, False))
+        if not failed:
+            return {**measured, **_range(results)}
 
 
 def _range(results) -> dict:

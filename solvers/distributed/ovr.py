@@ -43,7 +43,7 @@ def solve_ovr(
     """
     monitor = Monitor(callback, time_limit)
     options = _options(loss, C, bias, tol, max_rounds, local_passes, checkpoint_every,
-                       local_time, sigma)  # fmt: skip
+                       local_time=local_time, sigma=sigma)  # fmt: skip
     sources = make_sources(X_parts, y_parts, sample_weight, client)
     blocks = BlockSet(client, sources, max_recoveries)
     try:

@@ -7,8 +7,6 @@ check this exactly and undo the steps that fail it.
 
 from __future__ import annotations
 
-import numpy as np
-
 
 class SigmaControl:
     """σ' for the next round, and the check that makes a round's step safe with it.
@@ -17,9 +15,10 @@ class SigmaControl:
     ‖Σ_k Δw_k‖² ≤ σ' Σ_k ‖Δw_k‖² (module docstring). With σ' = K this always holds; with a
     smaller σ' the driver checks it: a step that fails is undone on the workers and σ' grows
     to at least twice its value and the observed ratio (K at most, where the check cannot
-    fail), and σ' stays there for `HOLD` rounds; after a passed check σ' moves down towards
-    `MARGIN` times the observed ratio (never below 1). So at most one round in `HOLD` + 1 is
-    wasted, and every step taken descends.
+    fail), and it is not lowered again for `HOLD` rounds; after a passed check σ' moves down
+    towards `MARGIN` times the observed ratio (never below 1, at most halving a round).
+    Rejections in a row are at most about log2(K) + 1, and every step taken descends. A fixed
+    σ' below K is raised in the same way when a step fails its check.
     """
 
     MARGIN = 1.25
@@ -30,8 +29,10 @@ class SigmaControl:
         self.sigma, self.K, self.adaptive = float(sigma), float(K), adaptive
         self.hold, self.rejected = 0, 0
 
-    def accepts(self, deltas) -> bool:
-        together = float(np.square(sum(deltas)).sum())
+    def accepts(self, total, deltas) -> bool:
+        """Whether the step whose parts are ``deltas`` (Δw_k) and whose sum is ``total`` is
+        safe with the σ' the workers used; moves σ' for the next round."""
+        together = float(total @ total)
         apart = sum(float(dw @ dw) for dw in deltas)
         ratio = together / apart if apart > 0 else 1.0
         if ratio <= self.sigma * (1 + 1e-12) or self.sigma >= self.K:

@@ -233,9 +233,14 @@ def split_rows(X, y, n_partitions: int, sample_weight=None) -> list[Partition]:
 
 
 def is_dask_collection(value) -> bool:
-    """A Dask bag or array (without importing Dask for anything else)."""
+    """A Dask bag or array (without importing Dask for anything else); other Dask collections
+    (data frames) are refused by name."""
     module = type(value).__module__
-    return module.startswith(("dask.bag", "dask.array")) and hasattr(value, "to_delayed")
+    if module.startswith(("dask.bag", "dask.array")) and hasattr(value, "to_delayed"):
+        return True
+    if module.startswith(("dask.", "dask_expr")):
+        raise TypeError(f"partitions may be a Dask bag or array, not a {type(value).__name__}")
+    return False
 
 
 def dask_partitions(client, X, y=None, sample_weight=None) -> list:
@@ -258,25 +263,40 @@ def dask_partitions(client, X, y=None, sample_weight=None) -> list:
                 for part, n in zip(lists, sizes, strict=True) for i in range(n)]  # fmt: skip
     if not isinstance(X, da.Array) or X.ndim != 2 or len(X.chunks[1]) != 1:
         raise ValueError("a Dask array X must be 2-D and chunked by rows only")
-    columns = [_row_chunks(v, X.chunks[0], name) for v, name in
-               ((y, "y_parts"), (sample_weight, "sample_weight")) if v is not None]  # fmt: skip
-    blocks = zip(X.to_delayed()[:, 0], *columns, strict=True)
+    if y is None:
+        raise ValueError("a Dask array X needs its labels: y_parts as a 1-D array")
     from dask import delayed
 
-    return client.compute([delayed(_array_partition)(*block) for block in blocks])
+    rows = X.chunks[0]
+    labels = _row_chunks(y, rows, "y_parts")
+    weights = [None] * len(rows) if sample_weight is None else _row_chunks(
+        sample_weight, rows, "sample_weight")  # fmt: skip
+    parts = zip(X.to_delayed()[:, 0], labels, weights, strict=True)
+    return client.compute([delayed(_array_partition)(x, yk, swk) for x, yk, swk in parts])
 
 
 def _row_chunks(v, chunks, name):
+    """A 1-D array's pieces along X's row chunks (a NumPy array is cut the same way)."""
     import dask.array as da
 
+    if isinstance(v, np.ndarray) and v.ndim == 1 and v.shape[0] == sum(chunks):
+        v = da.from_array(v, chunks=(chunks,))
     if not isinstance(v, da.Array) or v.ndim != 1 or v.chunks[0] != chunks:
-        raise ValueError(f"{name} must be a 1-D Dask array with the row chunks of X")
-    return v.to_delayed()
+        raise ValueError(f"{name} must be a 1-D array with the row chunks of X")
+    return list(v.to_delayed())
 
 
 def _array_partition(X, y, sample_weight=None) -> Partition:
-    sw = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    return Partition(sp.csr_matrix(X), np.asarray(y), sw)
+    """One row chunk as a partition, checked as the input door checks matrices in memory."""
+    from solvers._core.problem import check_csr
+
+    X = check_csr(sp.csr_matrix(X), "a row chunk of X")
+    sw = None
+    if sample_weight is not None:
+        sw = np.asarray(sample_weight, dtype=np.float64)
+        if sw.shape != (X.shape[0],) or not np.isfinite(sw).all() or (sw < 0).any():
+            raise ValueError("sample_weight must be finite and >= 0 in every row chunk")
+    return Partition(X, np.asarray(y), sw)
 
 
 def _item(values, i):

@@ -83,8 +83,54 @@ def test_a_dask_array_chunked_by_rows(client):
     assert gap <= 1.01e-6 and drift < 1e-8
     with pytest.raises(ValueError, match="row chunks"):
         solve_binary(Xd, da.from_array(y, chunks=800), client=client)
+    with pytest.raises(ValueError, match="needs its labels"):  # weights never taken as labels
+        solve_binary(Xd, None, client=client, sample_weight=da.from_array(y, chunks=600))
+    from_numpy = solve_binary(Xd, y, client=client, C=0.1, tol=1e-6, max_rounds=3000)
+    assert from_numpy.converged and from_numpy.primal == pytest.approx(result.primal, rel=1e-5)
     with pytest.raises(ValueError, match="chunked by rows only"):
         solve_binary(da.from_array(dense, chunks=(600, 100)), yd, client=client)
+
+
+@pytest.mark.parametrize("local_time", [None, 1.0])
+def test_a_partition_without_active_rows(client, problem, local_time):
+    """A partition whose rows all weigh 0 takes no steps and the others still converge."""
+    X, y, parts = problem
+    weights = [np.ones(p.X.shape[0]) for p in parts]
+    weights[1][:] = 0.0
+    result = solve_binary(
+        [p.X for p in parts], [p.y for p in parts], client=client, C=0.1, tol=1e-6,
+        sample_weight=weights, local_time=local_time, max_rounds=3000,
+    )  # fmt: skip
+    assert result.converged
+    C_i = 0.1 * np.concatenate(weights)
+    gap, _, drift = certify(X, y, result, C_i, "squared_hinge", 0.0)
+    assert gap <= 1.01e-6 and drift < 1e-8
+
+
+def test_a_block_lost_while_a_step_is_undone(client, problem, monkeypatch):
+    """The block comes back from a checkpoint older than the round (checkpoints every 5th
+    round): w is rebuilt from the blocks, so the state stays consistent and certifies."""
+    from solvers.distributed import cluster
+
+    X, y, parts = problem
+    original, lost = cluster.BlockSet.call_all, []
+
+    def call_all(self, method, args=()):
+        results, failed = original(self, method, args)
+        if method == "revert" and not lost:
+            self._recover(0)  # as after its worker died: placed again from the checkpoint
+            lost.append(0)
+            failed = [0]
+        return results, failed
+
+    monkeypatch.setattr(cluster.BlockSet, "call_all", call_all)
+    result = solve_binary(
+        [p.X for p in parts], [p.y for p in parts], client=client, C=0.1, tol=1e-6,
+        checkpoint_every=5, max_rounds=3000,
+    )  # fmt: skip
+    assert lost and result.converged
+    gap, _, drift = certify(X, y, result, 0.1, "squared_hinge", 0.0)
+    assert gap <= 1.01e-6 and drift < 1e-8
 
 
 def test_bad_round_options_are_refused(client, problem):
