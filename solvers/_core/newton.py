@@ -90,7 +90,7 @@ class L2Loss:
 
     def value(self, z):
         a, _ = self.excess(z)
-        return float(dot(self.C, a * a))  # not BLAS: see `dot`
+        return float(accurate_dot(self.C, a * a))  # not BLAS: see `dot`
 
     def beta(self, z):
         a, direction = self.excess(z)
@@ -100,7 +100,7 @@ class L2Loss:
         """f(β) of the module docstring (minimisation form); rows with C_i = 0 have β_i = 0."""
         kept = self.C > 0
         quad = float(np.sum(beta[kept] ** 2 / (4.0 * self.C[kept])))
-        return 0.5 * dot(w_beta, w_beta) - float(dot(self.y, beta)) + self.epsilon * float(
+        return 0.5 * dot(w_beta, w_beta) - float(accurate_dot(self.y, beta)) + self.epsilon * float(
             np.abs(beta).sum()
         ) + quad  # fmt: skip
 
@@ -175,6 +175,24 @@ def dot(a, b):
     for j in range(a.shape[0]):
         acc += a[j] * b[j]
     return acc
+
+
+@njit(cache=True, nogil=True)
+def accurate_dot(a, b):
+    """aᵀb with compensated (Kahan–Babuška) summation: the line search compares objective
+    values that differ in their last digits near the optimum, where a plain loop's rounding
+    (larger than BLAS's blocked sums) would hide a real decrease."""
+    acc = 0.0
+    carry = 0.0
+    for j in range(a.shape[0]):
+        term = a[j] * b[j]
+        total = acc + term
+        if abs(acc) >= abs(term):
+            carry += (acc - total) + term
+        else:
+            carry += (term - total) + acc
+        acc = total
+    return acc + carry
 
 
 @njit(cache=True, nogil=True)
