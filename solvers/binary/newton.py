@@ -89,24 +89,8 @@ def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
     M, m = state.full_range()
     n_iter += outcome.n_iter
     final = monitor.conclude(_final_progress(monitor, n_iter, outcome, M, m, state.index.shape[0]))
-    w = outcome.w
-    d = csr.n_features
-    return SolveResult(
-        w=w[:d],
-        bias=float(state.bias * w[d]),
-        alpha=alpha,
-        n_iter=n_iter,
-        status=outcome.status,
-        gap=final.gap,
-        primal=outcome.primal,
-        dual=outcome.dual,
-        history=monitor.history,
-        duality_gap=outcome.duality_gap,
-        pg_max=_finite(M),
-        pg_min=_finite(m),
-        pg_range=_finite(M - m),
-        method=METHOD,
-    )
+    pg = {"pg_max": _finite(M), "pg_min": _finite(m), "pg_range": _finite(M - m)}
+    return _as_result(outcome, csr.n_features, state.bias, alpha, n_iter, final, monitor, **pg)
 
 
 def solve_from_primal(csr, bias, y, C, w_start, tol, max_iter, monitor, loss: str) -> SolveResult:
@@ -122,12 +106,17 @@ def solve_from_primal(csr, bias, y, C, w_start, tol, max_iter, monitor, loss: st
     )  # fmt: skip
     nan = float("nan")
     final = monitor.conclude(_final_progress(monitor, outcome.n_iter, outcome, nan, nan, 0))
-    d = csr.n_features
+    alpha = np.where(l2.y >= 0, 1.0, -1.0) * outcome.beta
+    return _as_result(outcome, csr.n_features, bias, alpha, outcome.n_iter, final, monitor)
+
+
+def _as_result(outcome, d, bias, alpha, n_iter, final, monitor, **pg) -> SolveResult:
+    """The Newton outcome (w̃ with the bias entry last) as a `SolveResult`."""
     return SolveResult(
         w=outcome.w[:d],
         bias=float(bias * outcome.w[d]),
-        alpha=np.where(l2.y >= 0, 1.0, -1.0) * outcome.beta,
-        n_iter=outcome.n_iter,
+        alpha=alpha,
+        n_iter=n_iter,
         status=outcome.status,
         gap=final.gap,
         primal=outcome.primal,
@@ -135,6 +124,7 @@ def solve_from_primal(csr, bias, y, C, w_start, tol, max_iter, monitor, loss: st
         history=monitor.history,
         duality_gap=outcome.duality_gap,
         method=METHOD,
+        **pg,
     )
 
 
