@@ -163,11 +163,17 @@ def rows_dot(data, indices, indptr, w, n_features, bias):
 def weighted_row_sum(coef, data, indices, indptr, n_features, bias):
     """Σ_i coef_i x̃_i as a float64 vector of n_features + 1 entries (the last is the bias)."""
     w = np.zeros(n_features + 1, dtype=np.float64)
-    for i in range(indptr.shape[0] - 1):
+    add_weighted_rows(coef, data, indices, indptr, n_features, bias, 0, indptr.shape[0] - 1, w)
+    return w
+
+
+@njit(cache=True, nogil=True)
+def add_weighted_rows(coef, data, indices, indptr, n_features, bias, first, stop, out):
+    """out += Σ_{first ≤ i < stop} coef_i x̃_i: one thread's share of `weighted_row_sum`."""
+    for i in range(first, stop):
         c = coef[i]
         if c != 0.0:
-            row_axpy(c, data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
-    return w
+            row_axpy(c, data, indices, indptr[i], indptr[i + 1], out, n_features, bias)
 
 
 @njit(cache=True, nogil=True)

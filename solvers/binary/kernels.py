@@ -220,18 +220,31 @@ def objectives(X, bias, record, C, w, loss):
     Only the samples with C_i > 0 count. ξ_i is max(0, 1 − y_i w̃ᵀx̃_i) for the hinge loss, its
     square for the squared hinge and (y_i − w̃ᵀx̃_i)² for squared error.
     """
+    loss_sum, quad, lin = objective_sums(X, bias, record, C, w, loss, 0, X[2].shape[0] - 1)
+    return objectives_from_sums(w, loss_sum, quad, lin)
+
+
+@njit(cache=True, nogil=True)
+def objectives_from_sums(w, loss_sum, quad, lin):
+    """(primal, dual) from the sums of `objective_sums` over all samples."""
+    half_norm = 0.5 * sq_norm(w)
+    return half_norm + loss_sum, half_norm + 0.5 * quad - lin
+
+
+@njit(cache=True, nogil=True)
+def objective_sums(X, bias, record, C, w, loss, first, stop):
+    """(Σ C_i ξ_i, Σ D_ii α_i², Σ |y_i| α_i) over the samples first ≤ i < stop with C_i > 0:
+    the per-sample part of `objectives`, which threads can split by ranges of rows."""
     data, indices, indptr, n_features = X
     rec, width = record.values, record.width
-    half_norm = 0.5 * sq_norm(w)
     loss_sum = 0.0
     quad = 0.0
     lin = 0.0
-    n = np.uint64(indptr.shape[0] - 1)
     # Unsigned sample numbers spare Numba's negative-index checks. A shared C gets a loop with
     # no per-sample test: the test alone makes the pass about 10% slower on long rows.
     shared = C.shape[0] == 1
     if shared and C[0] > 0.0:
-        for i in range(n):
+        for i in range(np.uint64(first), np.uint64(stop)):
             xi, q, ln = _sample_terms(
                 data, indices, indptr, n_features, bias, rec, width, w, loss, i
             )
@@ -239,7 +252,7 @@ def objectives(X, bias, record, C, w, loss):
             quad += q
             lin += ln
     elif not shared:
-        for i in range(n):
+        for i in range(np.uint64(first), np.uint64(stop)):
             if C[i] <= 0.0:
                 continue
             xi, q, ln = _sample_terms(
@@ -248,7 +261,7 @@ def objectives(X, bias, record, C, w, loss):
             loss_sum += C[i] * xi
             quad += q
             lin += ln
-    return half_norm + loss_sum, half_norm + 0.5 * quad - lin
+    return loss_sum, quad, lin
 
 
 @njit(cache=True, nogil=True)

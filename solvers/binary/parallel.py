@@ -67,7 +67,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from solvers._core.progress import Status
-from solvers._core.sparse import weighted_row_sum
+from solvers._core.sparse import add_weighted_rows
 from solvers.binary import kernels
 from solvers.binary import parallel_kernels as pk
 
@@ -133,7 +133,9 @@ class _Round:
         width = 0 if self.shared else state.w.shape[0]
         self.U = np.empty((n_threads, width))
         self.total = np.empty(width)
-        self.saved = np.empty(state.csr.n_samples)
+        self.saved = np.empty(0 if self.shared else state.csr.n_samples)
+        self.kept_in_order = None  # the kept samples sorted, for the read-only passes
+        self.partial_w = None  # the other threads' sums of `resync`
         self.sigma = 1.0
         self.accepted_in_row = 0
         self.crowded_in_row = 0
@@ -174,8 +176,9 @@ class _Round:
                 u[:] = st.w
             started = time.thread_time()
             out = pk.block_epoch(
-                st.csr, st.bias, st.record, u, seg, seg.shape[0], bars, sigma, self.saved, 0
-            )
+                st.csr, st.bias, st.record, u, seg, seg.shape[0], bars, sigma, self.saved, 0,
+                st.long_rows,
+            )  # fmt: skip
             return (*out, time.thread_time() - started)
 
         started = time.perf_counter()
@@ -227,15 +230,48 @@ class _Round:
             self.consistent = True
 
     def resync(self):
-        """w̃ ← Σ_i s_i α_i x̃_i exactly (a shared-mode round may lose a racing update)."""
+        """w̃ ← Σ_i s_i α_i x̃_i exactly (a shared-mode round may lose a racing update): each
+        thread sums a range of rows in storage order, into w̃ or a vector of its own."""
         st = self.state
         if not self.shared or self.consistent:
             return
         rec, width = st.record.values, st.record.width
         signed = np.where(rec[1::width] >= 0, rec[0::width], -rec[0::width])
         X = st.csr
-        st.w[:] = weighted_row_sum(signed, X.data, X.indices, X.indptr, X.n_features, st.bias)
+        if self.partial_w is None:
+            self.partial_w = np.empty((self.n_threads - 1, st.w.shape[0]))
+        outs = [st.w] + list(self.partial_w[: self.n_threads - 1])
+        for out in outs:
+            out[:] = 0.0
+        self._map(
+            lambda first, stop, out: add_weighted_rows(
+                signed, X.data, X.indices, X.indptr, X.n_features, st.bias, first, stop, out
+            ),
+            [(*bounds, out) for bounds, out in zip(self._row_ranges(), outs, strict=True)],
+        )
+        for out in outs[1:]:
+            pk.add_into(st.w, out)
         self.rounds_since_sync = 0
+
+    def _row_ranges(self):
+        """[first, stop) ranges of rows with about equal non-zeros, one per thread."""
+        indptr = self.state.csr.indptr
+        targets = (np.arange(1, self.n_threads) * int(indptr[-1])) // self.n_threads
+        cuts = np.searchsorted(indptr, targets).tolist()
+        bounds = [0, *cuts, indptr.shape[0] - 1]
+        return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+    def objectives(self):
+        """(primal, dual) at w̃ as `dcd._State.objectives`, the threads over ranges of rows."""
+        st = self.state
+        sums = self._map(
+            lambda first, stop: kernels.objective_sums(
+                st.csr, st.bias, st.record, st.C, st.w, st.loss_code, first, stop
+            ),
+            self._row_ranges(),
+        )
+        primal, dual = kernels.objectives_from_sums(st.w, *np.sum(sums, axis=0))
+        return float(primal), float(dual)
 
     def confirm(self, M, m):
         """The (M, m) that judge a full round that met tol: the round's own when w̃ is exact and
@@ -246,9 +282,12 @@ class _Round:
         """M and m over every kept sample at the merged w̃, the threads in parallel."""
         self.resync()
         st = self.state
+        if self.kept_in_order is None:  # rows in storage order: a pass several times faster
+            self.kept_in_order = np.sort(self.index)
+        kept = self.kept_in_order
         outs = self._map(
             lambda seg: pk.block_pg_range(st.csr, st.bias, st.record, st.w, seg),
-            [(seg,) for seg in _chunks(self.index, self.index.shape[0], self.n_threads)],
+            [(seg,) for seg in _chunks(kept, kept.shape[0], self.n_threads)],
         )
         return max(o[0] for o in outs), min(o[1] for o in outs)
 
@@ -283,9 +322,9 @@ def run_parallel(state, monitor, rng, tol, max_iter, shrinking, objective_every,
                 M, m = rounds.confirm(M, m)  # exact, on the merged w̃
                 converged = meets(M, m, tol)
             record = progress(monitor, n_iter, M, m, active)
-            if objective_every == 1 or work >= objective_every - 1e-9:
-                work = 0.0
-                record = with_objectives(record, *state.objectives())
+            if converged or objective_every == 1 or work >= objective_every - 1e-9:
+                work = 0.0  # the last record carries them: the driver then needs no pass
+                record = with_objectives(record, *rounds.objectives())
             stop = monitor.report(record)
             if converged:
                 return Status.CONVERGED, n_iter, M, m

@@ -13,6 +13,7 @@ from numba import njit
 from solvers._core.atomic import atomic_add
 from solvers._core.sparse import (
     prefetch,
+    prefetch_row,
     prefetch_row_ends,
     row_dot,
     row_sq_norm,
@@ -21,27 +22,35 @@ from solvers.binary.kernels import terms
 
 
 @njit(cache=True, nogil=True)
-def block_epoch(X, bias, record, u, index, active_size, shrink_bounds, sigma, saved, first):
+def block_epoch(X, bias, record, u, index, active_size, shrink_bounds, sigma, saved, first,
+                long_rows):  # fmt: skip
     """One local pass over ``index[:active_size]`` (one block's samples), updating α in the
     record, ``u`` and ``index`` (shrinking) in place; ``saved[i - first]`` gets α_i before the
-    pass for every sample visited. Returns (active_size, M, m) as `dcd_epoch` does."""
+    pass for every sample visited, unless ``saved`` is empty (the shared rounds never undo a
+    pass, and the store would cost a cache line per step). ``long_rows`` as in `dcd_epoch`.
+    Returns (active_size, M, m) as `dcd_epoch` does."""
     data, indices, indptr, n_features = X
     rec, width, hinge, lower = record
     M_bar, m_bar = shrink_bounds
+    keep = saved.shape[0] > 0
     M = -np.inf
     m = np.inf
     s = 0
     while s < active_size:
         if s + 2 < active_size:
             ahead = index[s + 2]
-            prefetch_row_ends(data, indices, indptr, ahead)
+            if long_rows:
+                prefetch_row(data, indices, indptr, ahead)
+            else:
+                prefetch_row_ends(data, indices, indptr, ahead)
             prefetch(rec, width * ahead)
         i = index[s]
         r = width * i
         start = indptr[i]
         end = indptr[i + 1]
         ai = rec[r]
-        saved[i - first] = ai
+        if keep:
+            saved[i - first] = ai
         sign, yabs, Ui, Dii = terms(rec, r, width, hinge)
         G = sign * row_dot(data, indices, start, end, u, n_features, bias) - yabs + Dii * ai
         PG = 0.0

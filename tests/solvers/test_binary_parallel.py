@@ -95,6 +95,27 @@ def test_certified_at_tight_tol(forced_threads, loss, bias, shrinking, determini
 
 
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_per_sample_C_with_dropped_rows_on_three_threads(forced_threads, loss):
+    # the rebuild of w̃ and the objectives are split by ranges of rows: rows with C_i = 0 (in
+    # every range) must count in neither, and three ranges must add up to the whole
+    X, y = synthetic(n=2400, d=150, density=0.05, seed=4)
+    C = np.random.default_rng(4).uniform(0.1, 2.0, size=y.shape[0])
+    C[::7] = 0.0
+    result = solve_binary(
+        X, y, loss=loss, C=C, bias=1.0, tol=TIGHT[loss], max_iter=100_000, n_jobs=3,
+        newton=False,
+    )  # fmt: skip
+    kept = C > 0
+    assert np.all(result.alpha[~kept] == 0.0)
+    one = solve_binary(X[kept], y[kept], loss=loss, C=C[kept], bias=1.0, tol=TIGHT[loss],
+                       max_iter=100_000, newton=False)  # fmt: skip
+    assert result.status is Status.CONVERGED
+    assert result.primal == pytest.approx(one.primal, rel=1e-6)
+    assert result.dual == pytest.approx(one.dual, rel=1e-6)
+    assert result.history[-1].primal == result.primal  # the last record carries them
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 def test_same_optimum_as_one_thread(forced_threads, loss):
     X, y = synthetic(n=3000, d=200, density=0.05, seed=1)
     one = solve_binary(X, y, loss=loss, bias=1.0, tol=1e-5, max_iter=100_000, newton=False)
