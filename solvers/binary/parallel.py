@@ -109,8 +109,11 @@ def threads_for(csr, n_kept: int, n_jobs: int, deterministic: bool = False) -> i
 
 def _chunks(index, size, n_threads):
     """``index[:size]`` cut into n_threads consecutive views of about equal length."""
-    bounds = (np.arange(n_threads + 1) * size) // n_threads
-    return [index[bounds[b] : bounds[b + 1]] for b in range(n_threads)]
+    return _cut(index, (np.arange(n_threads + 1) * size) // n_threads)
+
+
+def _cut(index, bounds):
+    return [index[bounds[b] : bounds[b + 1]] for b in range(bounds.shape[0] - 1)]
 
 
 class _Round:
@@ -134,6 +137,7 @@ class _Round:
         self.U = np.empty((n_threads, width))
         self.total = np.empty(width)
         self.saved = np.empty(0 if self.shared else state.csr.n_samples)
+        self.spare = None  # the chunks of a round, dealt from the index
         self.kept_in_order = None  # the kept samples sorted, for the read-only passes
         self.partial_w = None  # the other threads' sums of `resync`
         self.sigma = 1.0
@@ -150,26 +154,60 @@ class _Round:
         first = fn(*items[0])
         return [first] + [f.result() for f in futures]
 
-    def _deal(self, seed):
-        kernels.shuffle_prefix(self.index, self.n_active, seed)
-        return _chunks(self.index, self.n_active, self.n_threads)
+    def _deal(self, seeds):
+        """Cut the active samples into one random chunk per thread; returns the chunks (views
+        of ``spare``, filled by `_fill`) and the pieces' bounds in the index.
+
+        A serial Fisher–Yates shuffle of all of them would cost the round a random access per
+        sample on one thread: on 10M samples, 0.2–0.35 s, the time of a whole round on 16
+        threads. So the threads shuffle contiguous pieces of the index side by side, and each
+        then takes its share of every piece and shuffles it (`_fill`): chunk b holds a random
+        1/K of every piece, a stratified random partition of the active samples."""
+        K, n = self.n_threads, self.n_active
+        if K == 1:
+            kernels.shuffle_prefix(self.index, n, int(seeds[0]))
+            return [self.index[:n]], None
+        pieces = (np.arange(K + 1) * n) // K
+        self._map(
+            lambda piece, seed: kernels.shuffle_prefix(piece, piece.shape[0], seed),
+            [(piece, int(seeds[p])) for p, piece in enumerate(_cut(self.index, pieces))],
+        )
+        sizes = np.diff(pieces)
+        shares = (np.arange(K + 1)[:, None] * sizes) // K  # share b of piece p: rows b, b + 1
+        bounds = np.concatenate(([0], np.cumsum((shares[1:] - shares[:-1]).sum(axis=1))))
+        if self.spare is None:
+            self.spare = np.empty_like(self.index)
+        return _cut(self.spare, bounds), pieces
+
+    def _fill(self, chunk, pieces, b, seed):
+        """Thread b's chunk: its share of every piece, shuffled."""
+        if pieces is not None:
+            pk.gather_share(self.index, pieces, b, self.n_threads, chunk)
+            kernels.shuffle_prefix(chunk, chunk.shape[0], seed)
 
     def _regroup(self, chunks, kept):
-        """Each chunk's still-active samples to the front of the index, its shrunk ones after."""
-        active = [c[:k] for c, k in zip(chunks, kept, strict=True)]
-        shrunk = [c[k:] for c, k in zip(chunks, kept, strict=True)]
-        self.index[: self.n_active] = np.concatenate(active + shrunk)
+        """Each chunk's still-active samples to the front of the index, its shrunk ones after
+        them (the samples shrunk in earlier rounds stay where they are, behind)."""
+        if len(chunks) > 1:  # one chunk is the index itself, already in that order
+            at = 0
+            for chunk, k in zip(chunks, kept, strict=True):
+                self.index[at : at + k] = chunk[:k]
+                at += k
+            for chunk, k in zip(chunks, kept, strict=True):
+                self.index[at : at + chunk.shape[0] - k] = chunk[k:]
+                at += chunk.shape[0] - k
         self.n_active = int(sum(kept))
 
     def run(self, seeds, bars):
         """One round; returns (accepted, active sizes before, M, m)."""
         st = self.state
         before = self.active
-        chunks = self._deal(int(seeds[0]))
+        chunks, pieces = self._deal(seeds)
         sigma = 1.0 if self.shared else self.sigma
 
         def one(b):
             seg = chunks[b]
+            self._fill(seg, pieces, b, int(seeds[self.n_threads + b]))
             u = st.w
             if not self.shared:
                 u = self.U[b]
@@ -309,7 +347,7 @@ def run_parallel(state, monitor, rng, tol, max_iter, shrinking, objective_every,
         work = 0.0
         n_iter = 0
         for n_iter in range(1, max_iter + 1):
-            seeds = rng.integers(0, 2**63, size=n_threads)
+            seeds = rng.integers(0, 2**63, size=2 * n_threads)
             bars = (M_bar, m_bar) if shrinking else (np.inf, -np.inf)
             accepted, before, M_new, m_new = rounds.run(seeds, bars)
             if accepted:

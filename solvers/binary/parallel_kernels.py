@@ -104,6 +104,19 @@ def shared_axpy(coef, data, indices, start, end, w, n_features, bias):
 
 
 @njit(cache=True, nogil=True)
+def gather_share(index, pieces, b, n_shares, out):
+    """out ← share b of n_shares of every piece index[pieces[p] : pieces[p + 1]], in turn (the
+    shares of a piece of size n are its [⌊b·n/K⌋, ⌊(b + 1)·n/K⌋) parts)."""
+    at = 0
+    for p in range(pieces.shape[0] - 1):
+        first = pieces[p]
+        size = pieces[p + 1] - first
+        for k in range(first + (b * size) // n_shares, first + ((b + 1) * size) // n_shares):
+            out[at] = index[k]
+            at += 1
+
+
+@njit(cache=True, nogil=True)
 def restore_alpha(rec, width, index, active_size, saved, first):
     """Undo a block's pass: α_i ← saved[i − first] for the samples it visited."""
     for s in range(active_size):

@@ -67,6 +67,28 @@ def test_threads_need_no_more_passes_than_one(forced_threads, chunk_sizes, loss)
     assert two.n_iter <= 1.3 * one.n_iter + 2, (two.n_iter, one.n_iter)
 
 
+def test_every_round_deals_each_active_sample_to_one_thread(forced_threads, monkeypatch):
+    dealt = []
+    epoch = parallel.pk.block_epoch
+
+    def recording(X, bias, record, u, index, active_size, *rest):
+        dealt.append(np.array(index[:active_size]))
+        return epoch(X, bias, record, u, index, active_size, *rest)
+
+    monkeypatch.setattr(parallel.pk, "block_epoch", recording)
+    X, y = synthetic(n=2003, d=100, density=0.05, seed=5)
+    C = np.ones(y.shape[0])
+    C[::10] = 0.0  # dropped rows are never dealt
+    solve_binary(X, y, C=C, tol=1e-3, max_iter=3, n_jobs=3, shrinking=False, newton=False)
+    kept = np.flatnonzero(C > 0)
+    assert len(dealt) == 9
+    for first in range(0, 9, 3):
+        chunks = dealt[first : first + 3]
+        np.testing.assert_array_equal(np.sort(np.concatenate(chunks)), kept)
+        assert max(map(len, chunks)) - min(map(len, chunks)) <= 3  # one per piece at most
+    assert not np.array_equal(dealt[0], dealt[3])  # a fresh deal every round
+
+
 def test_crowded_rounds_go_on_one_thread(forced_threads, chunk_sizes, monkeypatch):
     # every round crowded (no thread can run more than all of the round)
     monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", np.inf)
