@@ -67,6 +67,31 @@ def test_threads_need_no_more_passes_than_one(forced_threads, chunk_sizes, loss)
     assert two.n_iter <= 1.3 * one.n_iter + 2, (two.n_iter, one.n_iter)
 
 
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_lost_additions_do_not_slow_the_rounds(forced_threads, chunk_sizes, monkeypatch, loss):
+    # Threads that add to one entry of w̃ at the same instant lose one of the additions. The
+    # rounds here run one after the other, and each thread's pass loses a few of its own, on
+    # purpose: the rebuilds of w̃ from α every few rounds keep the passes at the serial count.
+    rng = np.random.default_rng(0)
+    epoch = parallel.pk.block_epoch
+
+    def losing(X, bias, record, u, index, active_size, *rest):
+        before = u.copy()
+        out = epoch(X, bias, record, u, index, active_size, *rest)
+        lost = rng.choice(u.shape[0], size=5, replace=False)
+        u[lost] = before[lost]  # those features' additions of this pass are lost
+        return out
+
+    monkeypatch.setattr(parallel.pk, "block_epoch", losing)
+    X, y = text_like(seed=1)
+    common = dict(loss=loss, tol=1e-4, max_iter=100_000, newton=False)
+    one = solve_binary(X, y, **common)
+    two = solve_binary(X, y, n_jobs=2, **common)
+    assert two.status == "converged"
+    _check_certified(X, y, two, 1.0, loss, 0.0, 1e-4)
+    assert two.n_iter <= 1.3 * one.n_iter + 2, (two.n_iter, one.n_iter)
+
+
 def test_every_round_deals_each_active_sample_to_one_thread(forced_threads, monkeypatch):
     dealt = []
     epoch = parallel.pk.block_epoch
