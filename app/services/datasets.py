@@ -31,7 +31,7 @@ from starlette.requests import Request
 from app.config import Settings
 from app.db import Database
 from app.errors import ProblemError
-from app.schemas.common import decode_cursor, page_of
+from app.schemas.common import keyset_page
 from app.services import dataset_files, formats, idempotency, quotas
 from app.services.array_cache import ArrayCache
 from app.services.formats.delimited import EMPTY_POLICIES
@@ -386,11 +386,7 @@ def _remove_objects(storage: Storage, prefix: str) -> None:
 def list_datasets(
     session: Session, limit: int, cursor: str | None
 ) -> tuple[list[Dataset], str | None]:
-    query = select(Dataset).order_by(Dataset.id.desc()).limit(limit + 1)
-    after = decode_cursor(cursor)
-    if after is not None:
-        query = query.where(Dataset.id < after)
-    return page_of(list(session.scalars(query)), limit, lambda d: d.id)
+    return keyset_page(session, select(Dataset), Dataset.id, limit, cursor)
 
 
 def delete_dataset(db: Database, settings: Settings, dataset_id: str) -> None:

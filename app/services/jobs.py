@@ -14,7 +14,7 @@ from app.db import Database
 from app.errors import ProblemError, describe_validation_errors
 from app.jobs import lifecycle
 from app.jobs.queue import JobQueue
-from app.schemas.common import decode_cursor, page_of
+from app.schemas.common import keyset_page
 from app.schemas.jobs import JobCreate
 from app.schemas.params import ESTIMATORS, EstimatorSpec
 from app.services import idempotency, quotas
@@ -181,33 +181,30 @@ def list_jobs(
     statuses: list[str] | None,
     dataset_id: str | None = None,
 ) -> tuple[list[Job], str | None]:
-    query = select(Job).order_by(Job.id.desc()).limit(limit + 1)
-    after = decode_cursor(cursor)
-    if after is not None:
-        query = query.where(Job.id < after)
+    query = select(Job)
     if statuses:
         query = query.where(Job.status.in_(statuses))
     if dataset_id:
         query = query.where(Job.dataset_id == dataset_id)
-    return page_of(list(session.scalars(query)), limit, lambda j: j.id)
+    return keyset_page(session, query, Job.id, limit, cursor)
 
 
 def progress_records(
     session: Session, job: Job, limit: int, cursor: str | None
 ) -> tuple[list[JobProgress], str | None]:
     """The job's progress records of its latest attempt, oldest first."""
-    query = (
-        select(JobProgress)
-        .where(JobProgress.job_id == job.id, JobProgress.attempt == max(job.attempt, 1))
-        .order_by(JobProgress.id)
-        .limit(limit + 1)
+    query = select(JobProgress).where(
+        JobProgress.job_id == job.id, JobProgress.attempt == max(job.attempt, 1)
     )
-    after = decode_cursor(cursor)
-    if after is not None:
+
+    def position(after: str) -> int:
         if not after.isdigit():
             raise ProblemError(422, "Invalid cursor", f"cursor: not a progress cursor: {cursor!r}")
-        query = query.where(JobProgress.id > int(after))
-    return page_of(list(session.scalars(query)), limit, lambda r: r.id)
+        return int(after)
+
+    return keyset_page(
+        session, query, JobProgress.id, limit, cursor, descending=False, position=position
+    )
 
 
 def cancel_job(db: Database, queue: JobQueue, job_id: str, keep_model: bool = False) -> Job:
