@@ -123,6 +123,26 @@ def _dataset_or_404(session: Session, dataset_id: str, field: str) -> Dataset:
     return dataset
 
 
+def _checked_datasets(
+    session: Session, body: JobCreate, spec: EstimatorSpec, params: dict, dask_address: str | None
+) -> Dataset:
+    """The job's training dataset, once it and the validation dataset (if any) fit the request
+    and the tenant may queue one more job; 404, 422 or 429 otherwise."""
+    dataset = _dataset_or_404(session, body.dataset_id, "dataset_id")
+    check_dataset_fits(spec, params, dataset)
+    check_distributed(body, params, dataset, dask_address)
+    quotas.check_active_jobs(session)
+    if body.validation_dataset_id is not None:
+        valid = _dataset_or_404(session, body.validation_dataset_id, "validation_dataset_id")
+        if valid.zero_based and not dataset.zero_based:
+            raise _invalid(
+                "validation_dataset_id",
+                "the validation file uses feature index 0, the training file is one-based",
+            )
+        check_validation_labels(spec, dataset, valid)
+    return dataset
+
+
 def create_job(
     db: Database, queue: JobQueue, body: JobCreate, key: str | None, dask_address: str | None = None
 ) -> tuple[Job, bool]:
@@ -137,20 +157,7 @@ def create_job(
                 return session.get(Job, existing), False
     try:
         with db.write() as session:
-            dataset = _dataset_or_404(session, body.dataset_id, "dataset_id")
-            check_dataset_fits(spec, params, dataset)
-            check_distributed(body, params, dataset, dask_address)
-            quotas.check_active_jobs(session)
-            if body.validation_dataset_id is not None:
-                valid = _dataset_or_404(
-                    session, body.validation_dataset_id, "validation_dataset_id"
-                )
-                if valid.zero_based and not dataset.zero_based:
-                    raise _invalid(
-                        "validation_dataset_id",
-                        "the validation file uses feature index 0, the training file is one-based",
-                    )
-                check_validation_labels(spec, dataset, valid)
+            dataset = _checked_datasets(session, body, spec, params, dask_address)
             job = Job(
                 id=new_id("job"),
                 dataset_id=dataset.id,
