@@ -341,6 +341,11 @@ def get_prediction_run(
             run.error or "the run failed",
             run=out.model_dump(mode="json"),
         )
+    return _csv_response(settings, run)
+
+
+def _csv_response(settings, run: PredictionRun) -> Response:
+    """A succeeded run's CSV: the local file, or streamed from the object store; 410 if gone."""
     storage = get_storage(settings)
     key = prediction_key(run.id)
     path = storage.local_path(key)
@@ -350,7 +355,7 @@ def get_prediction_run(
             storage.read(key), media_type="text/csv", headers={"Content-Disposition": disposition}
         )
     if path is None or not path.exists():
-        raise ProblemError(410, "Prediction result gone", f"the CSV of run {run_id!r} is missing")
+        raise ProblemError(410, "Prediction result gone", f"the CSV of run {run.id!r} is missing")
     return FileResponse(path, media_type="text/csv", filename=f"{run.id}.csv")
 
 
