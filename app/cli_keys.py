@@ -61,31 +61,43 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _dispatch(args, db, keys) -> int:
-    if args.keys_command == "create":
-        row, key = keys.create_key(db, args.tenant, args.name, args.scope)
-        print(
-            f"created key {row.id} ({row.prefix}...) for tenant {row.tenant!r}, scopes "
-            f"{','.join(row.scopes)}; it is shown once, store it now",
-            file=sys.stderr,
-        )
-        print(key)
-    elif args.keys_command == "list":
-        print("id\ttenant\tname\tprefix\tscopes\tcreated_at\trevoked_at")
-        for row in keys.list_keys(db, args.tenant, revoked=args.all):
-            revoked = row.revoked_at.isoformat() if row.revoked_at else "-"
-            print(
-                f"{row.id}\t{row.tenant}\t{row.name}\t{row.prefix}\t{','.join(row.scopes)}\t"
-                f"{row.created_at.isoformat()}\t{revoked}"
-            )
-    elif args.keys_command == "revoke":
-        row = keys.revoke_key(db, args.key)
-        print(f"revoked key {row.id} ({row.prefix}...) of tenant {row.tenant!r}", file=sys.stderr)
-    elif args.keys_command == "quota":
-        storage = int(args.storage_mb * 2**20) if args.storage_mb is not None else None
-        row = keys.set_quota(db, args.tenant, storage, args.jobs, args.rate)
-        print(
-            f"tenant {row.id!r}: storage {row.max_storage_bytes} bytes, "
-            f"active jobs {row.max_active_jobs}, rate {row.rate_limit}",
-            file=sys.stderr,
-        )
+    _COMMANDS[args.keys_command](args, db, keys)
     return 0
+
+
+def _create(args, db, keys) -> None:
+    row, key = keys.create_key(db, args.tenant, args.name, args.scope)
+    print(
+        f"created key {row.id} ({row.prefix}...) for tenant {row.tenant!r}, scopes "
+        f"{','.join(row.scopes)}; it is shown once, store it now",
+        file=sys.stderr,
+    )
+    print(key)
+
+
+def _list(args, db, keys) -> None:
+    print("id\ttenant\tname\tprefix\tscopes\tcreated_at\trevoked_at")
+    for row in keys.list_keys(db, args.tenant, revoked=args.all):
+        revoked = row.revoked_at.isoformat() if row.revoked_at else "-"
+        print(
+            f"{row.id}\t{row.tenant}\t{row.name}\t{row.prefix}\t{','.join(row.scopes)}\t"
+            f"{row.created_at.isoformat()}\t{revoked}"
+        )
+
+
+def _revoke(args, db, keys) -> None:
+    row = keys.revoke_key(db, args.key)
+    print(f"revoked key {row.id} ({row.prefix}...) of tenant {row.tenant!r}", file=sys.stderr)
+
+
+def _quota(args, db, keys) -> None:
+    storage_bytes = int(args.storage_mb * 2**20) if args.storage_mb is not None else None
+    row = keys.set_quota(db, args.tenant, storage_bytes, args.jobs, args.rate)
+    print(
+        f"tenant {row.id!r}: storage {row.max_storage_bytes} bytes, "
+        f"active jobs {row.max_active_jobs}, rate {row.rate_limit}",
+        file=sys.stderr,
+    )
+
+
+_COMMANDS = {"create": _create, "list": _list, "revoke": _revoke, "quota": _quota}

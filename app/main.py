@@ -24,37 +24,49 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service for `settings` (default: the environment's). Tables must exist already
     (`margin migrate`); nothing here creates them."""
     settings = settings or get_settings()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        from app.services.datasets import sweep_partial_uploads
-
-        if settings.worker_backend == "procrastinate":
-            from app.jobs import procrastinate_schema
-
-            procrastinate_schema.check(app.state.db)  # a mismatch stops the start, with why
-        try:
-            sweep_partial_uploads(settings, app.state.db)
-        except Exception:  # a sweep must never keep the API from starting
-            log.exception("sweeping partial uploads failed")
-        app.state.parser.warm()
-        try:
-            yield
-        finally:
-            if app.state.job_feeds is not None:
-                app.state.job_feeds.stop()
-            app.state.parser.shutdown()
-            app.state.db.dispose()
-
     app = FastAPI(
         title="Margin",
         version="0.1.0",
         description="Train and serve large-scale linear SVMs.",
-        lifespan=lifespan,
+        lifespan=_lifespan,
         docs_url=None,  # served by app.openapi from local assets
         redoc_url=None,
         generate_unique_id_function=openapi.operation_id,
     )
+    _attach_state(app, settings)
+    install_handlers(app)
+    _add_middleware(app, settings)
+    _include_routers(app)
+    app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"])
+    app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"])
+    return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI):
+    from app.services.datasets import sweep_partial_uploads
+
+    settings: Settings = app.state.settings
+    if settings.worker_backend == "procrastinate":
+        from app.jobs import procrastinate_schema
+
+        procrastinate_schema.check(app.state.db)  # a mismatch stops the start, with why
+    try:
+        sweep_partial_uploads(settings, app.state.db)
+    except Exception:  # a sweep must never keep the API from starting
+        log.exception("sweeping partial uploads failed")
+    app.state.parser.warm()
+    try:
+        yield
+    finally:
+        if app.state.job_feeds is not None:
+            app.state.job_feeds.stop()
+        app.state.parser.shutdown()
+        app.state.db.dispose()
+
+
+def _attach_state(app: FastAPI, settings: Settings) -> None:
+    """The app's shared objects: settings, database, job queue, upload parsers, job feeds."""
     from app.services.datasets import ParserPool
     from app.services.job_feed import JobFeeds
 
@@ -64,12 +76,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.queue = get_queue(settings)
     app.state.parser = ParserPool()
     app.state.job_feeds = None if settings.is_sqlite else JobFeeds(app.state.db)
-    install_handlers(app)
+
+
+def _add_middleware(app: FastAPI, settings: Settings) -> None:
+    """Each one added wraps those before it: the last added sees a request first."""
     app.add_middleware(limits.BodySizeLimit, limits=limits.RouteLimits(settings))
     auth.install(app, settings, app.state.db)  # before the body limit and the body
     metrics.install(app, settings)  # counts every answer, the gate's too
     app.add_middleware(logs.RequestId)  # outermost: every log line of a request carries its id
 
+
+def _include_routers(app: FastAPI) -> None:
     from app.api import (
         datasets,
         inference,
@@ -87,32 +104,35 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     openapi.install(app, keys_optional=app.state.auth.mode != "required")
     ui.install(app)
 
-    @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict:
-        """The process answers: on the event loop, needing neither a thread nor the database."""
-        return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
-    def readyz(request: Request):
-        db: Database = request.app.state.db
-        try:
-            db.ping()
-        except Exception as exc:
-            log.warning("readiness: database unreachable: %s", exc)
-            return problem_response(503, "Not ready", "the database is unreachable")
-        since = utcnow() - timedelta(seconds=WORKER_ALIVE_S)
-        with db.session() as session:
-            alive = session.scalar(
-                select(func.count()).select_from(Worker).where(Worker.heartbeat_at >= since)
-            )
-        if not alive:
-            return problem_response(
-                503,
-                "Not ready",
-                f"no worker process has reported in the last {WORKER_ALIVE_S:g} s",
-                database="ok",
-                workers=0,
-            )
-        return {"status": "ready", "database": "ok", "workers": alive}
+async def healthz() -> dict:
+    """The process answers: on the event loop, needing neither a thread nor the database."""
+    return {"status": "ok"}
 
-    return app
+
+def readyz(request: Request):
+    db: Database = request.app.state.db
+    try:
+        db.ping()
+    except Exception as exc:
+        log.warning("readiness: database unreachable: %s", exc)
+        return problem_response(503, "Not ready", "the database is unreachable")
+    alive = _workers_alive(db)
+    if not alive:
+        return problem_response(
+            503,
+            "Not ready",
+            f"no worker process has reported in the last {WORKER_ALIVE_S:g} s",
+            database="ok",
+            workers=0,
+        )
+    return {"status": "ready", "database": "ok", "workers": alive}
+
+
+def _workers_alive(db: Database) -> int:
+    """Workers whose heartbeat is at most WORKER_ALIVE_S old."""
+    since = utcnow() - timedelta(seconds=WORKER_ALIVE_S)
+    with db.session() as session:
+        return session.scalar(
+            select(func.count()).select_from(Worker).where(Worker.heartbeat_at >= since)
+        )

@@ -22,7 +22,8 @@ from fastapi.concurrency import run_in_threadpool
 from app.api.model_lookup import ModelNotFound, load_model
 from app.auth import authenticate
 from app.errors import ProblemError
-from app.services.predict_input import InvalidInstances, items_rows, json_rows, json_type
+from app.services.predict_input import InvalidInstances, json_type
+from app.services.predict_json import items_rows, json_rows
 from app.services.prediction import _chunks, decision_function, dumps, labels_from_decision
 from app.services.tensors import decision_dense
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from sqlalchemy import select
 from sse_starlette import EventSourceResponse
 
+from app.db import Database
 from app.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
 from app.jobs import lifecycle
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page
@@ -27,6 +29,7 @@ from app.tables import TERMINAL_STATUSES, Job, JobProgress
 
 router = APIRouter(tags=["jobs"])
 FEED_SAFETY_S = 15.0  # a watcher reads the database itself after this long without a notice
+PAGE_ROWS = 1000  # progress rows read from the database at once
 
 
 @router.post("/jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)
@@ -115,61 +118,83 @@ async def job_events(
     last_event_id: Annotated[str | None, Header()] = None,
 ):
     """Progress records as Server-Sent Events (`progress`), then one `end` event with the job."""
-    poll = min(settings.progress_interval_s, 0.25)
     start = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
-
-    def fetch(after: int):
-        with db.session() as session:
-            current = session.get(Job, job.id)
-            attempt = max(current.attempt, 1) if current else 1
-            rows = session.scalars(
-                select(JobProgress)
-                .where(JobProgress.job_id == job.id, JobProgress.attempt == attempt)
-                .where(JobProgress.id > after)
-                .order_by(JobProgress.id)
-                .limit(1000)
-            ).all()
-            return rows, current
-
-    async def polled():  # SQLite: no notifications, so look a few times a second
-        after = start
-        while True:
-            rows, current = await asyncio.to_thread(fetch, after)
-            for row in rows:
-                after = row.id
-                yield _progress_event(row)
-            if current is None or (current.status in TERMINAL_STATUSES and len(rows) < 1000):
-                yield _end_event(current)
-                return
-            if not rows:
-                await asyncio.sleep(poll)
-
-    async def notified():  # PostgreSQL: woken by LISTEN/NOTIFY, rows read once per process
-        feed = feeds.subscribe(job.id, start)
-        try:
-            after = start
-            rows, current = await asyncio.to_thread(fetch, after)  # what came before
-            while True:
-                for row in rows:
-                    after = row.id
-                    yield _progress_event(row)
-                if current is None or (current.status in TERMINAL_STATUSES and len(rows) < 1000):
-                    yield _end_event(current)
-                    return
-                if len(rows) >= 1000:  # still catching up
-                    rows, current = await asyncio.to_thread(fetch, after)
-                    continue
-                changed = await feed.wait(FEED_SAFETY_S)
-                rows = feed.since(after) if changed else None
-                if rows is None:  # left the feed, or no notice for long: read it directly
-                    rows, current = await asyncio.to_thread(fetch, after)
-                elif feed.current is not None:
-                    current = feed.current
-        finally:
-            feeds.unsubscribe(feed)
-
     feeds = getattr(request.app.state, "job_feeds", None)
-    return EventSourceResponse(polled() if feeds is None else notified(), ping=15)
+    if feeds is None:
+        poll_s = min(settings.progress_interval_s, 0.25)
+        events = _polled_events(db, job.id, start, poll_s)
+    else:
+        events = _notified_events(db, feeds, job.id, start)
+    return EventSourceResponse(events, ping=15)
+
+
+async def _polled_events(db: Database, job_id: str, start: int, poll_s: float):
+    """SQLite: no notifications, so look a few times a second."""
+    after = start
+    while True:
+        rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)
+        after = rows[-1].id if rows else after
+        for event in _events(rows, current):
+            yield event
+        if _ended(rows, current):
+            return
+        if not rows:
+            await asyncio.sleep(poll_s)
+
+
+async def _notified_events(db: Database, feeds, job_id: str, start: int):
+    """PostgreSQL: woken by LISTEN/NOTIFY, rows read once per process."""
+    feed = feeds.subscribe(job_id, start)
+    try:
+        after = start
+        rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)  # before
+        while True:
+            after = rows[-1].id if rows else after
+            for event in _events(rows, current):
+                yield event
+            if _ended(rows, current):
+                return
+            if len(rows) >= PAGE_ROWS:  # still catching up
+                rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)
+                continue
+            changed = await feed.wait(FEED_SAFETY_S)
+            rows = feed.since(after) if changed else None
+            if rows is None:  # left the feed, or no notice for long: read it directly
+                rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)
+            elif feed.current is not None:
+                current = feed.current
+    finally:
+        feeds.unsubscribe(feed)
+
+
+def _fetch_progress(db: Database, job_id: str, after: int) -> tuple[list[JobProgress], Job | None]:
+    """Up to PAGE_ROWS progress rows of the job's current attempt after id `after`, and the job
+    (None once deleted)."""
+    with db.session() as session:
+        current = session.get(Job, job_id)
+        attempt = max(current.attempt, 1) if current else 1
+        rows = session.scalars(
+            select(JobProgress)
+            .where(JobProgress.job_id == job_id, JobProgress.attempt == attempt)
+            .where(JobProgress.id > after)
+            .order_by(JobProgress.id)
+            .limit(PAGE_ROWS)
+        ).all()
+        return rows, current
+
+
+def _ended(rows: list[JobProgress], current: Job | None) -> bool:
+    """Whether the stream ends with these rows: the job is gone, or it ended and a short read
+    shows that no rows are left."""
+    return current is None or (current.status in TERMINAL_STATUSES and len(rows) < PAGE_ROWS)
+
+
+def _events(rows: list[JobProgress], current: Job | None) -> Iterator[dict]:
+    """The rows' progress events, then the end event if the stream ends with them."""
+    for row in rows:
+        yield _progress_event(row)
+    if _ended(rows, current):
+        yield _end_event(current)
 
 
 def _progress_event(row: JobProgress) -> dict:

@@ -22,7 +22,7 @@ from app.api.model_lookup import ModelNotFound, app_singleton, load_model, model
 from app.auth import authenticate
 from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
 from app.errors import ProblemError
-from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, decode_cursor, page_of
+from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, keyset_page
 from app.schemas.models import (
     PREDICT_OPENAPI,
     ClassificationEvaluation,
@@ -182,15 +182,12 @@ def list_models(
     job_id: str | None = None,
 ):
     """Stored models, newest first; filter by the dataset or job that produced them."""
-    query = select(Model).order_by(Model.id.desc()).limit(limit + 1)
-    after = decode_cursor(cursor)
-    if after is not None:
-        query = query.where(Model.id < after)
+    query = select(Model)
     if dataset_id is not None:
         query = query.where(Model.dataset_id == dataset_id)
     if job_id is not None:
         query = query.where(Model.job_id == job_id)
-    items, next_cursor = page_of(list(session.scalars(query)), limit, key=lambda m: m.id)
+    items, next_cursor = keyset_page(session, query, Model.id, limit, cursor)
     return Page[ModelOut](items=[ModelOut.model_validate(m) for m in items], next=next_cursor)
 
 
@@ -297,16 +294,8 @@ def list_prediction_runs(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     cursor: str | None = None,
 ):
-    query = (
-        select(PredictionRun)
-        .where(PredictionRun.model_id == model.id)
-        .order_by(PredictionRun.id.desc())
-        .limit(limit + 1)
-    )
-    after = decode_cursor(cursor)
-    if after is not None:
-        query = query.where(PredictionRun.id < after)
-    items, next_cursor = page_of(list(session.scalars(query)), limit, key=lambda r: r.id)
+    query = select(PredictionRun).where(PredictionRun.model_id == model.id)
+    items, next_cursor = keyset_page(session, query, PredictionRun.id, limit, cursor)
     return Page[PredictionRunOut](items=[_run_out(r) for r in items], next=next_cursor)
 
 
@@ -352,6 +341,11 @@ def get_prediction_run(
             run.error or "the run failed",
             run=out.model_dump(mode="json"),
         )
+    return _csv_response(settings, run)
+
+
+def _csv_response(settings, run: PredictionRun) -> Response:
+    """A succeeded run's CSV: the local file, or streamed from the object store; 410 if gone."""
     storage = get_storage(settings)
     key = prediction_key(run.id)
     path = storage.local_path(key)
@@ -361,7 +355,7 @@ def get_prediction_run(
             storage.read(key), media_type="text/csv", headers={"Content-Disposition": disposition}
         )
     if path is None or not path.exists():
-        raise ProblemError(410, "Prediction result gone", f"the CSV of run {run_id!r} is missing")
+        raise ProblemError(410, "Prediction result gone", f"the CSV of run {run.id!r} is missing")
     return FileResponse(path, media_type="text/csv", filename=f"{run.id}.csv")
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Response
 from sqlalchemy import select
 
 from app.deps import DatabaseDep, SessionDep
-from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, decode_cursor, page_of
+from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, keyset_page
 from app.schemas.registry import (
     AliasIn,
     AliasOut,
@@ -43,11 +43,9 @@ def list_registered_models(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     cursor: str | None = None,
 ):
-    query = select(RegisteredModel).order_by(RegisteredModel.name).limit(limit + 1)
-    after = decode_cursor(cursor)
-    if after is not None:
-        query = query.where(RegisteredModel.name > after)
-    items, nxt = page_of(list(session.scalars(query)), limit, lambda r: r.name)
+    items, nxt = keyset_page(
+        session, select(RegisteredModel), RegisteredModel.name, limit, cursor, descending=False
+    )
     return {"items": [registry.registered_view(session, r) for r in items], "next": nxt}
 
 
@@ -94,16 +92,10 @@ def list_model_versions(
 ):
     """Versions, newest first."""
     registered = registry.registered_or_404(session, name)
-    query = (
-        select(ModelVersion)
-        .where(ModelVersion.registered_model_id == registered.id)
-        .order_by(ModelVersion.version.desc())
-        .limit(limit + 1)
+    query = select(ModelVersion).where(ModelVersion.registered_model_id == registered.id)
+    items, nxt = keyset_page(
+        session, query, ModelVersion.version, limit, cursor, position=_int_cursor
     )
-    after = decode_cursor(cursor)
-    if after is not None:
-        query = query.where(ModelVersion.version < _int_cursor(after))
-    items, nxt = page_of(list(session.scalars(query)), limit, lambda r: r.version)
     return {"items": [registry.version_view(session, name, r) for r in items], "next": nxt}
 
 

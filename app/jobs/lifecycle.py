@@ -192,18 +192,7 @@ def cancel(
     iteration, storing its iterate as a model with `keep_model`). `job` was read in this
     transaction, locked; False when it had already ended."""
     if job.status == QUEUED.value:
-        done = transition(
-            session,
-            job.id,
-            job.attempt,
-            QUEUED,
-            CANCELLED,
-            actor=actor,
-            reason="cancelled",
-            stop_reason="cancelled",
-            cancel_requested=True,
-            finished_at=utcnow(),
-        )
+        done = _cancel_queued(session, job, actor, cancel_requested=True)
         queue.cancel(session, job.id)
         return done
     if job.status == RUNNING.value:
@@ -216,6 +205,22 @@ def cancel(
         queue.cancel(session, job.id)
         return True
     return job.status == CANCELLED.value
+
+
+def _cancel_queued(session: Session, job: Job, actor: str, **fields: Unpack[Fields]) -> bool:
+    """queued -> cancelled, ended now; whether it moved."""
+    return transition(
+        session,
+        job.id,
+        job.attempt,
+        QUEUED,
+        CANCELLED,
+        actor=actor,
+        reason="cancelled",
+        stop_reason="cancelled",
+        finished_at=utcnow(),
+        **fields,
+    )
 
 
 # --- the worker running a job ---------------------------------------------------------------------
@@ -378,17 +383,7 @@ def reenqueue(session: Session, queue: JobQueue, job: Job, actor: str) -> JobSta
     """A queued job whose queue entry was lost: a new entry, or cancelled if a cancel was asked.
     `job` was read in this transaction, locked."""
     if job.cancel_requested:
-        transition(
-            session,
-            job.id,
-            job.attempt,
-            QUEUED,
-            CANCELLED,
-            actor=actor,
-            reason="cancelled",
-            stop_reason="cancelled",
-            finished_at=utcnow(),
-        )
+        _cancel_queued(session, job, actor)
         return CANCELLED
     queue.enqueue(session, job.id)
     session.add(

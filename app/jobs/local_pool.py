@@ -48,7 +48,7 @@ def child_main(settings_data: dict, threads: int, worker_id: str) -> None:
     os.environ["NUMBA_NUM_THREADS"] = str(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
     from app import logs
-    from app.jobs.runner import RunContext, run_job
+    from app.jobs.runner import RunContext
 
     settings = Settings(**settings_data)
     logs.configure(settings.log_format)
@@ -63,26 +63,38 @@ def child_main(settings_data: dict, threads: int, worker_id: str) -> None:
     heartbeat = workers.Heartbeat(db, ctx.worker_id, "local")
     heartbeat.start()
     try:
-        while not ctx.shutdown.is_set():
-            try:
-                job_id = next_queued(db)
-                if job_id is None:
-                    ctx.shutdown.wait(settings.poll_interval_s)
-                    continue
-                heartbeat.job_id = job_id
-                run_job(job_id, ctx)
-            except Exception as exc:  # the database is away: wait for it rather than crash-loop
-                log.warning("worker %s: %s; retrying in 1 s", ctx.worker_id, exc)
-                ctx.shutdown.wait(1.0)
-            finally:
-                heartbeat.job_id = None
+        _run_jobs_until_shutdown(db, ctx, heartbeat)
     finally:
-        heartbeat.stop()
+        _leave(db, ctx, heartbeat)
+
+
+def _run_jobs_until_shutdown(db: Database, ctx, heartbeat: workers.Heartbeat) -> None:
+    """Claim and run the oldest queued job, again and again, until SIGTERM."""
+    from app.jobs.runner import run_job
+
+    while not ctx.shutdown.is_set():
         try:
-            workers.unregister(db, ctx.worker_id)
-        except Exception as exc:
-            log.warning("worker %s: could not unregister: %s", ctx.worker_id, exc)
-        db.dispose()
+            job_id = next_queued(db)
+            if job_id is None:
+                ctx.shutdown.wait(ctx.settings.poll_interval_s)
+                continue
+            heartbeat.job_id = job_id
+            run_job(job_id, ctx)
+        except Exception as exc:  # the database is away: wait for it rather than crash-loop
+            log.warning("worker %s: %s; retrying in 1 s", ctx.worker_id, exc)
+            ctx.shutdown.wait(1.0)
+        finally:
+            heartbeat.job_id = None
+
+
+def _leave(db: Database, ctx, heartbeat: workers.Heartbeat) -> None:
+    """Stop the heartbeat, unregister this worker and close its database connections."""
+    heartbeat.stop()
+    try:
+        workers.unregister(db, ctx.worker_id)
+    except Exception as exc:
+        log.warning("worker %s: could not unregister: %s", ctx.worker_id, exc)
+    db.dispose()
 
 
 def _child_entry(settings_data: dict, threads: int, nonce: str) -> None:

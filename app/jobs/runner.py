@@ -123,34 +123,10 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
         return _fail(ctx, attempt, "the job's dataset was deleted before it could run")
     if job.validation_dataset_id and valid is None:
         return _fail(ctx, attempt, "the job's validation dataset was deleted")
-    trainer = TRAINERS[job.estimator]
     recorder = Recorder(ctx, attempt, watch, tol=job.params.get("tol"))
-    if job.distributed:  # the Dask workers read their rows: nothing loaded here
-        X = y = qid = None
-        trainer = distributed_trainer(
-            job.distributed,
-            distributed_arrays(ctx.settings, dataset),
-            dataset.n_features,
-            dataset.classes or [],
-            ctx.settings.dask_scheduler_address,
-        )
-    elif streams(job.estimator, job.params):  # read in chunks; memory bounded by the cache
-        X, y, qid = map_arrays(dataset_arrays(ctx.settings, dataset), dataset.n_features)
-    else:
-        X, y, qid = load_dataset(ctx.settings, dataset)
+    trainer, X, y, qid = _trainer_and_data(ctx, job, dataset)
     segments = _segments(ctx, attempt, job) if resumable(trainer, job.params) else None
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        if segments is None:
-            trained = trainer(job.params, X, y, qid, recorder.callback, ctx.n_jobs)
-        else:
-            trained = checkpoint.train(
-                trainer, job.params, X, y, qid, recorder.callback, ctx.n_jobs, segments
-            )
-    train_time = time.perf_counter() - start
-    for warning in caught:
-        log.warning("job %s: %s: %s", job.id, warning.category.__name__, warning.message)
+    trained, train_time = _train(ctx, job, trainer, (X, y, qid), recorder, segments)
     keep = trained.status == "stopped" and _keeps_model(ctx, attempt)
     model = None
     if trained.status != "stopped" or keep:
@@ -166,6 +142,43 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
     if outcome == JobStatus.SUCCEEDED.value and segments is not None:
         _drop_checkpoint(ctx, job.id)
     return outcome
+
+
+def _trainer_and_data(ctx: RunContext, job: Job, dataset: Dataset):
+    """The job's trainer and its training arrays (X, y, qid): in memory, mapped in chunks for
+    a streaming solver, or none at all for a distributed job."""
+    trainer = TRAINERS[job.estimator]
+    if job.distributed:  # the Dask workers read their rows: nothing loaded here
+        trainer = distributed_trainer(
+            job.distributed,
+            distributed_arrays(ctx.settings, dataset),
+            dataset.n_features,
+            dataset.classes or [],
+            ctx.settings.dask_scheduler_address,
+        )
+        return trainer, None, None, None
+    if streams(job.estimator, job.params):  # read in chunks; memory bounded by the cache
+        X, y, qid = map_arrays(dataset_arrays(ctx.settings, dataset), dataset.n_features)
+    else:
+        X, y, qid = load_dataset(ctx.settings, dataset)
+    return trainer, X, y, qid
+
+
+def _train(ctx: RunContext, job: Job, trainer, data: tuple, recorder: Recorder, segments):
+    """(what the trainer returned, seconds it took); its warnings go to the worker's log."""
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if segments is None:
+            trained = trainer(job.params, *data, recorder.callback, ctx.n_jobs)
+        else:
+            trained = checkpoint.train(
+                trainer, job.params, *data, recorder.callback, ctx.n_jobs, segments
+            )
+    train_time = time.perf_counter() - start
+    for warning in caught:
+        log.warning("job %s: %s: %s", job.id, warning.category.__name__, warning.message)
+    return trained, train_time
 
 
 def _segments(ctx: RunContext, attempt: Attempt, job: Job) -> checkpoint.Segments:

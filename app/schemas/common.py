@@ -42,6 +42,21 @@ def decode_cursor(cursor: str | None) -> str | None:
         ) from None
 
 
+def keyset_page(
+    session, query, column, limit: int, cursor: str | None, *, descending=True, position=str
+) -> tuple[list, str | None]:
+    """One page of `query` ordered by the unique `column`: the rows past the cursor's position
+    (`position` turns the decoded cursor into a value of the column), and the next cursor.
+    Rows are found by the column's value rather than an offset, so a page never skips or
+    repeats rows that were added or removed meanwhile."""
+    query = query.order_by(column.desc() if descending else column).limit(limit + 1)
+    after = decode_cursor(cursor)
+    if after is not None:
+        after = position(after)
+        query = query.where(column < after if descending else column > after)
+    return page_of(list(session.scalars(query)), limit, lambda row: getattr(row, column.key))
+
+
 def page_of(items: list, limit: int, key) -> tuple[list, str | None]:
     """Split a query result fetched with limit + 1 rows into (items, next cursor)."""
     if len(items) > limit:

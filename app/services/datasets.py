@@ -31,7 +31,7 @@ from starlette.requests import Request
 from app.config import Settings
 from app.db import Database
 from app.errors import ProblemError
-from app.schemas.common import decode_cursor, page_of
+from app.schemas.common import keyset_page
 from app.services import dataset_files, formats, idempotency, quotas
 from app.services.array_cache import ArrayCache
 from app.services.formats.delimited import EMPTY_POLICIES
@@ -199,40 +199,15 @@ async def create_dataset(
     check_declared_length(request, settings.max_upload_bytes)
     room = await asyncio.to_thread(_storage_room, db)
     sink = UploadSink(tmp / (temp_name("upload") + ".part"), settings.max_upload_bytes)
-    out_dir = tmp / temp_name("parsed")
-    parse: asyncio.Future | None = None
-
-    def start_parse(filename: str | None, fields: dict[str, str]) -> None:
-        # called when the file begins: its name and the fields before it are known, and the
-        # parser follows the file while it arrives, so receiving and parsing overlap
-        nonlocal parse
-        options.complete(fields, filename)
-        parse = asyncio.ensure_future(
-            parser.parse(
-                sink.path, out_dir, growing=True, limits=settings.upload_limits(room),
-                fmt=options.format, options=options.parse_options(),
-            )
-        )  # fmt: skip
-
+    parse = _FollowingParse(
+        parser, sink, tmp / temp_name("parsed"), settings.upload_limits(room), options
+    )
     try:
-        try:
-            filename, field_name = await receive_into(
-                request, sink, start_parse, UploadOptions.FIELDS
-            )
-            key = content_key(sink.hash.hexdigest(), options.key_options())
-            duplicate = await asyncio.to_thread(_same_content, db, key)
-            if duplicate is not None:
-                sink.abort()  # the parser stops; nothing is stored
-                return duplicate, "duplicate"
-            sink.finish()
-        except BaseException:
-            sink.abort()
-            raise
-        meta = await parse
-        if sink.size == 0:
-            raise ProblemError(422, "Invalid dataset", "file: the uploaded file is empty")
-        if "error" in meta:
-            raise _parse_problem(meta)
+        filename, field_name, key, duplicate = await _receive(request, db, sink, parse, options)
+        if duplicate is not None:
+            return duplicate, "duplicate"
+        meta = await parse.future
+        _check_parsed(sink, meta)
         dataset = Dataset(
             id=new_id("ds"),
             name=(name or field_name or filename or "dataset")[:255],
@@ -242,19 +217,83 @@ async def create_dataset(
             content_key=key,
             **meta,
         )
-        return await asyncio.to_thread(_commit, db, settings, dataset, out_dir, idempotency_key)
+        return await asyncio.to_thread(
+            _commit, db, settings, dataset, parse.out_dir, idempotency_key
+        )
     finally:
         sink.close_quietly()
+        await parse.settle()
+
+
+class _FollowingParse:
+    """The parse of an upload, started when the file begins (its name and the fields before it
+    are known then): the parser follows the file while it arrives, so receiving and parsing
+    overlap."""
+
+    def __init__(
+        self,
+        parser: ParserPool,
+        sink: UploadSink,
+        out_dir: Path,
+        limits: dict,
+        options: UploadOptions,
+    ):
+        self.parser = parser
+        self.sink = sink
+        self.out_dir = out_dir
+        self.limits = limits
+        self.options = options
+        self.future: asyncio.Future | None = None  # None until the file begins
+
+    def start(self, filename: str | None, fields: dict[str, str]) -> None:
+        self.options.complete(fields, filename)
+        self.future = asyncio.ensure_future(
+            self.parser.parse(
+                self.sink.path, self.out_dir, growing=True, limits=self.limits,
+                fmt=self.options.format, options=self.options.parse_options(),
+            )
+        )  # fmt: skip
+
+    async def settle(self) -> None:
+        """Once the request is answered: remove the temporary files, after the parser stopped."""
+        parse, out_dir, sink = self.future, self.out_dir, self.sink
         if parse is None:  # the file never began
             sink.remove()
             shutil.rmtree(out_dir, ignore_errors=True)
-        else:
-            if not parse.done():  # the parser stops at the abort marker within a poll or two
-                await asyncio.wait({parse}, timeout=PARSE_STOP_S)
-            if parse.done():
-                _discard(parse, out_dir, sink)
-            else:  # clean up after it, keeping the marker it waits for
-                parse.add_done_callback(lambda task: _discard(task, out_dir, sink))
+            return
+        if not parse.done():  # the parser stops at the abort marker within a poll or two
+            await asyncio.wait({parse}, timeout=PARSE_STOP_S)
+        if parse.done():
+            _discard(parse, out_dir, sink)
+        else:  # clean up after it, keeping the marker it waits for
+            parse.add_done_callback(lambda task: _discard(task, out_dir, sink))
+
+
+async def _receive(
+    request: Request, db: Database, sink: UploadSink, parse: _FollowingParse, options: UploadOptions
+) -> tuple[str | None, str | None, str, Dataset | None]:
+    """Receive the body into `sink`: (file name, field name, content key, the tenant's dataset
+    with the same content or None). The sink is finished, or aborted (the parser then stops)
+    when the content is already stored or the request fails."""
+    try:
+        filename, field_name = await receive_into(request, sink, parse.start, UploadOptions.FIELDS)
+        key = content_key(sink.hash.hexdigest(), options.key_options())
+        duplicate = await asyncio.to_thread(_same_content, db, key)
+        if duplicate is not None:
+            sink.abort()  # the parser stops; nothing is stored
+            return filename, field_name, key, duplicate
+        sink.finish()
+    except BaseException:
+        sink.abort()
+        raise
+    return filename, field_name, key, None
+
+
+def _check_parsed(sink: UploadSink, meta: dict) -> None:
+    if sink.size == 0:
+        raise ProblemError(422, "Invalid dataset", "file: the uploaded file is empty")
+    if "error" in meta:
+        raise _parse_problem(meta)
 
 
 def _parse_problem(meta: dict) -> ProblemError:
@@ -347,11 +386,7 @@ def _remove_objects(storage: Storage, prefix: str) -> None:
 def list_datasets(
     session: Session, limit: int, cursor: str | None
 ) -> tuple[list[Dataset], str | None]:
-    query = select(Dataset).order_by(Dataset.id.desc()).limit(limit + 1)
-    after = decode_cursor(cursor)
-    if after is not None:
-        query = query.where(Dataset.id < after)
-    return page_of(list(session.scalars(query)), limit, lambda d: d.id)
+    return keyset_page(session, select(Dataset), Dataset.id, limit, cursor)
 
 
 def delete_dataset(db: Database, settings: Settings, dataset_id: str) -> None:

@@ -14,7 +14,7 @@ from app.db import Database
 from app.errors import ProblemError, describe_validation_errors
 from app.jobs import lifecycle
 from app.jobs.queue import JobQueue
-from app.schemas.common import decode_cursor, page_of
+from app.schemas.common import keyset_page
 from app.schemas.jobs import JobCreate
 from app.schemas.params import ESTIMATORS, EstimatorSpec
 from app.services import idempotency, quotas
@@ -123,6 +123,26 @@ def _dataset_or_404(session: Session, dataset_id: str, field: str) -> Dataset:
     return dataset
 
 
+def _checked_datasets(
+    session: Session, body: JobCreate, spec: EstimatorSpec, params: dict, dask_address: str | None
+) -> Dataset:
+    """The job's training dataset, once it and the validation dataset (if any) fit the request
+    and the tenant may queue one more job; 404, 422 or 429 otherwise."""
+    dataset = _dataset_or_404(session, body.dataset_id, "dataset_id")
+    check_dataset_fits(spec, params, dataset)
+    check_distributed(body, params, dataset, dask_address)
+    quotas.check_active_jobs(session)
+    if body.validation_dataset_id is not None:
+        valid = _dataset_or_404(session, body.validation_dataset_id, "validation_dataset_id")
+        if valid.zero_based and not dataset.zero_based:
+            raise _invalid(
+                "validation_dataset_id",
+                "the validation file uses feature index 0, the training file is one-based",
+            )
+        check_validation_labels(spec, dataset, valid)
+    return dataset
+
+
 def create_job(
     db: Database, queue: JobQueue, body: JobCreate, key: str | None, dask_address: str | None = None
 ) -> tuple[Job, bool]:
@@ -137,20 +157,7 @@ def create_job(
                 return session.get(Job, existing), False
     try:
         with db.write() as session:
-            dataset = _dataset_or_404(session, body.dataset_id, "dataset_id")
-            check_dataset_fits(spec, params, dataset)
-            check_distributed(body, params, dataset, dask_address)
-            quotas.check_active_jobs(session)
-            if body.validation_dataset_id is not None:
-                valid = _dataset_or_404(
-                    session, body.validation_dataset_id, "validation_dataset_id"
-                )
-                if valid.zero_based and not dataset.zero_based:
-                    raise _invalid(
-                        "validation_dataset_id",
-                        "the validation file uses feature index 0, the training file is one-based",
-                    )
-                check_validation_labels(spec, dataset, valid)
+            dataset = _checked_datasets(session, body, spec, params, dask_address)
             job = Job(
                 id=new_id("job"),
                 dataset_id=dataset.id,
@@ -181,33 +188,30 @@ def list_jobs(
     statuses: list[str] | None,
     dataset_id: str | None = None,
 ) -> tuple[list[Job], str | None]:
-    query = select(Job).order_by(Job.id.desc()).limit(limit + 1)
-    after = decode_cursor(cursor)
-    if after is not None:
-        query = query.where(Job.id < after)
+    query = select(Job)
     if statuses:
         query = query.where(Job.status.in_(statuses))
     if dataset_id:
         query = query.where(Job.dataset_id == dataset_id)
-    return page_of(list(session.scalars(query)), limit, lambda j: j.id)
+    return keyset_page(session, query, Job.id, limit, cursor)
 
 
 def progress_records(
     session: Session, job: Job, limit: int, cursor: str | None
 ) -> tuple[list[JobProgress], str | None]:
     """The job's progress records of its latest attempt, oldest first."""
-    query = (
-        select(JobProgress)
-        .where(JobProgress.job_id == job.id, JobProgress.attempt == max(job.attempt, 1))
-        .order_by(JobProgress.id)
-        .limit(limit + 1)
+    query = select(JobProgress).where(
+        JobProgress.job_id == job.id, JobProgress.attempt == max(job.attempt, 1)
     )
-    after = decode_cursor(cursor)
-    if after is not None:
+
+    def position(after: str) -> int:
         if not after.isdigit():
             raise ProblemError(422, "Invalid cursor", f"cursor: not a progress cursor: {cursor!r}")
-        query = query.where(JobProgress.id > int(after))
-    return page_of(list(session.scalars(query)), limit, lambda r: r.id)
+        return int(after)
+
+    return keyset_page(
+        session, query, JobProgress.id, limit, cursor, descending=False, position=position
+    )
 
 
 def cancel_job(db: Database, queue: JobQueue, job_id: str, keep_model: bool = False) -> Job:

@@ -8,9 +8,9 @@ A request carries instances in one of three forms, all in the training file's fe
 - JSON dense: ``{"instances": [[0.0, 0.5, ...], ...]}`` (element j is the model's column j);
 - ``text/plain`` LIBSVM lines, with or without a leading label (the label is ignored).
 
-`services.predict_input` reads and validates them, bounded while it reads; here rows are stacked
-into CSR chunks and predicted. Features beyond the model's ``n_features`` are ignored, as
-LIBLINEAR's predict does.
+`services.predict_json` and `services.predict_text` read and validate them, bounded while they
+read; here rows are stacked into CSR chunks and predicted. Features beyond the model's
+``n_features`` are ignored, as LIBLINEAR's predict does.
 
 Decision values are ``X @ coef.T + intercept``. Binary models (one output row, two classes) predict
 ``classes[1]`` when the value is positive and ``classes[0]`` otherwise; multi-class models take the
@@ -29,7 +29,9 @@ import numpy as np
 import orjson
 import scipy.sparse as sp
 
-from app.services.predict_input import SMALL_JSON, InvalidInstances, json_rows, text_rows
+from app.services.predict_input import InvalidInstances
+from app.services.predict_json import SMALL_JSON, json_rows
+from app.services.predict_text import text_rows
 
 __all__ = ["InvalidInstances", "LinearModel", "Rows", "decision_function", "predict_body"]
 _EMPTY_IDX = np.empty(0, dtype=np.int32)
@@ -105,7 +107,7 @@ class LinearModel:
 
 
 # --------------------------------------------------------------------------------------------
-# Parsing (services.predict_input reads the bodies; here rows become CSR chunks)
+# Parsing (services.predict_json and predict_text read the bodies; here rows become CSR chunks)
 
 CHUNK_NNZ = 1 << 20  # entries stacked and predicted at a time
 

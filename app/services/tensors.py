@@ -25,14 +25,8 @@ import warnings
 import numpy as np
 import orjson
 
-from app.services.predict_input import (
-    SMALL_JSON,
-    InvalidInstances,
-    _container_end,
-    batch_limit,
-    items_rows,
-    json_type,
-)
+from app.services.predict_input import InvalidInstances, batch_limit, json_type
+from app.services.predict_json import SMALL_JSON, container_end, items_rows
 from app.services.prediction import LinearModel
 
 OUTPUTS = ("label", "decision_values")
@@ -99,7 +93,7 @@ def _cut_data(body: bytes) -> tuple[bytes, tuple[bytes, int, int]]:
             f"a body over {SMALL_JSON // 1024} KB must hold exactly one tensor 'data' array"
         )
     start = matches[0].end() - 1
-    end = _container_end(body, start)
+    end = container_end(body, start)
     return body[:start] + b"null" + body[end:], (body, start, end)
 
 

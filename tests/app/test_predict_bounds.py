@@ -8,6 +8,7 @@ import time
 import tracemalloc
 
 import numpy as np
+import orjson
 import pytest
 import scipy.sparse as sp
 
@@ -101,11 +102,11 @@ def test_accepted_large_bodies_parse_within_a_few_times_their_size(kind):
         )
         body, content_type = ("\n".join(lines) + "\n").encode(), "text/plain"
     elif kind == "json-dense":
-        body = predict_input.orjson.dumps({"instances": X.toarray().tolist()})
+        body = orjson.dumps({"instances": X.toarray().tolist()})
         content_type = "application/json"
     else:
         inst = [{"indices": (r.indices + 1).tolist(), "values": r.data.tolist()} for r in X]
-        body, content_type = predict_input.orjson.dumps({"instances": inst}), "application/json"
+        body, content_type = orjson.dumps({"instances": inst}), "application/json"
     m = model(n_features=n_features, n_outputs=3)
     m.coef[:] = rng.standard_normal(m.coef.shape)
     outcome, peak, _ = traced(body, content_type, m)

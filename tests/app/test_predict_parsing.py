@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from app.services import predict_input
+from app.services import predict_json
 from app.services.prediction import (
     InvalidInstances,
     LinearModel,
@@ -79,7 +79,7 @@ def test_dense_rows_and_mixed_forms():
 @pytest.mark.parametrize("streamed", [False, True], ids=["small", "streamed"])
 def test_a_dense_row_longer_than_the_model_is_rejected(monkeypatch, streamed):
     if streamed:
-        monkeypatch.setattr(predict_input, "SMALL_JSON", 0)
+        monkeypatch.setattr(predict_json, "SMALL_JSON", 0)
     with pytest.raises(InvalidInstances, match="instances\\[1\\]: a dense instance needs 5 values"):
         parse_json(js({"instances": [[0] * 5, [0, 1.5, 0, 0, 2, 99.0]]}), make_model(), 10)
 
@@ -152,7 +152,7 @@ def test_bad_json_instances_are_rejected_with_a_message(doc, message, monkeypatc
     assert message in str(info.value)
     # a large body is read instance by instance: the same problems, named the same way where the
     # body has the usual shape
-    monkeypatch.setattr(predict_input, "SMALL_JSON", 0)
+    monkeypatch.setattr(predict_json, "SMALL_JSON", 0)
     with pytest.raises(InvalidInstances) as info:
         parse_json(js(doc), make_model(), 10)
     assert info.value.status == 422
