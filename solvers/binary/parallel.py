@@ -17,11 +17,10 @@ each step sees the others' steps of the same round, as serial descent would: the
 tol stay close to the serial count. Two threads that update the same feature at the same instant
 can lose one of the two additions (Numba has no atomic float add on the CPU; the bias entry,
 which every row updates, goes through the compare-and-swap of `solvers._core.atomic`, and the
-features through plain additions, whose locked form costs tens of cycles per non-zero: 25–45%
-more time a pass, measured); w̃ then drifts from Σ_i s_i α_i x̃_i by those lost additions. Rare
-as they are (a load and its store are far apart in a pass that waits on memory), their drift
-adds up: left for 100 rounds, it took 1.5× the serial passes to reach tol, on text-like and on
-uniform sparse data alike, where atomic additions kept the serial count. The driver therefore
+features through plain additions, as a locked addition costs tens of cycles per non-zero);
+w̃ then drifts from Σ_i s_i α_i x̃_i by those lost additions. Rare as they are, their drift adds
+up: left for 100 rounds, it took about 1.5× the serial passes to reach tol, on text-like and on
+uniform sparse data alike (`benchmarks/bench_parallel_anatomy.py`). The driver therefore
 rebuilds w̃ exactly from α every ``RESYNC_EVERY`` rounds (every 1 to 6 kept the serial count;
 the rebuild runs in storage order on all threads, a fraction of a round), before every
 convergence check and before returning. Guarantee:
