@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit
 
 from solvers._core.progress import Progress, Status, relative_duality_gap
-from solvers._core.sparse import row_axpy, row_dot, rows_dot, weighted_row_sum
+from solvers._core.sparse import row_axpy, row_dot, rows_dot_at, weighted_row_sum
 
 CG_RELATIVE = 0.1
 CG_MAX_STEPS = 250
@@ -126,10 +126,15 @@ class _Objective:
     def __init__(self, csr, bias, loss: L2Loss):
         self.csr, self.bias, self.loss = csr, bias, loss
         self.curvature = 2.0 * loss.C
+        # the rows with C_i > 0: the others (a fold's held-out rows) add nothing to P, its
+        # gradient or its Hessian, so their margins are never computed (they stay 0)
+        self.kept = np.flatnonzero(loss.C > 0)
 
     def margins(self, v):
         X = self.csr
-        return rows_dot(X.data, X.indices, X.indptr, v, X.n_features, self.bias)
+        out = np.zeros(X.n_samples)
+        rows_dot_at(X.data, X.indices, X.indptr, self.kept, v, X.n_features, self.bias, out)
+        return out
 
     def transpose_times(self, coef):
         X = self.csr
@@ -299,7 +304,9 @@ def newton_finish(
             status = Status.CONVERGED if np.sqrt(dot(grad, grad)) / scale <= eps else stop
             break
     beta = loss.beta(z)
-    dual = loss.dual(beta, objective.transpose_times(beta))
+    # X̃ᵀβ(w̃) = w̃ − ∇P(w̃): the last gradient was taken at this very (w̃, z), so the dual
+    # objective costs no further pass over the rows
+    dual = loss.dual(beta, w - grad)
     return NewtonOutcome(w, beta, status, steps, np.sqrt(dot(grad, grad)) / scale, f, dual)
 
 

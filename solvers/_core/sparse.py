@@ -160,6 +160,14 @@ def rows_dot(data, indices, indptr, w, n_features, bias):
 
 
 @njit(cache=True, nogil=True)
+def rows_dot_at(data, indices, indptr, rows, w, n_features, bias, out):
+    """out[i] = x̃_iᵀw for the listed rows i only (the other entries of ``out`` are left alone)."""
+    for k in range(rows.shape[0]):
+        i = rows[k]
+        out[i] = row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
+
+
+@njit(cache=True, nogil=True)
 def weighted_row_sum(coef, data, indices, indptr, n_features, bias):
     """Σ_i coef_i x̃_i as a float64 vector of n_features + 1 entries (the last is the bias)."""
     w = np.zeros(n_features + 1, dtype=np.float64)
@@ -182,3 +190,20 @@ def subset_times(data, indices, indptr, rows, coef, out):
             for p in range(indptr[i], indptr[i + 1]):
                 acc += data[p] * w[indices[p]]
             out[r, c] = acc
+
+
+@njit(cache=True, nogil=True)
+def subset_times_by_row(data, indices, indptr, rows, coef_t, out):
+    """out[r, :] = x_{rows[r]}ᵀ coef_t for the listed rows only, ``coef_t`` of shape
+    (n_features, k) in row-major order (one-vs-rest keeps its weights so): each entry of a row
+    reads one contiguous row of k weights."""
+    k = coef_t.shape[1]
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        for c in range(k):
+            out[r, c] = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            v = data[p]
+            w = coef_t[indices[p]]
+            for c in range(k):
+                out[r, c] += v * w[c]

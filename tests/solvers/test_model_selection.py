@@ -195,6 +195,10 @@ def test_held_out_decisions_read_the_rows_in_place_as_scipy_computes_them():
     X32 = csr_arrays(X.astype(np.float32))
     np.testing.assert_allclose(held_out_decisions(csr_arrays(X), rows, coef, intercept), expected)
     np.testing.assert_allclose(held_out_decisions(X32, rows, coef, intercept), expected, rtol=1e-6)
+    # one-vs-rest's weights: the transpose of a row-major (n_features, k) array, read as such
+    by_feature = np.ascontiguousarray(coef.T).T
+    np.testing.assert_allclose(held_out_decisions(csr_arrays(X), rows, by_feature, intercept),
+                               expected)  # fmt: skip
     one = held_out_decisions(csr_arrays(X), rows, coef[:1], intercept[:1])
     np.testing.assert_allclose(one, expected[:, 0])
 
