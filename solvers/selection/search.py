@@ -35,7 +35,7 @@ from solvers.selection import grid
 from solvers.selection.calibration import fit_calibration
 from solvers.selection.path import Step, averaged_alpha, out_of_fold, run_path
 
-PRIMAL_AFTER_PASSES = 20
+PRIMAL_AFTER_PASSES = 10
 PRIMAL_MAX_STEPS = 5
 NEWTON_AFTER_PASSES = 20
 
