@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit
 
 from solvers._core.progress import Progress, Status, relative_duality_gap
-from solvers._core.sparse import row_axpy, row_dot, rows_dot_at, weighted_row_sum
+from solvers._core.sparse import row_axpy, row_dot, rows_dot_where, weighted_row_sum
 
 CG_RELATIVE = 0.1
 CG_MAX_STEPS = 250
@@ -126,15 +126,12 @@ class _Objective:
     def __init__(self, csr, bias, loss: L2Loss):
         self.csr, self.bias, self.loss = csr, bias, loss
         self.curvature = 2.0 * loss.C
-        # the rows with C_i > 0: the others (a fold's held-out rows) add nothing to P, its
-        # gradient or its Hessian, so their margins are never computed (they stay 0)
-        self.kept = np.flatnonzero(loss.C > 0)
 
     def margins(self, v):
+        # only the rows with C_i > 0: the others (a fold's held-out rows) add nothing to P, its
+        # gradient or its Hessian, so their margins are never computed (they stay 0)
         X = self.csr
-        out = np.zeros(X.n_samples)
-        rows_dot_at(X.data, X.indices, X.indptr, self.kept, v, X.n_features, self.bias, out)
-        return out
+        return rows_dot_where(X.data, X.indices, X.indptr, self.loss.C, v, X.n_features, self.bias)
 
     def transpose_times(self, coef):
         X = self.csr

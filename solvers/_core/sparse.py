@@ -160,11 +160,14 @@ def rows_dot(data, indices, indptr, w, n_features, bias):
 
 
 @njit(cache=True, nogil=True)
-def rows_dot_at(data, indices, indptr, rows, w, n_features, bias, out):
-    """out[i] = x̃_iᵀw for the listed rows i only (the other entries of ``out`` are left alone)."""
-    for k in range(rows.shape[0]):
-        i = rows[k]
-        out[i] = row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
+def rows_dot_where(data, indices, indptr, weight, w, n_features, bias):
+    """X̃w for the rows with ``weight[i] > 0`` (0 for the others, which are not read)."""
+    n = indptr.shape[0] - 1
+    out = np.zeros(n, dtype=np.float64)
+    for i in range(n):
+        if weight[i] > 0.0:
+            out[i] = row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
+    return out
 
 
 @njit(cache=True, nogil=True)
