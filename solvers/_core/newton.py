@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit
 
 from solvers._core.progress import Progress, Status, relative_duality_gap
-from solvers._core.sparse import row_axpy, row_dot, rows_dot, weighted_row_sum
+from solvers._core.sparse import row_axpy, row_dot, rows_dot_where, weighted_row_sum
 
 CG_RELATIVE = 0.1
 CG_MAX_STEPS = 250
@@ -128,8 +128,10 @@ class _Objective:
         self.curvature = 2.0 * loss.C
 
     def margins(self, v):
+        # only the rows with C_i > 0: the others (a fold's held-out rows) add nothing to P, its
+        # gradient or its Hessian, so their margins are never computed (they stay 0)
         X = self.csr
-        return rows_dot(X.data, X.indices, X.indptr, v, X.n_features, self.bias)
+        return rows_dot_where(X.data, X.indices, X.indptr, self.loss.C, v, X.n_features, self.bias)
 
     def transpose_times(self, coef):
         X = self.csr
@@ -299,7 +301,9 @@ def newton_finish(
             status = Status.CONVERGED if np.sqrt(dot(grad, grad)) / scale <= eps else stop
             break
     beta = loss.beta(z)
-    dual = loss.dual(beta, objective.transpose_times(beta))
+    # X̃ᵀβ(w̃) = w̃ − ∇P(w̃): the last gradient was taken at this very (w̃, z), so the dual
+    # objective costs no further pass over the rows
+    dual = loss.dual(beta, w - grad)
     return NewtonOutcome(w, beta, status, steps, np.sqrt(dot(grad, grad)) / scale, f, dual)
 
 

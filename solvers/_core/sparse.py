@@ -160,6 +160,17 @@ def rows_dot(data, indices, indptr, w, n_features, bias):
 
 
 @njit(cache=True, nogil=True)
+def rows_dot_where(data, indices, indptr, weight, w, n_features, bias):
+    """X̃w for the rows with ``weight[i] > 0`` (0 for the others, which are not read)."""
+    n = indptr.shape[0] - 1
+    out = np.zeros(n, dtype=np.float64)
+    for i in range(n):
+        if weight[i] > 0.0:
+            out[i] = row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
+    return out
+
+
+@njit(cache=True, nogil=True)
 def weighted_row_sum(coef, data, indices, indptr, n_features, bias):
     """Σ_i coef_i x̃_i as a float64 vector of n_features + 1 entries (the last is the bias)."""
     w = np.zeros(n_features + 1, dtype=np.float64)
@@ -188,3 +199,20 @@ def subset_times(data, indices, indptr, rows, coef, out):
             for p in range(indptr[i], indptr[i + 1]):
                 acc += data[p] * w[indices[p]]
             out[r, c] = acc
+
+
+@njit(cache=True, nogil=True)
+def subset_times_by_row(data, indices, indptr, rows, coef_t, out):
+    """out[r, :] = x_{rows[r]}ᵀ coef_t for the listed rows only, ``coef_t`` of shape
+    (n_features, k) in row-major order (one-vs-rest keeps its weights so): each entry of a row
+    reads one contiguous row of k weights."""
+    k = coef_t.shape[1]
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        for c in range(k):
+            out[r, c] = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            v = data[p]
+            w = coef_t[indices[p]]
+            for c in range(k):
+                out[r, c] += v * w[c]

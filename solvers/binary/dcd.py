@@ -90,6 +90,7 @@ def solve_binary(
     deterministic: bool = False,
     rows: np.ndarray | None = None,
     primal_start: np.ndarray | None = None,
+    newton_after: int | None = None,
 ) -> SolveResult:
     """Train a binary linear SVM (or regularized least squares) by dual coordinate descent.
 
@@ -147,6 +148,14 @@ def solve_binary(
         Solve on these rows only (distinct indices into X), without copying X: the problem is
         that of ``X[rows]``, ``y[rows]``, ``C[rows]`` (y and an array C stay whole, of length
         n_samples). With increasing rows the iterates equal those on the copied rows.
+    primal_start : array of shape (n_features + 1,) or None
+        For the L2 losses: no dual passes, the primal Newton method from this w̃ (bias weight
+        last), certified by the duality gap of (w̃, α(w̃)) (`solvers.binary.newton`).
+    newton_after : int or None
+        For the L2 losses with ``newton``: hand over to the Newton finish after this many
+        passes if the stopping rule has not held by then (None: when the stall detector says,
+        at ``STALL_CAP`` passes at the latest). A path over C sets it where the previous C's
+        solve already needed Newton: the passes at a larger C would stall again.
 
     Returns
     -------
@@ -180,7 +189,7 @@ def solve_binary(
         return subset_alpha(result, rows)
     state = _State.build(csr, y, C_arr, loss, bias, warm_start, rows)
     rng = np.random.default_rng(random_state)
-    stall = newton_finisher.stall_detector(loss, newton)
+    stall = newton_finisher.stall_detector(loss, newton, newton_after)
     n_threads = 1
     if order != "random":
         n_jobs = parallel.check_n_jobs(n_jobs)
@@ -281,6 +290,9 @@ class _State:
 
     def full_range(self):
         return kernels.projected_gradient_range(self.csr, self.bias, self.record, self.w, self.C)
+
+    def dual_objective(self):
+        return float(kernels.dual_objective(self.record, self.C, self.w))
 
     def objectives(self):
         primal, dual = kernels.objectives(

@@ -265,6 +265,24 @@ def objective_sums(X, bias, record, C, w, loss, first, stop):
 
 
 @njit(cache=True, nogil=True)
+def dual_objective(record, C, w):
+    """The dual f(α) of `objectives` alone: ½‖w̃‖² + ½ Σ D_ii α_i² − Σ |y_i| α_i over the
+    samples with C_i > 0, from the record and w̃ only (no pass over X)."""
+    rec, width = record.values, record.width
+    quad = 0.0
+    lin = 0.0
+    for i in range(rec.shape[0] // width):
+        if C_of(C, i) <= 0.0:
+            continue
+        r = width * i
+        a = rec[r]
+        _, yabs, _, Dii = terms(rec, r, width, record.hinge)
+        quad += Dii * a * a
+        lin += yabs * a
+    return 0.5 * sq_norm(w) + 0.5 * quad - lin
+
+
+@njit(cache=True, nogil=True)
 def _sample_terms(data, indices, indptr, n_features, bias, rec, width, w, loss, i):
     """Sample i's ξ_i, D_ii α_i² and |y_i| α_i (``i`` unsigned); the arrays themselves, not
     their groups: a per-sample call with whole groups costs more than the work it does."""

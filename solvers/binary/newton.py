@@ -44,11 +44,11 @@ STALL_WINDOW = 50
 FINISHING_LOSSES = ("squared_hinge", "squared_error")
 
 
-def stall_detector(loss: str, enabled: bool) -> StallDetector | None:
-    """A detector for the losses Newton can finish, or None."""
+def stall_detector(loss: str, enabled: bool, cap: int | None = None) -> StallDetector | None:
+    """A detector for the losses Newton can finish, or None; ``cap`` replaces ``STALL_CAP``."""
     if not enabled or loss not in FINISHING_LOSSES:
         return None
-    return StallDetector(cap=STALL_CAP, window=STALL_WINDOW)
+    return StallDetector(cap=STALL_CAP if cap is None else cap, window=STALL_WINDOW)
 
 
 def primal_tolerance(y, C, tol: float, regression: bool) -> float:
@@ -64,13 +64,13 @@ def primal_tolerance(y, C, tol: float, regression: bool) -> float:
 def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
     """Run the finishing method from the state's w̃ and build the result (module docstring)."""
     csr = state.csr
-    C = np.broadcast_to(state.C, (csr.n_samples,)).astype(np.float64)
+    C = np.ascontiguousarray(np.broadcast_to(state.C, (csr.n_samples,)), dtype=np.float64)
     regression = loss == "squared_error"
     l2 = L2Loss(np.asarray(y, dtype=np.float64), C, regression)
     eps = primal_tolerance(l2.y, C, tol, regression)
     # the dual point of the passes stays a candidate for the certificate: on raw data, α(w̃)
     # becomes a good dual point only once w̃ is very accurate
-    _, dual_before = state.objectives()
+    dual_before = state.dual_objective()
     outcome = newton_finish(
         csr, state.bias, l2, state.w, eps=eps, max_iter=max(max_iter - n_iter, 1),
         monitor=monitor, first_iteration=n_iter,
@@ -96,7 +96,7 @@ def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
 def solve_from_primal(csr, bias, y, C, w_start, tol, max_iter, monitor, loss: str) -> SolveResult:
     """The primal Newton method from ``w_start`` (w̃, n_features + 1 entries), no dual passes
     (module docstring); ``C`` as the binary driver holds it (shape (1,) or (n_samples,))."""
-    C = np.broadcast_to(C, (csr.n_samples,)).astype(np.float64)
+    C = np.ascontiguousarray(np.broadcast_to(C, (csr.n_samples,)), dtype=np.float64)
     regression = loss == "squared_error"
     l2 = L2Loss(np.asarray(y, dtype=np.float64), C, regression)
     outcome = newton_finish(

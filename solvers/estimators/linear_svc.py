@@ -281,11 +281,12 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         return alpha if alpha is not None and alpha.shape == shape else None
 
     def _solve(self, X, y_index, n_classes, sample_weight, class_weight, rows=None, alpha0=None,
-               primal_start=None):  # fmt: skip
+               primal_start=None, newton_after=None):  # fmt: skip
         """The solver's result at ``self.C``: on ``rows`` of X only when given (an index array,
         X not copied), starting from ``alpha0`` when given (else from the previous fit's α when
         ``warm_start`` says so), or for two classes and an L2 loss from the weights
-        ``primal_start`` by the primal Newton method."""
+        ``primal_start`` by the primal Newton method; ``newton_after`` caps the dual passes
+        before the Newton finish (binary and one-vs-rest, `solvers.binary.solve_binary`)."""
         n = X.n_samples
         subset = {} if rows is None else {"rows": rows}
         m = n if rows is None else len(rows)
@@ -305,6 +306,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 order=self.order,
                 warm_start=self._previous_alpha((m,)) if alpha0 is None else alpha0,
                 primal_start=primal_start,
+                newton_after=newton_after,
                 n_jobs=self.n_jobs,
                 **subset,
                 **common,
@@ -322,6 +324,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 order=self.order,
                 n_jobs=self.n_jobs,
                 warm_start=self._previous_alpha((n_classes, m)) if alpha0 is None else alpha0,
+                newton_after=newton_after,
                 **subset,
                 **common,
             )

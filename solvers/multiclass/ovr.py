@@ -48,6 +48,7 @@ from solvers._core.progress import (
 from solvers.binary.dcd import LONG_ROW_ENTRIES
 from solvers.multiclass import ovr_newton, ovr_parallel
 from solvers.multiclass.class_blocks import ClassBlocks
+from solvers.multiclass.kernels import weights_from_alpha
 from solvers.multiclass.ovr_kernels import (
     after_pass,
     ovr_measures,
@@ -56,7 +57,7 @@ from solvers.multiclass.ovr_kernels import (
     rows_in_play,
     shuffled_rows,
 )
-from solvers.multiclass.problem import check_problem, weights
+from solvers.multiclass.problem import check_problem
 
 LOSSES = ("hinge", "squared_hinge")
 WORK_PER_THREAD = 10_000_000  # class-entries of one pass (non-zeros × classes), ~10-20 ms
@@ -109,6 +110,7 @@ def solve_ovr(
     objective_every: int | None = None,
     newton: bool = True,
     rows: np.ndarray | None = None,
+    newton_after: int | None = None,
 ) -> SolveResult:
     """Train k one-vs-rest binary linear SVMs by fused dual coordinate descent.
 
@@ -157,6 +159,9 @@ def solve_ovr(
         Solve on these rows only (distinct indices into X), without copying X: the problem of
         ``X[rows]``, ``y[rows]`` and ``C[..., rows]`` (y and an array C stay whole). With
         increasing rows the iterates equal those on the copied rows.
+    newton_after : int or None
+        Squared hinge with ``newton``: a class still running after this many passes leaves them
+        for the Newton finish (None: when its stall detector says, `ovr_newton.STALL_CAP`).
 
     Returns
     -------
@@ -185,7 +190,7 @@ def solve_ovr(
     if inner > 1:
         options = dict(
             loss=loss, tol=tol, max_iter=max_iter, order=order, shrinking=shrinking,
-            random_state=random_state, newton=newton,
+            random_state=random_state, newton=newton, newton_after=newton_after,
         )  # fmt: skip
         result = ovr_parallel.solve_by_class(problem, Cfull, k, inner, monitor, options)
         return subset_alpha(result, rows)
@@ -229,7 +234,7 @@ def solve_ovr(
 
     # one detector per class: a class whose passes stall leaves the pass at once, so no class
     # runs passes while it waits for the slowest one
-    stalls = ovr_newton.stall_detectors(loss, newton, k)
+    stalls = ovr_newton.stall_detectors(loss, newton, k, newton_after)
     order_buffer = np.empty(n, dtype=np.int64)
     long_rows = problem.X.data.shape[0] >= LONG_ROW_ENTRIES * max(n, 1)
     finished = {}
@@ -370,7 +375,8 @@ def _make_block(problem, Cfull, classes, warm_start, loss, W, alpha) -> _Block:
         # w_c = Σ_i y_i α_i x̃_i: flip the signs in place rather than build an (n, kb) y_i α_i
         rest = problem.y[:, None] != classes[None, :]
         np.negative(alpha, out=alpha, where=rest)
-        W[...], wb = weights(problem, alpha, 1.0)
+        # into the block's region (zeros on entry) itself: no (n_features, kb) temporary
+        weights_from_alpha(problem.X, alpha, problem.bias, 1.0, W, wb)
         np.negative(alpha, out=alpha, where=rest)
     active = usable.copy()
     live = np.ones(kb, dtype=np.uint8)

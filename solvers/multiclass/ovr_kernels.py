@@ -235,6 +235,8 @@ def ovr_measures(X, bias, labels, classes, Cmat, c_stride, hinge, alpha, W, wb):
         for c in range(kb):
             reg[c] += W[j, c] * W[j, c]
     for i in range(n):
+        if c_stride == 0 and Cmat[i, 0] <= 0.0:
+            continue  # a row no class trains on (a fold's held-out row): no scores needed
         row_scores(data, indices, np.uint64(indptr[i]), np.uint64(indptr[i + 1]), W, wb, bias, s)
         for c in range(kb):
             Ci = Cmat[i, c * c_stride]

@@ -33,11 +33,15 @@ class Finished:
     converged: bool
 
 
-def stall_detectors(loss: str, enabled: bool, n_classes: int) -> list[StallDetector] | None:
-    """One detector per class, or None when the loss has no finishing method."""
+def stall_detectors(
+    loss: str, enabled: bool, n_classes: int, cap: int | None = None
+) -> list[StallDetector] | None:
+    """One detector per class, or None when the loss has no finishing method; ``cap`` replaces
+    ``STALL_CAP``."""
     if not enabled or loss != "squared_hinge":
         return None
-    return [StallDetector(cap=STALL_CAP, window=STALL_WINDOW) for _ in range(n_classes)]
+    cap = STALL_CAP if cap is None else cap
+    return [StallDetector(cap=cap, window=STALL_WINDOW) for _ in range(n_classes)]
 
 
 class _Silent:

@@ -19,7 +19,7 @@ from solvers.estimators.linear_svc import LinearSVC
 from solvers.estimators.linear_svr import LinearSVR
 from solvers.selection import grid
 from solvers.selection.calibration import METHODS
-from solvers.selection.search import Search, averaged_primal, finish, held_out_decisions
+from solvers.selection.search import Search, finish, held_out_decisions
 
 _SVC_FIELDS = tuple(LinearSVC._rules)
 _SVR_FIELDS = tuple(LinearSVR._rules)
@@ -134,12 +134,12 @@ class LinearSVCCV(LinearSVC):
         primal = k == 2 and self.multi_class == "ovr" and self.loss == "squared_hinge"
         primal = primal and min(len(train) for train, _ in fold_list) > X.n_features
 
-        def fit_one(est, train, alpha0, start):
+        def fit_one(est, train, alpha0, start, newton_after):
             weights = np.ones(k)
             if est.class_weight is not None:  # per fold, as scikit-learn's search does
                 weights = compute_class_weight(est.class_weight, classes=self.classes_, y=y[train])
             return est._solve(X, y_index, k, sw, weights, rows=train, alpha0=alpha0,
-                              primal_start=start)  # fmt: skip
+                              primal_start=start, newton_after=newton_after)  # fmt: skip
 
         def decisions_of(est, result, test):
             est._set_weights(result, k)
@@ -147,17 +147,18 @@ class LinearSVCCV(LinearSVC):
 
         points = [{"C": float(c)} for c in Cs]
         search = Search(self, X, y_index, points, fold_list, fit_one=fit_one,
-                        decisions_of=decisions_of, primal=primal, bias=bias)  # fmt: skip
+                        decisions_of=decisions_of, primal=primal, bias=bias,
+                        row_axis=self._row_axis(k))  # fmt: skip
         self._labels = y
         state = search.run()
-        best, alpha0 = finish(search, state, row_axis=self._row_axis(k), calibrate=method)
+        best, alpha0 = finish(search, state, calibrate=method)
         if self.refit:
             est = search.template(best, "refit", None, None)
             est.n_jobs = self.n_jobs  # the whole budget: the folds are done
             weights = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
             start = None
             if primal and search.best is not None:
-                start = averaged_primal(search.best[2], bias)
+                start = search.best[3]
             self._store(est._solve(X, y_index, k, sw, weights, alpha0=alpha0,
                                    primal_start=start), k)  # fmt: skip
         del self._labels
@@ -234,7 +235,7 @@ class LinearSVRCV(LinearSVR):
         points = [{"C": float(c), "epsilon": float(e), "restart": j == 0}
                   for e in self.epsilons_ for j, c in enumerate(Cs)]  # fmt: skip
 
-        def fit_one(est, train, alpha0, start):
+        def fit_one(est, train, alpha0, start, newton_after):
             return est._solve(X, y, sw, rows=train, alpha0=alpha0)
 
         def decisions_of(est, result, test):
@@ -244,7 +245,7 @@ class LinearSVRCV(LinearSVR):
         search = Search(self, X, y, points, fold_list, fit_one=fit_one, decisions_of=decisions_of)
         self._labels = y
         state = search.run()
-        best, alpha0 = finish(search, state, row_axis=0, calibrate=None)
+        best, alpha0 = finish(search, state, calibrate=None)
         self.epsilon_ = float(best["epsilon"])
         if self.refit:
             est = search.template(best, "refit", None, None)

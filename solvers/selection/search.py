@@ -21,22 +21,23 @@ by Newton.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from sklearn.base import clone
 
 from solvers._core.progress import Progress, Status
-from solvers._core.sparse import subset_times
+from solvers._core.sparse import subset_times, subset_times_by_row
 from solvers.selection import grid
 from solvers.selection.calibration import fit_calibration
 from solvers.selection.path import Step, averaged_alpha, out_of_fold, run_path
 
-PRIMAL_AFTER_PASSES = 20
+PRIMAL_AFTER_PASSES = 10
 PRIMAL_MAX_STEPS = 5
+NEWTON_AFTER_PASSES = 20
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,14 @@ class WarmStarts:
     previous w̃ takes a few steps (Chu et al., KDD 2015; LIBLINEAR's -C). It turns back to the
     dual start for good when a primal solve needed more than ``PRIMAL_MAX_STEPS`` Newton steps:
     the previous w̃ was not close (news20, were it allowed, needs 9 to 27 steps per C where a9a
-    needs 0 to 2). The rules count passes and steps, not seconds, so a search's result does not
-    depend on the load of the machine. Each fold's steps run one at a time, so its entries need
-    no lock.
+    needs 0 to 2). A dual start whose previous solve ended by Newton (its passes stalled, or the
+    fold has left the primal start; for one-vs-rest, some class's passes stalled: each class
+    then leaves the passes by the same cap) hands over to the Newton finish after
+    ``NEWTON_AFTER_PASSES`` passes instead of waiting for the stall detector (at least 100
+    passes): at a larger C the passes stall again, and on news20 (two classes, C from 0.02 up)
+    the 80 passes saved cost more than the few Newton steps they would have spared. The rules
+    count passes and steps, not seconds, so a search's result does not depend on the load of
+    the machine. Each fold's steps run one at a time, so its entries need no lock.
     """
 
     def __init__(self, n_folds: int, primal: bool, bias: float):
@@ -90,6 +96,13 @@ class WarmStarts:
         if previous.method != "newton" and previous.n_iter < PRIMAL_AFTER_PASSES:
             return None
         return weights_of(previous, self.bias)
+
+    def newton_after(self, previous) -> int | None:
+        """The dual passes after which the next solve hands over to Newton: ``NEWTON_AFTER_PASSES``
+        when the previous C's solve ended by Newton, else None (the solver's stall detector)."""
+        if previous is not None and previous.method == "newton":
+            return NEWTON_AFTER_PASSES
+        return None
 
     def record(self, fold: int, primal: bool, result) -> None:
         if primal and result.n_iter > PRIMAL_MAX_STEPS:
@@ -120,9 +133,13 @@ def thread_budget(n_jobs, n_folds: int) -> tuple[int, int]:
 
 def held_out_decisions(X, test, coef, intercept) -> np.ndarray:
     """x̃ᵀw for the ``test`` rows of X (`CSRArrays`), read in place (no copy of the rows)."""
-    coef = np.ascontiguousarray(coef, dtype=np.float64)  # the model's own array, as a rule
+    coef = np.asarray(coef, dtype=np.float64)
     out = np.empty((len(test), coef.shape[0]))
-    subset_times(X.data, X.indices, X.indptr, test, coef, out)
+    if coef.shape[0] > 1 and coef.T.flags.c_contiguous:  # one-vs-rest's (n_features, k) weights
+        subset_times_by_row(X.data, X.indices, X.indptr, test, coef.T, out)
+    else:
+        coef = np.ascontiguousarray(coef)  # the model's own array, as a rule
+        subset_times(X.data, X.indices, X.indptr, test, coef, out)
     out += intercept
     return out[:, 0] if coef.shape[0] == 1 else out
 
@@ -140,8 +157,9 @@ class Search:
     """One fit's search state: the grid, folds, the estimator template and the callback."""
 
     def __init__(self, owner, X, target, grid_points, fold_list, *, fit_one, decisions_of,
-                 primal=False, bias=0.0):  # fmt: skip
+                 primal=False, bias=0.0, row_axis=0):  # fmt: skip
         self.owner, self.X, self.target = owner, X, target
+        self.base = owner._template()
         self.points = grid_points  # list of dicts of parameters, in path order
         self.folds = fold_list
         self.fit_one, self.decisions_of = fit_one, decisions_of
@@ -152,13 +170,19 @@ class Search:
         self.done = 0
         self.means: list[float] = []
         self.scores: dict[int, list[float]] = {}  # per grid point that every fold finished
-        self.best: tuple[int, np.ndarray, dict] | None = None  # (index, held-out, steps)
+        # (index, held-out values, the refit's α and w̃ starts) of the best point so far
+        self.best: tuple[int, np.ndarray, np.ndarray, np.ndarray | None] | None = None
         self.starts = WarmStarts(len(fold_list), primal, bias)
+        self.bias, self.row_axis = bias, row_axis  # α's axis of rows
 
     def template(self, point: dict, stage: str, fold, c_index):
-        est = clone(self.owner._template()).set_params(**point)
-        if "n_jobs" in est.get_params():
-            est.set_params(n_jobs=self.inner)
+        # a shallow copy of one validated template per solve, not scikit-learn's clone, whose
+        # signature inspection cost more than a short solve at small C
+        est = copy.copy(self.base)
+        for name, value in point.items():
+            setattr(est, name, value)
+        if hasattr(est, "n_jobs"):
+            est.n_jobs = self.inner
         est.callback = self._callback(stage, fold, c_index, point)
         return est
 
@@ -190,7 +214,7 @@ class Search:
         train, test = self.folds[f]
         alpha0 = None if previous is None else previous.alpha
         start = self.starts.primal_start(f, previous)
-        result = self.fit_one(est, train, alpha0, start)
+        result = self.fit_one(est, train, alpha0, start, self.starts.newton_after(previous))
         self.starts.record(f, start is not None, result)
         return result, self.decisions_of(est, result, test)
 
@@ -210,13 +234,12 @@ class Search:
         self.means.append(float(np.mean(scores)))
         if self.best is None or self.means[-1] > self.means[self.best[0]]:
             shape = (len(self.target),) + np.shape(steps[0].decisions)[1:]
-            if self.best is not None:
-                _lighten(self.best[2])
-            self.best = (i, out_of_fold(steps, self.folds, shape), steps)
-            for step in steps.values():
-                step.decisions = None  # placed in the out-of-fold array
-        else:
-            _lighten(steps)
+            # the refit's starts, taken now: the folds' α (four fifths of the rows each) are
+            # then let go, and the search holds one n-length α instead of k
+            alpha0 = averaged_alpha(steps, self.folds, len(self.target), self.row_axis)
+            self.best = (i, out_of_fold(steps, self.folds, shape), alpha0,
+                         averaged_primal(steps, self.bias))  # fmt: skip
+        _lighten(steps)
         return not (self.owner._early_stop and self.points[i].get("early_stop", True)
                     and grid.should_stop(self.means))  # fmt: skip
 
@@ -253,16 +276,15 @@ def cv_table(search: Search, state) -> dict[str, np.ndarray]:
     return table, scores, rows
 
 
-def finish(search: Search, state, *, row_axis: int, calibrate: str | None):
+def finish(search: Search, state, *, calibrate: str | None):
     """Table, best point, held-out calibration and the refit's warm start, set on the owner."""
     owner = search.owner
     table, scores, rows = cv_table(search, state)
     owner.cv_results_, owner.scores_ = table, scores
     owner.search_status_ = "stopped" if search.stop.is_set() else "complete"
-    if search.best is None:
-        best_index, oof, steps = 0, None, None
-    else:
-        best_index, oof, steps = search.best
+    best_index, oof, alpha0 = 0, None, None
+    if search.best is not None:
+        best_index, oof, alpha0, _ = search.best
     best = {k: v for k, v in search.points[best_index].items() if k != "restart"}
     owner.best_params_ = best
     owner.C_ = float(best["C"])
@@ -272,7 +294,4 @@ def finish(search: Search, state, *, row_axis: int, calibrate: str | None):
     if calibrate and oof is not None:
         seen = ~np.isnan(oof if oof.ndim == 1 else oof[:, 0])
         owner.calibration_ = fit_calibration(oof[seen], search.target[seen], calibrate)
-    alpha0 = None
-    if steps is not None:
-        alpha0 = averaged_alpha(steps, search.folds, len(search.target), row_axis)
     return best, alpha0

@@ -24,6 +24,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from solvers import LinearSVC, LinearSVCCV, LinearSVR, LinearSVRCV
 from solvers._core.problem import csr_arrays
 from solvers.selection.search import (
+    NEWTON_AFTER_PASSES,
     PRIMAL_AFTER_PASSES,
     PRIMAL_MAX_STEPS,
     WarmStarts,
@@ -184,6 +185,10 @@ def test_warm_start_rule_turns_primal_after_slow_dual_solves_and_back_after_slow
     assert starts.primal_start(0, _Result("newton", 3)) is None  # for good, on that fold only
     assert starts.primal_start(1, _Result("newton", 3)) is not None
     assert WarmStarts(1, primal=False, bias=0.0).primal_start(0, _Result("newton", 1)) is None
+    # a dual start after a Newton finish caps its passes; after a dual solve it does not
+    assert starts.newton_after(None) is None
+    assert starts.newton_after(_Result("dcd", 500)) is None
+    assert starts.newton_after(_Result("newton", 120)) == NEWTON_AFTER_PASSES
 
 
 def test_held_out_decisions_read_the_rows_in_place_as_scipy_computes_them():
@@ -195,6 +200,10 @@ def test_held_out_decisions_read_the_rows_in_place_as_scipy_computes_them():
     X32 = csr_arrays(X.astype(np.float32))
     np.testing.assert_allclose(held_out_decisions(csr_arrays(X), rows, coef, intercept), expected)
     np.testing.assert_allclose(held_out_decisions(X32, rows, coef, intercept), expected, rtol=1e-6)
+    # one-vs-rest's weights: the transpose of a row-major (n_features, k) array, read as such
+    by_feature = np.ascontiguousarray(coef.T).T
+    np.testing.assert_allclose(held_out_decisions(csr_arrays(X), rows, by_feature, intercept),
+                               expected)  # fmt: skip
     one = held_out_decisions(csr_arrays(X), rows, coef[:1], intercept[:1])
     np.testing.assert_allclose(one, expected[:, 0])
 

@@ -163,3 +163,20 @@ def test_primal_start_is_checked():
         solve_binary(X, y, loss="hinge", primal_start=np.zeros(X.shape[1] + 1))
     with pytest.raises(ValueError, match="shape"):
         solve_binary(X, y, primal_start=np.zeros(X.shape[1]))
+
+
+def test_newton_after_hands_over_at_that_pass_and_reaches_the_same_optimum():
+    """A path's solve that caps its dual passes (``newton_after``) hands over to Newton there,
+    and Newton's rule and certificate hold as after a detected stall."""
+    X, y = halves()
+    detected = solve_binary(X, y, C=1.0, tol=0.1)
+    capped = solve_binary(X, y, C=1.0, tol=0.1, newton_after=20)
+    assert capped.status is Status.CONVERGED and capped.method == "newton"
+    methods = [p.method for p in capped.history]
+    assert methods.index("newton") == 20 and set(methods[:20]) == {"dcd"}
+    assert capped.gap <= 0.01 * 0.1  # ‖∇P‖/‖∇P(0)‖ ≤ ε′, as without the cap
+    assert capped.primal == pytest.approx(primal(X, y, capped.w, 1.0, "squared_hinge", 0.0))
+    assert 0 <= capped.duality_gap <= 0.1
+    # both are within their certified gaps of the one optimum
+    bound = (capped.duality_gap + detected.duality_gap) * max(1.0, detected.primal)
+    assert abs(capped.primal - detected.primal) <= bound
