@@ -157,7 +157,7 @@ class _Round:
         first = fn(*items[0])
         return [first] + [f.result() for f in futures]
 
-    def _deal(self, seeds):
+    def _deal(self, seeds, K):
         """Cut the active samples into one random chunk per thread; returns the chunks (views
         of ``spare``, filled by `_fill`) and the pieces' bounds in the index.
 
@@ -166,7 +166,7 @@ class _Round:
         threads. So the threads shuffle contiguous pieces of the index side by side, and each
         then takes its share of every piece and shuffles it (`_fill`): chunk b holds a random
         1/K of every piece, a stratified random partition of the active samples."""
-        K, n = self.n_threads, self.n_active
+        n = self.n_active
         if K == 1:
             kernels.shuffle_prefix(self.index, n, int(seeds[0]))
             return [self.index[:n]], None
@@ -185,7 +185,7 @@ class _Round:
     def _fill(self, chunk, pieces, b, seed):
         """Thread b's chunk: its share of every piece, shuffled."""
         if pieces is not None:
-            pk.gather_share(self.index, pieces, b, self.n_threads, chunk)
+            pk.gather_share(self.index, pieces, b, pieces.shape[0] - 1, chunk)
             kernels.shuffle_prefix(chunk, chunk.shape[0], seed)
 
     def _regroup(self, chunks, kept):
@@ -205,7 +205,10 @@ class _Round:
         """One round; returns (accepted, active sizes before, M, m)."""
         st = self.state
         before = self.active
-        chunks, pieces = self._deal(seeds)
+        K = self.n_threads
+        if self.shared:  # shrinking can leave too few samples for threads to pay: fewer then
+            K = threads_for(st.csr, self.n_active, K)
+        chunks, pieces = self._deal(seeds, K)
         sigma = 1.0 if self.shared else self.sigma
 
         def one(b):
@@ -223,12 +226,13 @@ class _Round:
             return (*out, time.thread_time() - started)
 
         started = time.perf_counter()
-        outs = self._map(one, [(b,) for b in range(self.n_threads)])
-        self._watch_crowding(min(o[3] for o in outs), time.perf_counter() - started)
+        outs = self._map(one, [(b,) for b in range(K)])
+        if K > 1:
+            self._watch_crowding(min(o[3] for o in outs), time.perf_counter() - started)
         M, m = max(o[1] for o in outs), min(o[2] for o in outs)
         if self.shared:
             self._regroup(chunks, [o[0] for o in outs])
-            self.rounds_since_sync += 1
+            self.rounds_since_sync += K > 1  # one thread alone loses no addition
             if self.rounds_since_sync >= RESYNC_EVERY:
                 self.resync()
             return True, before, M, m

@@ -114,6 +114,28 @@ def test_every_round_deals_each_active_sample_to_one_thread(forced_threads, monk
     assert not np.array_equal(dealt[0], dealt[3])  # a fresh deal every round
 
 
+def test_rounds_over_few_active_samples_run_on_one_thread(monkeypatch):
+    # enough non-zeros for two threads at first; shrinking then leaves rounds whose samples
+    # would not pay for them (`threads_for` on the active set), and those run on one thread
+    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", 0.0)
+    rounds = []
+    deal = parallel._Round._deal
+
+    def recording(self, seeds, K):
+        rounds.append((self.n_active, K))
+        return deal(self, seeds, K)
+
+    monkeypatch.setattr(parallel._Round, "_deal", recording)
+    X, y = synthetic(n=40_000, d=400, density=0.05, seed=6)
+    result = solve_binary(X, y, tol=1e-3, n_jobs=2, newton=False)
+    assert result.status is Status.CONVERGED
+    _check_certified(X, y, result, 1.0, "squared_hinge", 0.0, 1e-3)
+    enough = 2 * parallel.MIN_NNZ_PER_THREAD / (X.nnz / X.shape[0])  # samples for 2 threads
+    assert rounds[0] == (X.shape[0], 2)
+    assert any(K == 1 for _, K in rounds)
+    assert all((K == 2) == (n_active >= enough) for n_active, K in rounds), rounds
+
+
 def test_crowded_rounds_go_on_one_thread(forced_threads, chunk_sizes, monkeypatch):
     # every round crowded (no thread can run more than all of the round)
     monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", np.inf)
