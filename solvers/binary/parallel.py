@@ -58,7 +58,10 @@ the rebuilds, for the same passes.
 
 Threads: at most ``n_jobs``, and fewer on small problems (``MIN_NNZ_PER_THREAD`` non-zeros per
 thread, and enough non-zeros per thread that the merge stays a small part of a round), where a
-round would be dominated by the merge and the threads' start-up: such sets run serially.
+round would be dominated by the merge and the threads' start-up: such sets run serially. The
+shared rounds also want ``MIN_FEATURES_PER_THREAD`` features a thread: over a few dozen features
+(dense low-dimensional data) every row writes the same few cache lines of w̃, which then bounce
+between the cores at every step (50,000 × 30: 0.65–1.13× one thread on 2 threads).
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ from solvers.binary import kernels
 from solvers.binary import parallel_kernels as pk
 
 MIN_NNZ_PER_THREAD = 300_000
+MIN_FEATURES_PER_THREAD = 256
 NNZ_PER_FEATURE_PER_THREAD = 8  # a round's merge costs K·d: keep it under ~1/8 of the pass
 RELAX_AFTER = 10
 RESYNC_EVERY = 4
@@ -100,11 +104,14 @@ def check_n_jobs(n_jobs) -> int:
 
 def threads_for(csr, n_kept: int, n_jobs: int, deterministic: bool = False) -> int:
     """Threads worth using on this problem: at most n_jobs, fewer when the work is small
-    (``MIN_NNZ_PER_THREAD``; deterministic rounds also keep their O(K·d) merge under about
-    1/``NNZ_PER_FEATURE_PER_THREAD`` of a round)."""
+    (``MIN_NNZ_PER_THREAD``), or w̃ too narrow to share (``MIN_FEATURES_PER_THREAD``);
+    deterministic rounds, with a w̃ each, keep their O(K·d) merge under about
+    1/``NNZ_PER_FEATURE_PER_THREAD`` of a round instead."""
     nnz = int(csr.data.shape[0]) * n_kept // max(csr.n_samples, 1)
     wanted = min(n_jobs, max(1, nnz // MIN_NNZ_PER_THREAD), max(1, n_kept // 1000))
-    if deterministic:
+    if not deterministic:
+        wanted = min(wanted, max(1, csr.n_features // MIN_FEATURES_PER_THREAD))
+    else:
         per_merge = NNZ_PER_FEATURE_PER_THREAD * (csr.n_features + 1)
         wanted = min(wanted, max(1, int(np.sqrt(nnz / per_merge))))
     return max(1, wanted)

@@ -126,7 +126,7 @@ def test_rounds_over_few_active_samples_run_on_one_thread(monkeypatch):
         return deal(self, seeds, K)
 
     monkeypatch.setattr(parallel._Round, "_deal", recording)
-    X, y = synthetic(n=40_000, d=400, density=0.05, seed=6)
+    X, y = synthetic(n=40_000, d=1000, density=0.02, seed=6)
     result = solve_binary(X, y, tol=1e-3, n_jobs=2, newton=False)
     assert result.status is Status.CONVERGED
     _check_certified(X, y, result, 1.0, "squared_hinge", 0.0, 1e-3)
@@ -237,6 +237,10 @@ def test_small_problems_pick_one_thread():
     assert parallel.threads_for(csr_arrays(X), X.shape[0], 16) == 1
     X, y = synthetic(n=300)
     assert parallel.threads_for(csr_arrays(X), X.shape[0], 2) == 1
+    # dense rows over 30 features: plenty of work, but every step writes the same cache lines
+    dense = csr_arrays(sp.csr_matrix(np.random.default_rng(0).normal(size=(50_000, 30))))
+    assert parallel.threads_for(dense, 50_000, 2) == 1
+    assert parallel.threads_for(dense, 50_000, 2, deterministic=True) == 2  # a w̃ each
 
 
 def test_n_jobs_is_checked():
