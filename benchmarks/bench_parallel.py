@@ -129,7 +129,7 @@ def bench(name, X, y, args):
                 for det in (False, True):
                     options = {"loss": loss, "tol": tol, "n_jobs": k, "deterministic": det}
                     tk, res = best_of(args.repeat, lambda o=options: solve_binary(X, y, **o))
-                    used = parallel.threads_for(csr_arrays(X), X.shape[0], k)
+                    used = parallel.threads_for(csr_arrays(X), X.shape[0], k, det)
                     mode = f"{'deterministic' if det else 'shared'}, {used} used"
                     mc_k = mc[j] if mc else "-"
                     print(

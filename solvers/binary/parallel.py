@@ -21,8 +21,8 @@ features through plain additions, as a locked addition costs tens of cycles per 
 w̃ then drifts from Σ_i s_i α_i x̃_i by those lost additions. Rare as they are, their drift adds
 up: left for 100 rounds, it took about 1.5× the serial passes to reach tol, on text-like and on
 uniform sparse data alike (`benchmarks/bench_parallel_anatomy.py`). The driver therefore
-rebuilds w̃ exactly from α every ``RESYNC_EVERY`` rounds (every 1 to 6 kept the serial count;
-the rebuild runs in storage order on all threads, a fraction of a round), before every
+rebuilds w̃ exactly from α every ``RESYNC_EVERY`` rounds (which kept the serial count; the
+rebuild runs in storage order on all threads, a fraction of a round), before every
 convergence check and before returning. Guarantee:
 PASSCoDe-Wild converges to the optimum of a problem perturbed by the lost updates (its Theorem 4);
 the rebuilds remove the perturbation, and the solve stops only when LIBLINEAR's rule
@@ -61,7 +61,8 @@ thread, and enough non-zeros per thread that the merge stays a small part of a r
 round would be dominated by the merge and the threads' start-up: such sets run serially. The
 shared rounds also want ``MIN_FEATURES_PER_THREAD`` features a thread: over a few dozen features
 (dense low-dimensional data) every row writes the same few cache lines of w̃, which then bounce
-between the cores at every step (50,000 × 30: 0.65–1.13× one thread on 2 threads).
+between the cores at every step (50,000 × 30: 0.65–1.13× one thread on 2 threads, measured
+before this rule).
 """
 
 from __future__ import annotations
@@ -169,8 +170,8 @@ class _Round:
         of ``spare``, filled by `_fill`) and the pieces' bounds in the index.
 
         A serial Fisher–Yates shuffle of all of them would cost the round a random access per
-        sample on one thread: on 10M samples, 0.2–0.35 s, the time of a whole round on 16
-        threads. So the threads shuffle contiguous pieces of the index side by side, and each
+        sample on one thread, which on 10M samples weighs as much as a round's share of the pass
+        on 16 threads. So the threads shuffle contiguous pieces of the index side by side, and each
         then takes its share of every piece and shuffles it (`_fill`): chunk b holds a random
         1/K of every piece, a stratified random partition of the active samples."""
         n = self.n_active
