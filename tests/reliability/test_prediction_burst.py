@@ -175,9 +175,9 @@ def test_sixty_concurrent_prediction_runs(tmp_path):
             f"{codes.count(202)} accepted, {sum(c >= 500 for c in codes)} 5xx; slowest /healthz "
             f"{healthz.slowest:.3f} s, slowest read of another tenant {reads.slowest:.3f} s"
         )
-        # on 2 cores, while the burst's runs start, one answer can wait about a second for a core
-        # (1.03 s seen once); a blocked event loop would hold it for the whole burst
-        assert healthz.statuses == {200} and healthz.slowest < 1.5, healthz.slowest
+        # on 2 cores in the full suite, while the burst's runs start, one answer waited 1.03 s and
+        # 1.6 s for a core (0.3 s alone); a blocked event loop would hold it for the whole burst
+        assert healthz.statuses == {200} and healthz.slowest < 3.0, healthz.slowest
         assert reads.statuses == {200} and reads.slowest < 3.0, reads.slowest
         assert http.delete(f"/v1/models/{model_id}", headers=acme).status_code == 204
     except BaseException:
