@@ -56,6 +56,7 @@ from solvers._core.progress import (
     relative_duality_gap,
 )
 from solvers._core.sparse import weighted_row_sum
+from solvers._core.warm_start import ray_scale
 from solvers.binary import kernels, parallel
 from solvers.binary import newton as newton_finisher
 
@@ -130,8 +131,9 @@ def solve_binary(
     warm_start : array of shape (n_samples,) or None
         Initial α (clipped to the bounds), e.g. the ``alpha`` of an earlier result: a solve at
         a smaller C (feasible here: the bounds only widen as C grows), or a checkpoint of an
-        interrupted solve to resume. w is rebuilt from it. With ``rows``, shape (len(rows),)
-        in the order of ``rows``.
+        interrupted solve to resume. w is rebuilt from it, and both are then scaled to the
+        best dual point rα, r ≥ 0 (`solvers._core.warm_start`). With ``rows``, shape
+        (len(rows),) in the order of ``rows``.
     newton : bool
         For the L2 losses, finish by the primal truncated Newton method when the passes stall
         (`solvers.binary.newton` states when, its stopping rule ε′ and what the result then
@@ -271,7 +273,10 @@ class _State:
             rec[0::width] = alpha
             np.negative(alpha, out=alpha, where=y < 0)  # s_i α_i, in place: our own copy
             w = weighted_row_sum(alpha, csr.data, csr.indices, csr.indptr, csr.n_features, bias)
-        return cls(csr, C, loss, bias, kernels.Record(rec, width, hinge, lower), w, index)
+        record = kernels.Record(rec, width, hinge, lower)
+        if warm_start is not None:
+            _to_ray_optimum(record, C, w)
+        return cls(csr, C, loss, bias, record, w, index)
 
     def take_alpha(self):
         """α, moved to the front of the record's buffer, which then shrinks to it (no copy)."""
@@ -332,6 +337,15 @@ def _initial_alpha(warm_start, n_samples, C, upper, lower, rows=None):
     np.clip(alpha, lower, upper, out=alpha)
     alpha[np.broadcast_to(C, alpha.shape) <= 0] = 0.0
     return alpha
+
+
+def _to_ray_optimum(record, C, w):
+    """Scale the warm start (α in ``record``, and w̃) to the best point of its ray, in place."""
+    lin, quad, r_max = kernels.ray_terms(record, C)
+    r = ray_scale(lin, quad + float(w @ w), r_max)
+    if r != 1.0:
+        record.values[0 :: record.width] *= r
+        w *= r
 
 
 def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall=None):

@@ -283,6 +283,27 @@ def dual_objective(record, C, w):
 
 
 @njit(cache=True, nogil=True)
+def ray_terms(record, C):
+    """The terms of f along the ray of α (`solvers._core.warm_start`) over the samples with
+    C_i > 0: (Σ |y_i| α_i, Σ D_ii α_i², the largest r with rα_i ≤ U_i for every i)."""
+    rec, width = record.values, record.width
+    quad = 0.0
+    lin = 0.0
+    r_max = np.inf
+    for i in range(rec.shape[0] // width):
+        if C_of(C, i) <= 0.0:
+            continue
+        r = width * i
+        a = rec[r]
+        _, yabs, upper, Dii = terms(rec, r, width, record.hinge)
+        quad += Dii * a * a
+        lin += yabs * a
+        if a > 0.0 and upper < np.inf:
+            r_max = min(r_max, upper / a)
+    return lin, quad, r_max
+
+
+@njit(cache=True, nogil=True)
 def _sample_terms(data, indices, indptr, n_features, bias, rec, width, w, loss, i):
     """Sample i's ξ_i, D_ii α_i² and |y_i| α_i (``i`` unsigned); the arrays themselves, not
     their groups: a per-sample call with whole groups costs more than the work it does."""

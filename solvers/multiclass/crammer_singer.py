@@ -59,6 +59,13 @@ class CrammerSinger:
         return alpha
 
     @staticmethod
+    def ray_terms(problem: MulticlassProblem, alpha) -> tuple[float, float]:
+        """Along rα: the linear term Σ_i α_i^{y_i} of −f, and the largest feasible r."""
+        own = alpha[np.arange(problem.n_samples), problem.y]
+        held = own > 0
+        return float(own.sum()), float(np.min(problem.C[held] / own[held], initial=np.inf))
+
+    @staticmethod
     def place_zero_rows(problem: MulticlassProblem, alpha) -> None:
         """Rows with x̃_i = 0 cost C_i in the primal whatever W is; their optimum is at bounds."""
         zero = np.flatnonzero((problem.C > 0) & (problem.A == 0))

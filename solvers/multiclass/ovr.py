@@ -45,6 +45,7 @@ from solvers._core.progress import (
     objective_passes,
     relative_duality_gap,
 )
+from solvers._core.warm_start import ray_scale
 from solvers.binary.dcd import LONG_ROW_ENTRIES
 from solvers.multiclass import ovr_newton, ovr_parallel
 from solvers.multiclass.class_blocks import ClassBlocks
@@ -54,6 +55,7 @@ from solvers.multiclass.ovr_kernels import (
     ovr_measures,
     ovr_pass,
     pass_summary,
+    ray_terms,
     rows_in_play,
     shuffled_rows,
 )
@@ -378,6 +380,7 @@ def _make_block(problem, Cfull, classes, warm_start, loss, W, alpha) -> _Block:
         # into the block's region (zeros on entry) itself: no (n_features, kb) temporary
         weights_from_alpha(problem.X, alpha, problem.bias, 1.0, W, wb)
         np.negative(alpha, out=alpha, where=rest)
+        _to_ray_optimum(alpha, Cmat, c_stride, loss == "hinge", W, wb)
     active = usable.copy()
     live = np.ones(kb, dtype=np.uint8)
     in_play = np.empty(problem.n_samples, dtype=np.uint8)
@@ -404,6 +407,16 @@ def _make_block(problem, Cfull, classes, warm_start, loss, W, alpha) -> _Block:
         stalled=np.zeros(kb, dtype=np.uint8),
         n_live=kb,
     )
+
+
+def _to_ray_optimum(alpha, Cmat, c_stride, hinge, W, wb):
+    """Scale each class's warm start (α_c, w̃_c) to the best point of its ray, in place."""
+    terms = zip(*ray_terms(alpha, Cmat, c_stride, hinge, W, wb), strict=True)
+    r = np.array([ray_scale(*class_terms) for class_terms in terms])
+    if np.any(r != 1.0):
+        alpha *= r  # row by row, as the arrays are laid out (a column at a time strides)
+        W *= r
+        wb *= r
 
 
 def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss) -> np.ndarray:

@@ -312,6 +312,34 @@ def after_pass(
 
 
 @njit(cache=True, nogil=True)
+def ray_terms(alpha, Cmat, c_stride, hinge, W, wb):
+    """Per class c of the block, the terms of its dual along the ray of α_c
+    (`solvers._core.warm_start`): (Σ_i α_ic, ‖w̃_c‖² + Σ_i D_ii α_ic², the largest r with
+    rα_ic ≤ U_i for every i), each of shape (kb,)."""
+    n, kb = alpha.shape
+    lin = np.zeros(kb)
+    quad = np.zeros(kb)
+    r_max = np.full(kb, np.inf)
+    for i in range(n):
+        for c in range(kb):
+            a = alpha[i, c]
+            if a <= 0.0:
+                continue
+            C = Cmat[i, c * c_stride]
+            lin[c] += a
+            if hinge:
+                r_max[c] = min(r_max[c], C / a)
+            else:
+                quad[c] += 0.5 * a * a / C
+    for j in range(W.shape[0]):
+        for c in range(kb):
+            quad[c] += W[j, c] * W[j, c]
+    for c in range(kb):
+        quad[c] += wb[c] * wb[c]
+    return lin, quad, r_max
+
+
+@njit(cache=True, nogil=True)
 def shuffled_rows(in_play, seed, out):
     """The rows flagged in ``in_play`` written to ``out`` in a random order drawn from ``seed``
     (`solvers.binary.kernels.shuffle_prefix`); returns how many."""

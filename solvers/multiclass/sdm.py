@@ -25,6 +25,7 @@ from solvers._core.progress import (
     objective_passes,
     relative_duality_gap,
 )
+from solvers._core.warm_start import ray_scale
 from solvers.multiclass.problem import check_problem, usable_rows, weights
 from solvers.multiclass.schedules import Reporter
 
@@ -107,6 +108,8 @@ def solve_sdm(
             warm_start = _scattered(warm_start, problem.n_samples, problem.n_classes, subset)
     alpha = formulation.initial_alpha(problem, warm_start)
     W, wb = weights(problem, alpha, formulation.weight_sign)
+    if warm_start is not None:
+        _to_ray_optimum(formulation.ray_terms(problem, alpha), alpha, W, wb)
     rows = usable_rows(problem)
     formulation.place_zero_rows(problem, alpha)
     passes = formulation.passes(problem, alpha, W, wb)
@@ -147,6 +150,17 @@ def solve_sdm(
         duality_gap=duality_gap,
         max_violation=final.gap,
     )
+
+
+def _to_ray_optimum(terms, alpha, W, wb) -> None:
+    """Scale the warm start (α, W, wb) to the best point of its ray (`solvers._core.warm_start`):
+    along rα the dual is ½r²‖W̃‖² − r·``linear``, feasible up to ``r_max``."""
+    linear, r_max = terms
+    r = ray_scale(linear, float(np.vdot(W, W) + wb @ wb), r_max)
+    if r != 1.0:
+        alpha *= r
+        W *= r
+        wb *= r
 
 
 def _scattered(warm_start, n_samples: int, n_classes: int, rows: np.ndarray) -> np.ndarray:

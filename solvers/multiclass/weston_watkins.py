@@ -63,6 +63,14 @@ class WestonWatkins:
         return alpha
 
     @staticmethod
+    def ray_terms(problem: MulticlassProblem, alpha) -> tuple[float, float]:
+        """Along rα: the linear term Σ_i Σ_{m≠y_i} α_i^m of −f, and the largest feasible r."""
+        own = alpha[np.arange(problem.n_samples), problem.y]  # −Σ_{m≠y_i} α_i^m ≤ 0
+        largest = alpha.max(axis=1)  # the largest α_i^m, m ≠ y_i (own is ≤ 0)
+        held = largest > 0
+        return float(-own.sum()), float(np.min(problem.C[held] / largest[held], initial=np.inf))
+
+    @staticmethod
     def place_zero_rows(problem: MulticlassProblem, alpha) -> None:
         """Rows with x̃_i = 0 cost (k − 1)·C_i in the primal whatever W is; their optimum is C_i."""
         zero = np.flatnonzero((problem.C > 0) & (problem.A == 0))

@@ -41,6 +41,7 @@ from solvers._core.progress import (
     relative_duality_gap,
 )
 from solvers._core.sparse import row_sq_norms, rows_dot
+from solvers._core.warm_start import ray_scale
 from solvers.regression import kernels as K
 from solvers.regression import svr_newton
 
@@ -134,6 +135,8 @@ def solve_svr(
     c = restrict_C(per_sample_C(C, X.n_samples), X.n_samples, rows)
     terms = _terms(X, y, c, loss, float(epsilon), bias)
     beta, w = _initial_beta(X, warm_start, terms.upper, bias, rows)
+    if warm_start is not None:
+        _to_ray_optimum(beta, w, terms)
     index = np.flatnonzero(c > 0).astype(np.int64) if rows is None else rows[c[rows] > 0]
     # LIBLINEAR's reference scale is the first pass's sum of violations; a warm start would make
     # it tiny, so it then uses the violations of beta = 0 (what a cold start's first pass sees).
@@ -199,6 +202,20 @@ def _initial_beta(X, warm_start, upper, bias, rows=None):
         w[:d] = X.to_scipy().T @ beta
         w[d] = bias * beta.sum()
     return beta, w
+
+
+def _to_ray_optimum(beta, w, terms):
+    """Scale the warm start (β and w̃) to the best point of its ray (`solvers._core.warm_start`):
+    along rβ the dual is ½r²(‖w̃‖² + Σ λ_i β_i²) − r(Σ y_i β_i − ε Σ |β_i|)."""
+    size = np.abs(beta)
+    linear = float(terms.y @ beta - terms.epsilon * size.sum())
+    quadratic = float(w @ w + terms.lam @ (beta * beta))
+    bounded = size > 0
+    r_max = float(np.min(terms.upper[bounded] / size[bounded], initial=np.inf))
+    r = ray_scale(linear, quadratic, r_max)
+    if r != 1.0:
+        beta *= r
+        w *= r
 
 
 class _Run:
