@@ -14,7 +14,7 @@ import numpy as np
 
 from solvers._core.params import check_bias
 from solvers._core.problem import CSRArrays, check_class_labels, csr_arrays, per_sample_C
-from solvers._core.sparse import row_sq_norms
+from solvers._core.sparse import row_sq_norms, sq_norm
 from solvers.multiclass.kernels import margin_loss, weights_from_alpha
 
 
@@ -78,6 +78,8 @@ def margin_objectives(problem: MulticlassProblem, W, wb, alpha, *, summed: bool,
     """(primal, f(α)) for the current W, wb and α: primal ½‖W̃‖² + `margin_loss`, dual
     ½‖W̃‖² + sign · Σ_i α_i^{y_i} (−1 for Crammer–Singer, +1 for Weston–Watkins)."""
     loss = margin_loss(problem, W, wb, summed)
-    reg = 0.5 * (float(np.vdot(W, W)) + float(wb @ wb))  # vdot: no temporary of the size of W
+    # compiled loops, not BLAS: beside other busy threads a BLAS dot waited milliseconds for a
+    # core it wanted for itself
+    reg = 0.5 * (sq_norm(W.reshape(-1)) + sq_norm(wb))
     at_label = float(alpha[np.arange(problem.n_samples), problem.y].sum())
     return reg + loss, reg + sign * at_label

@@ -25,6 +25,7 @@ from solvers._core.progress import (
     objective_passes,
     relative_duality_gap,
 )
+from solvers._core.sparse import sq_norm
 from solvers._core.warm_start import ray_scale
 from solvers.multiclass.problem import check_problem, usable_rows, weights
 from solvers.multiclass.schedules import Reporter
@@ -156,7 +157,7 @@ def _to_ray_optimum(terms, alpha, W, wb) -> None:
     """Scale the warm start (α, W, wb) to the best point of its ray (`solvers._core.warm_start`):
     along rα the dual is ½r²‖W̃‖² − r·``linear``, feasible up to ``r_max``."""
     linear, r_max = terms
-    r = ray_scale(linear, float(np.vdot(W, W) + wb @ wb), r_max)
+    r = ray_scale(linear, sq_norm(W.reshape(-1)) + sq_norm(wb), r_max)  # no BLAS: see dcd
     if r != 1.0:
         alpha *= r
         W *= r

@@ -40,7 +40,7 @@ from solvers._core.progress import (
     Status,
     relative_duality_gap,
 )
-from solvers._core.sparse import row_sq_norms, rows_dot
+from solvers._core.sparse import row_sq_norms, rows_dot, sq_norm
 from solvers._core.warm_start import ray_scale
 from solvers.regression import kernels as K
 from solvers.regression import svr_newton
@@ -54,15 +54,17 @@ def svr_objectives(X, y, w_full, beta, *, loss, epsilon, C, bias):
     c = per_sample_C(C, X.n_samples)
     f = rows_dot(X.data, X.indices, X.indptr, w_full, X.n_features, float(bias))
     t = np.maximum(np.abs(y - f) - epsilon, 0.0)
-    reg = 0.5 * float(w_full @ w_full)
+    # sums and compiled loops, not BLAS dot products (see `_to_ray_optimum`)
+    reg = 0.5 * sq_norm(w_full)
     keep = c > 0
     if loss == "epsilon_insensitive":
-        primal = reg + float(c @ t)
+        primal = reg + float(np.sum(c * t))
         lam = np.zeros_like(c)
     else:
-        primal = reg + float(c @ (t * t))
+        primal = reg + float(np.sum(c * t * t))
         lam = np.where(keep, 0.5 / np.where(keep, c, 1.0), 0.0)
-    dual = reg + float(epsilon * np.abs(beta).sum() - y @ beta + 0.5 * (lam * beta) @ beta)
+    linear = epsilon * np.abs(beta).sum() - np.sum(y * beta) + 0.5 * np.sum(lam * beta * beta)
+    dual = reg + float(linear)
     return primal, dual
 
 
@@ -208,8 +210,9 @@ def _to_ray_optimum(beta, w, terms):
     """Scale the warm start (β and w̃) to the best point of its ray (`solvers._core.warm_start`):
     along rβ the dual is ½r²(‖w̃‖² + Σ λ_i β_i²) − r(Σ y_i β_i − ε Σ |β_i|)."""
     size = np.abs(beta)
-    linear = float(terms.y @ beta - terms.epsilon * size.sum())
-    quadratic = float(w @ w + terms.lam @ (beta * beta))
+    # sums, not BLAS dot products: beside other busy threads one waited milliseconds for a core
+    linear = float(np.sum(terms.y * beta) - terms.epsilon * size.sum())
+    quadratic = sq_norm(w) + float(np.sum(terms.lam * beta * beta))
     bounded = size > 0
     r_max = float(np.min(terms.upper[bounded] / size[bounded], initial=np.inf))
     r = ray_scale(linear, quadratic, r_max)
