@@ -3,11 +3,12 @@
 Per set and C: our solver at tol 0.1 (dual passes, then the primal Newton finish when they stall),
 the same without the finish (``newton=False``), LIBLINEAR -s 1 (its dual solver, which switches to
 -s 2 after its pass budget) and -s 2 (primal Newton from the start, its default -e 0.01). Time of
-the solve only, best of ``--repeat`` (each side's conversion of the data, LIBLINEAR's `problem`
-and our checked `csr_arrays` view, is made once before the timings); the primal objective of
-every model and our duality gap of the returned (w, α) (the certificate). Sets: ``news20`` (raw
-term counts, classes 1–10 vs 11–20), ``sector`` (class 1 vs the rest), ``mnist`` (mnist.scale.t,
-0–4 vs 5–9) and ``rcv1-like`` (`benchmarks._common.rcv1_like`, ``--scale`` of its rows).
+the solve only, best of ``--repeat`` runs taken in turns (each side's conversion of the data,
+LIBLINEAR's `problem` and our checked `csr_arrays` view, is made once before the timings); the
+primal objective of every model and our duality gap of the returned (w, α) (the certificate).
+Sets: ``news20`` (raw term counts, classes 1–10 vs 11–20), ``sector`` (class 1 vs the rest),
+``mnist`` (mnist.scale.t, 0–4 vs 5–9) and ``rcv1-like`` (`benchmarks._common.rcv1_like`,
+``--scale`` of its rows).
 
     .venv/bin/python benchmarks/bench_newton.py --sets news20 sector mnist rcv1-like --scale 0.1
 """
@@ -57,23 +58,28 @@ def load(name, scale):
     return X, np.where(y == 1, 1.0, -1.0)
 
 
-def best_of(repeat, fn):
-    best, out = np.inf, None
+def best_in_turns(repeat, fns):
+    """Best time and last output of each of ``fns``, run in turns ``repeat`` times (a slow
+    stretch of the machine then falls on every side alike)."""
+    best, outs = [np.inf] * len(fns), [None] * len(fns)
     for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
+        for k, fn in enumerate(fns):
+            t = time.perf_counter()
+            outs[k] = fn()
+            best[k] = min(best[k], time.perf_counter() - t)
+    return list(zip(best, outs, strict=True))
 
 
 def bench(name, X, y, C, repeat):
     # each side's own form of the data made once, outside the timings: LIBLINEAR's problem, and
     # the checked view our solvers take (`solvers._core.problem.csr_arrays`)
     prob, data = liblinear_problem(X, y), csr_arrays(X)
-    t_ours, ours = best_of(repeat, lambda: solve_binary(data, y, C=C, tol=0.1))
-    t_dcd, dcd = best_of(repeat, lambda: solve_binary(data, y, C=C, tol=0.1, newton=False))
-    t_s1, m1 = best_of(repeat, lambda: liblinear_train(prob, 1, C, 0.1))
-    t_s2, m2 = best_of(repeat, lambda: liblinear_train(prob, 2, C, 0.01))
+    (t_ours, ours), (t_dcd, dcd), (t_s1, m1), (t_s2, m2) = best_in_turns(repeat, [
+        lambda: solve_binary(data, y, C=C, tol=0.1),
+        lambda: solve_binary(data, y, C=C, tol=0.1, newton=False),
+        lambda: liblinear_train(prob, 1, C, 0.1),
+        lambda: liblinear_train(prob, 2, C, 0.01),
+    ])  # fmt: skip
 
     def p_of(model):
         w, b, labels, _ = model
