@@ -17,8 +17,9 @@ neither side's one-time setup is counted. Also: one cold ``LinearSVC`` fit on al
 grid's largest C (the "×cold" column is the search's wall time over it; with ``--repeat N``
 both are timed N times, in turns, and the best of each is taken, while "ours s", set against
 GridSearchCV's single run, stays the first run), the chosen C and its test accuracy on both
-sides, and with ``--memory`` the search's peak resident memory in a fresh process (net of a call
-doing nothing) against the CSR input plus the models.
+sides, the dual passes plus Newton steps of the whole path (summed over folds and Cs), and with
+``--memory`` the search's peak resident memory in a fresh process (net of a call doing nothing)
+against the CSR input plus the models.
 
 ``liblinear``: LIBLINEAR's own search ``train(prob, '-s 2 -C -v 5 -c START -e 0.01')``
 (`liblinear-official`), timed as it runs; the C values it visited are read from its
@@ -157,6 +158,13 @@ def _largest_gap(search) -> float:
     return max(float(np.max(table[f"split{f}_duality_gap"])) for f in range(n_folds))
 
 
+def _path_work(search) -> int:
+    """The dual passes plus Newton steps of every solve of the path (its folds and Cs)."""
+    table = search.cv_results_
+    n_folds = sum(1 for name in table if name.endswith("_n_iter"))
+    return sum(int(np.sum(table[f"split{f}_n_iter"])) for f in range(n_folds))
+
+
 def run_grid(args):
     from sklearn import svm
     from sklearn.model_selection import GridSearchCV
@@ -170,9 +178,10 @@ def run_grid(args):
     )
     print(
         "| set | formulation | ours s | GridSearchCV s | ratio | ×cold | C ours / sklearn "
-        "| test acc ours / sklearn | peak / (CSR + models) | largest duality gap ours |"
+        "| test acc ours / sklearn | peak / (CSR + models) | largest duality gap ours "
+        "| path passes + steps |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.datasets:
         X, y, Xt, yt = load(name)
         folds = _folds(y)
@@ -212,7 +221,7 @@ def run_grid(args):
             print(f"| {name} | {multi_class} | {ours_s:.2f} | {ref_s:.2f} | {ours_s / ref_s:.2f} "
                   f"| {min(searches) / min(colds):.2f} | {ours.C_:.3g} / {ref_C:.3g} "
                   f"| {ours.score(Xt, yt):.4f} / {ref_acc:.4f} | {memory} "
-                  f"| {_largest_gap(ours):.2g} |")  # fmt: skip
+                  f"| {_largest_gap(ours):.2g} | {_path_work(ours)} |")  # fmt: skip
             sys.stdout.flush()
     print(f"# load average at the end {os.getloadavg()[0]:.2f}")
 

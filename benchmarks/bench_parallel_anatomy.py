@@ -9,7 +9,10 @@ and ``uniform`` (`synthetic_sparse`, 1,000,000 features, 40 uniform non-zeros a 
   seeds each. The crowding fallback is off, so every round runs on both threads.
 - ``pass``: the wall time of one pass over every sample in a random order, on one thread, on two
   threads sharing w̃ (the shared rounds) and on two threads with a copy of w̃ each (what the
-  deterministic rounds do), from α = 0 (every sample steps) and again after it (fewer steps).
+  deterministic rounds do), from α = 0 (every sample steps) and again after it (fewer steps);
+  then one pass over the support vectors (α_i > 0) of the solution after 8 serial passes (tol
+  0.01), which is what shrinking leaves to the late rounds: every step there writes w̃.
+  ``--passes-only`` skips the rounds.
 
     .venv/bin/python benchmarks/bench_parallel_anatomy.py --sets rcv1-like uniform --scale 0.1
 """
@@ -85,16 +88,21 @@ def passes(name, X, y, repeat):
     order = np.random.default_rng(0).permutation(X.shape[0]).astype(np.uint32)
     pool = ThreadPoolExecutor(2)
     C = np.array([1.0])
-    for start in ("α = 0", "after one pass"):
+    late = solve_binary(csr, y, tol=0.01, max_iter=8, random_state=0).alpha
+    support = np.flatnonzero(late > 0).astype(np.uint32)
+    support = support[np.random.default_rng(1).permutation(support.shape[0])]
+    for start in ("α = 0", "after one pass", f"support vectors, {support.shape[0]:,} rows"):
         best = {}
         for _ in range(repeat):
             for label, chunks, private in (("1 thread", 1, False), ("2 shared", 2, False),
                                            ("2 private", 2, True)):  # fmt: skip
-                state = dcd._State.build(csr, y, C, "squared_hinge", 0.0, None)
-                if start != "α = 0":
+                late_round = start.startswith("support")
+                warm = late if late_round else None
+                state = dcd._State.build(csr, y, C, "squared_hinge", 0.0, warm)
+                if start == "after one pass":
                     one_pass(state, order, [state.w], pool, 1)
                 w = [state.w.copy() for _ in range(chunks)] if private else [state.w] * chunks
-                seconds = one_pass(state, order, w, pool, chunks)
+                seconds = one_pass(state, support if late_round else order, w, pool, chunks)
                 best[label] = min(best.get(label, np.inf), seconds)
         one, shared, private = best["1 thread"], best["2 shared"], best["2 private"]
         print(
@@ -110,6 +118,7 @@ def main():
     parser.add_argument("--scale", type=float, default=0.1)
     parser.add_argument("--tols", type=float, nargs="+", default=[0.1, 0.01])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--passes-only", action="store_true", help="skip the rounds to tol")
     parser.add_argument("--out", default=None, help="a fragment of benchmarks/results/")
     args = parser.parse_args()
     data = {name: load(name, args.scale) for name in args.sets}
@@ -117,11 +126,12 @@ def main():
     with output_block(args.out):
         at_start = os.getloadavg()[0]
         print(f"# {os.cpu_count()} cores, load at start {at_start:.2f}; scale {args.scale}")
-        print("| set | loss | tol | serial passes | 2 threads, rebuild every "
-              f"{parallel.RESYNC_EVERY} rounds | every 100 rounds |")  # fmt: skip
-        print("|---|---|---|---|---|---|")
-        for name, (X, y) in data.items():
-            rounds(name, X, y, args.tols)
+        if not args.passes_only:
+            print("| set | loss | tol | serial passes | 2 threads, rebuild every "
+                  f"{parallel.RESYNC_EVERY} rounds | every 100 rounds |")  # fmt: skip
+            print("|---|---|---|---|---|---|")
+            for name, (X, y) in data.items():
+                rounds(name, X, y, args.tols)
         print("| set | pass from | 1 thread s | 2 threads, one shared w̃ s | "
               "2 threads, a w̃ each s |")  # fmt: skip
         print("|---|---|---|---|---|")

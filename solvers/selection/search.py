@@ -206,6 +206,9 @@ class Search:
                     return False
             return None
 
+        # the objectives cost a pass each: computed mid-solve only as often as the user's
+        # callback asks (`objective_interval`), never when it is there only to stop the search
+        report.objective_every = None if user is None else getattr(user, "objective_every", 10)
         return report
 
     def solve(self, i: int, f: int, previous):

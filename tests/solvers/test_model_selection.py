@@ -228,6 +228,27 @@ def test_folds_run_within_the_thread_budget():
     assert thread_budget(1, 5) == (1, 1)
 
 
+@pytest.mark.parametrize("every", [None, 1])
+def test_objectives_mid_solve_as_often_as_the_callback_asks(every):
+    """Each costs a pass: a callback without ``objective_every`` gets them every 10 passes, one
+    with None only with the last record of a solve, and the search's own hook (no user
+    callback) never asks for them."""
+    X, y = _a9a()
+    records = []
+
+    def record(progress):
+        records.append(progress)
+
+    record.objective_every = every
+    LinearSVCCV(Cs=[0.1, 1.0], cv=3, callback=record).fit(X, y)
+    solves = {(r.stage, r.fold, r.c_index) for r in records}
+    with_objectives = [r for r in records if r.progress.primal is not None]
+    if every is None:
+        assert len(with_objectives) <= len(solves) < len(records)
+    else:
+        assert len(with_objectives) == len(records)
+
+
 def test_a_callback_returning_false_stops_the_search():
     X, y = _a9a()
     calls = []
