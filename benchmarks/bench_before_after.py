@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MARGIN_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 # name -> (data set, the call timed, with X, y from the data set)
+GRID = "list(np.logspace(-3, 1, 10))"  # the C grid of the model-selection rows
 ROWS = {
     "a9a-sqhinge": ("a9a", "solvers.solve_binary(X, y, loss='squared_hinge', tol=0.1)"),
     "a9a-hinge": ("a9a", "solvers.solve_binary(X, y, loss='hinge', tol=0.1)"),
@@ -48,6 +49,9 @@ ROWS = {
     "svr-a9a": ("a9a", "solvers.solve_svr(X, y, C=1.0, epsilon=0.1, tol=0.1)"),
     "structural-dna": ("dna-cs", "solvers.fit_structural(X, y, k, tol=1e-3)"),
     "read-news20": ("news20-text", "solvers.read_libsvm(io.BytesIO(X))"),
+    "cv-a9a": ("a9a", f"solvers.LinearSVCCV(Cs={GRID}, cv=5, n_jobs=2, tol=0.1).fit(X, y)"),
+    "cv-news20": ("news20-binary", f"solvers.LinearSVCCV(Cs={GRID}, cv=5, n_jobs=2).fit(X, y)"),
+    "cv-rcv1-like": ("rcv1-like", f"solvers.LinearSVCCV(Cs={GRID}, cv=5, n_jobs=2).fit(X, y)"),
 }
 DEFAULT_ROWS = [
     "a9a-sqhinge",
