@@ -265,24 +265,6 @@ def objective_sums(X, bias, record, C, w, loss, first, stop):
 
 
 @njit(cache=True, nogil=True)
-def dual_objective(record, C, w):
-    """The dual f(α) of `objectives` alone: ½‖w̃‖² + ½ Σ D_ii α_i² − Σ |y_i| α_i over the
-    samples with C_i > 0, from the record and w̃ only (no pass over X)."""
-    rec, width = record.values, record.width
-    quad = 0.0
-    lin = 0.0
-    for i in range(rec.shape[0] // width):
-        if C_of(C, i) <= 0.0:
-            continue
-        r = width * i
-        a = rec[r]
-        _, yabs, _, Dii = terms(rec, r, width, record.hinge)
-        quad += Dii * a * a
-        lin += yabs * a
-    return 0.5 * sq_norm(w) + 0.5 * quad - lin
-
-
-@njit(cache=True, nogil=True)
 def ray_terms(record, C):
     """The terms of f along the ray of α (`solvers._core.warm_start`) over the samples with
     C_i > 0: (Σ |y_i| α_i, Σ D_ii α_i², the largest r with rα_i ≤ U_i for every i)."""
@@ -301,6 +283,14 @@ def ray_terms(record, C):
         if a > 0.0 and upper < np.inf:
             r_max = min(r_max, upper / a)
     return lin, quad, r_max
+
+
+@njit(cache=True, nogil=True)
+def dual_objective(record, C, w):
+    """The dual f(α) of `objectives` alone: ½‖w̃‖² + ½ Σ D_ii α_i² − Σ |y_i| α_i over the
+    samples with C_i > 0, from the record and w̃ only (no pass over X)."""
+    lin, quad, _ = ray_terms(record, C)
+    return 0.5 * sq_norm(w) + 0.5 * quad - lin
 
 
 @njit(cache=True, nogil=True)
