@@ -45,6 +45,9 @@ class Feed:
         self._changed = asyncio.Event()
 
     def push(self, rows: list[JobProgress], current: Job | None) -> None:
+        # Two notices may be read before the first read's rows arrive here, both from the same
+        # `last_id`: keep only the rows this feed does not have yet.
+        rows = [row for row in rows if row.id > self.last_id]
         self.rows.extend(rows)
         if rows:
             self.last_id = rows[-1].id

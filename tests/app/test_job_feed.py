@@ -53,3 +53,21 @@ def test_watchers_are_fed_by_notifications(app, client, heart, fake_trainer, db_
     # (measured: 3,127 statements before, about 100 now)
     assert took > 2.5
     assert len(statements) < 6 * WATCHERS + 3 * 16, len(statements)
+
+
+def test_a_feed_keeps_each_row_once_when_reads_overlap():
+    """The listener may read twice from the same `last_id` before the first read is pushed."""
+    from types import SimpleNamespace
+
+    from app.services.job_feed import Feed
+
+    async def overlapping_reads():
+        feed = Feed("job")
+        rows = [SimpleNamespace(id=i) for i in range(1, 12)]
+        feed.push(rows[:9], None)  # a read after a notice: rows 1–9
+        feed.push(rows[5:11], None)  # a read begun before that push landed: rows 6–11
+        return [row.id for row in feed.since(0)], feed.last_id
+
+    import asyncio
+
+    assert asyncio.run(overlapping_reads()) == (list(range(1, 12)), 11)

@@ -21,8 +21,9 @@ from app.tables import Job, JobEvent, JobProgress, Model, utcnow
 class ManyReports:
     """2,000 progress reports, as a fast solver on a small set makes."""
 
-    def __init__(self, n=2000):
+    def __init__(self, n=2000, after_first=lambda: None):
         self.n = n
+        self.after_first = after_first  # called once the first report is written
 
     def __call__(self, params, X, y, qid, callback, n_jobs):
         from solvers import Progress
@@ -31,6 +32,8 @@ class ManyReports:
             callback(
                 Progress(it, 1e-4 * it, 10.0 / it, pg_max=1.0, pg_min=-1.0, pg_range=2.0, active=5)
             )
+            if it == 1:
+                self.after_first()
         return trainers.Trained(
             kind="classifier", classes=[-1, 1], coef=np.zeros((1, X.shape[1])),
             intercept=np.zeros(1), status="max_iter", gap=1e-3, n_iter=self.n,
@@ -48,12 +51,17 @@ def _count(db, job_id):
 def test_history_is_bounded_and_log_spaced_while_the_stream_sees_every_report(
     app, client, db, heart, fake_trainer, monkeypatch
 ):
+    seen: list[int] = []
+    following = threading.Event()  # the watcher has the first report: its stream is live
+
+    def wait_for_watcher():
+        assert following.wait(30), "the event stream never delivered the first report"
+
     fake_trainer()
-    monkeypatch.setitem(trainers.TRAINERS, "LinearSVC", ManyReports())
+    monkeypatch.setitem(trainers.TRAINERS, "LinearSVC", ManyReports(after_first=wait_for_watcher))
     app.state.settings.progress_interval_s = 0.0  # a write per report: the worst case
     job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-9}})
     job_id = job.json()["id"]
-    seen: list[int] = []
 
     def watch():
         with client.stream("GET", f"/v1/jobs/{job_id}/events") as events:
@@ -61,6 +69,7 @@ def test_history_is_bounded_and_log_spaced_while_the_stream_sees_every_report(
                 payload = json.loads(line[5:]) if line.startswith("data:") else {}
                 if "iteration" in payload:  # a progress record (not a status change)
                     seen.append(payload["iteration"])
+                    following.set()
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -81,6 +90,7 @@ def test_history_is_bounded_and_log_spaced_while_the_stream_sees_every_report(
     assert gaps[-1] > gaps[0]
     # the live stream saw the reports as they were written (it keeps up with the writer)
     assert seen[:50] == list(range(1, 51)) and len(seen) > stored
+    assert seen == sorted(set(seen))  # each report once, in order
     assert client.get(f"/v1/jobs/{job_id}").json()["progress"]["iteration"] == 2000
 
 
