@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solvers._core.newton import dot
 from solvers._core.params import check_max_iter, check_tol
 from solvers._core.problem import check_vector, csr_arrays, per_sample_C
 from solvers._core.progress import (
@@ -40,6 +41,7 @@ from solvers._core.progress import (
     Status,
     relative_duality_gap,
 )
+from solvers._core.sparse import sq_norm
 from solvers.structural import kernels
 from solvers.structural.reparam import Reparam, within_tol
 
@@ -181,12 +183,12 @@ class _Problem:
         return kernels.Duals(alpha, sums.astype(np.float64)), weights
 
     def lower_bound(self, duals, weights):
-        return self.reparam.quad(weights.u, weights.w) + float(self.shifted_margins @ duals.alpha)
+        return self.reparam.quad(weights.u, weights.w) + dot(self.shifted_margins, duals.alpha)
 
     def exact_upper_bound(self, w):
         g = self.groups
         loss = kernels.group_loss(self.rows, self.shifted_margins, w, g.group_of, g.C, g.C.shape[0])
-        return 0.5 * float(w @ w) + loss
+        return 0.5 * sq_norm(w) + loss
 
 
 @dataclass
@@ -230,7 +232,7 @@ def _run(problem, duals, weights, rng, monitor, tol, max_iter, pairwise, shrinki
         )
         w = weights.w
         bounds.lower = problem.lower_bound(duals, weights)
-        bounds.approx_upper = 0.5 * float(w @ w) + float(problem.groups.C @ max_gradient)
+        bounds.approx_upper = 0.5 * sq_norm(w) + dot(problem.groups.C, max_gradient)
         met = within_tol(bounds.approx_upper, bounds.lower, tol)
         bounds.upper = problem.exact_upper_bound(w) if met and full else None
         stop = monitor.report(bounds.progress(n_iter, monitor, len(active), full))

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from solvers._core.newton import dot
+from solvers._core.sparse import sq_norm
+
 
 class Reparam:
     """The change of variables for the prior w₀, the scale r and the bound w ≥ 0."""
@@ -49,9 +52,9 @@ class Reparam:
 
     def quad(self, u, w):
         """Σ_k φ_k = −½‖ŵ‖² + (ŵ − u)ᵀlo."""
-        q = -0.5 * float(w @ w)
+        q = -0.5 * sq_norm(w)
         if self.bounded:
-            q += float((w - u) @ self.lo)
+            q += dot(w, self.lo) - dot(u, self.lo)
         return q
 
 

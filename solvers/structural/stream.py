@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from solvers._core.newton import dot
 from solvers._core.params import check_max_iter, check_tol
 from solvers._core.progress import (
     Callback,
@@ -29,6 +30,7 @@ from solvers._core.progress import (
     Status,
     relative_duality_gap,
 )
+from solvers._core.sparse import sq_norm
 from solvers.structural import kernels
 from solvers.structural import stream_kernels as explore_kernels
 from solvers.structural.cache import (
@@ -140,7 +142,7 @@ def _run(state, chunks, monitor, passes, tol):
             n_examples += len(ex) - 1
         state.optimize(evict=True)
         lb = state.lower_bound()
-        ub_approx = 0.5 * float(state.w @ state.w) + float(sums[EXPLORED_LOSS])
+        ub_approx = 0.5 * sq_norm(state.w) + float(sums[EXPLORED_LOSS])
         ub = None
         if within_tol(ub_approx, lb, tol) or n_iter == passes:
             ub = exact_upper_bound(chunks, state.n_features, state.reparam, state.w, state.C)
@@ -228,13 +230,11 @@ class _Online:
         c.load(snapshot)
         self.u = kernels.scatter_alpha(self._rows(c.csr()), c.row_view("alpha"))
         self.w = self.reparam.weights(self.u)
-        self._resync(0.5 * float(self.w @ self.w) + self._cached_loss())
+        self._resync(0.5 * sq_norm(self.w) + self._cached_loss())
 
     def lower_bound(self):
         c = self.cache
-        return self.reparam.quad(self.u, self.w) + float(
-            c.row_view("margins") @ c.row_view("alpha")
-        )
+        return self.reparam.quad(self.u, self.w) + dot(c.row_view("margins"), c.row_view("alpha"))
 
     def explore(self, X, margins, ex_ptr, first_id):
         c = self.cache
@@ -293,9 +293,9 @@ class _Online:
                 self._weights(), True, max_gradient, self.last_gradient[:n],
             )  # fmt: skip
             duals.alpha_sums[:] = np.bincount(slot, weights=duals.alpha, minlength=m)
-            ub_approx = 0.5 * float(self.w @ self.w) + float(groups.C @ max_gradient)
+            ub_approx = 0.5 * sq_norm(self.w) + dot(groups.C, max_gradient)
             if within_tol(ub_approx, self.lower_bound(), self.tol):
-                ub = 0.5 * float(self.w @ self.w) + self._cached_loss()
+                ub = 0.5 * sq_norm(self.w) + self._cached_loss()
         if evict:
             c.keep_rows(c.row_view("alpha") > 0)
         self._resync(ub)
@@ -323,14 +323,14 @@ class _Online:
         c.evicted_svs += int(np.count_nonzero(alpha[drop] > 0))
         self.w = self.reparam.weights(self.u)
         c.keep_rows(keep)
-        self._resync(0.5 * float(self.w @ self.w) + self._cached_loss())
+        self._resync(0.5 * sq_norm(self.w) + self._cached_loss())
 
     def _resync(self, ub):
         """Exact Σ l̂ α and Σ φ (no drift from the incremental sums), and the cached UB."""
         c = self.cache
         sums = c.arrays.sums
         sums[CACHED_UB] = ub
-        sums[MARGIN_SUM] = float(c.row_view("margins") @ c.row_view("alpha"))
+        sums[MARGIN_SUM] = dot(c.row_view("margins"), c.row_view("alpha"))
         sums[PHI_SUM] = self.reparam.quad(self.u, self.w)
 
 
@@ -340,4 +340,4 @@ def exact_upper_bound(chunks, n_features, reparam, w, C):
     for X, margins, ex in whole_examples(chunks(), n_features, reparam):
         rows = kernels.ScaledRows(X, reparam.s)
         loss += explore_kernels.chunk_loss(rows, margins, ex, w, float(C))
-    return 0.5 * float(w @ w) + loss
+    return 0.5 * sq_norm(w) + loss
