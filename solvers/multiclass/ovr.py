@@ -12,7 +12,8 @@ once and updates every class of its block still active for that row
 (`solvers.multiclass.ovr_kernels`), so the k problems share one copy of X and each row is read
 once per block; rows that no live class of
 the block keeps active are left out of its pass; each block writes W and α into a region of its
-own (`solvers.multiclass.class_blocks`). Per class the rules are the
+own (`solvers.multiclass.class_blocks`), and its state and per-pass bookkeeping live in
+`solvers.multiclass.ovr_blocks`. Per class the rules are the
 binary solver's: shrinking (Algorithm 3) with the previous pass's extreme projected gradients;
 stopping when M − m ≤ tol, |M| ≤ tol and |m| ≤ tol on a full pass (a shrunk class that meets it is
 restored and checked again); a converged class is no longer updated. The row order of each pass is
@@ -45,51 +46,23 @@ from solvers._core.progress import (
     objective_passes,
     relative_duality_gap,
 )
-from solvers._core.warm_start import ray_scale
 from solvers.binary.dcd import LONG_ROW_ENTRIES
 from solvers.multiclass import ovr_newton, ovr_parallel
 from solvers.multiclass.class_blocks import ClassBlocks
-from solvers.multiclass.kernels import weights_from_alpha
-from solvers.multiclass.ovr_kernels import (
-    after_pass,
-    ovr_measures,
-    ovr_pass,
-    pass_summary,
-    ray_terms,
-    rows_in_play,
-    shuffled_rows,
+from solvers.multiclass.ovr_blocks import (
+    block_measures,
+    end_of_pass,
+    make_block,
+    rows_to_visit,
+    run_block,
+    set_aside_stalled,
+    summary_of_pass,
 )
 from solvers.multiclass.problem import check_problem
 
 LOSSES = ("hinge", "squared_hinge")
 WORK_PER_THREAD = 10_000_000  # class-entries of one pass (non-zeros × classes), ~10-20 ms
 ORDERS = ("permute", "cyclic", "random")
-
-
-@dataclass
-class _Block:
-    """The state of one block of classes (`solvers.multiclass.ovr_kernels` says what each holds)."""
-
-    classes: np.ndarray
-    Cmat: np.ndarray
-    c_stride: int
-    alpha: np.ndarray
-    W: np.ndarray
-    wb: np.ndarray
-    usable: np.ndarray
-    active: np.ndarray
-    live: np.ndarray
-    Mbar: np.ndarray
-    mbar: np.ndarray
-    M: np.ndarray
-    m: np.ndarray
-    n_kept: np.ndarray
-    n_usable: np.ndarray
-    gap: np.ndarray
-    n_iter: np.ndarray
-    in_play: np.ndarray
-    stalled: np.ndarray  # (kb,) uint8: left the passes to be finished by primal Newton
-    n_live: int  # classes of the block still running
 
 
 def solve_ovr(
@@ -198,104 +171,18 @@ def solve_ovr(
         return subset_alpha(result, rows)
     storage = ClassBlocks(k, _fused_threads(problem, n_threads), problem.n_features, n)
     blocks = [
-        _make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b))
+        make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b))
         for b, classes in enumerate(storage.classes)
     ]
     hinge = loss == "hinge"
-    shrink = shrinking and order != "random"
-    rng = np.random.default_rng(random_state)
-
-    def run_block(block: _Block, rows: np.ndarray) -> None:
-        ovr_pass(
-            problem.X,
-            problem.bias,
-            problem.y,
-            block.classes,
-            block.Cmat,
-            block.c_stride,
-            hinge,
-            problem.A,
-            rows,
-            block.alpha,
-            block.W,
-            block.wb,
-            block.active,
-            block.live,
-            block.Mbar,
-            block.mbar,
-            block.M,
-            block.m,
-            block.n_kept,
-            block.in_play,
-            long_rows,
-        )
-
-    def objectives():
-        measures = [_block_measures(problem, b, hinge) for b in blocks]
-        return sum(float(m[0].sum()) for m in measures), sum(float(m[1].sum()) for m in measures)
-
     # one detector per class: a class whose passes stall leaves the pass at once, so no class
     # runs passes while it waits for the slowest one
     stalls = ovr_newton.stall_detectors(loss, newton, k, newton_after)
-    order_buffer = np.empty(n, dtype=np.int64)
-    long_rows = problem.X.data.shape[0] >= LONG_ROW_ENTRIES * max(n, 1)
+    rules = _PassRules(tol, max_iter, order, shrinking and order != "random", objective_every)
+    status, iteration = _run_passes(
+        problem, blocks, hinge, rules, np.random.default_rng(random_state), stalls, monitor
+    )
     finished = {}
-    status = Status.MAX_ITER
-    verify = False
-    iteration = 0
-    # the calling thread runs the first block of each pass itself: n_blocks − 1 workers
-    n_blocks = len(blocks)
-    pool = ThreadPoolExecutor(max_workers=n_blocks - 1) if n_blocks > 1 else None
-    try:
-        while iteration < max_iter:
-            iteration += 1
-            full = order != "random" or verify
-            running = [b for b in blocks if b.n_live]
-            block_rows = _rows_to_visit(running, order, rng, order_buffer, verify)
-            if pool is None:
-                for b, r in zip(running, block_rows, strict=True):
-                    run_block(b, r)
-            else:
-                others = [
-                    pool.submit(run_block, b, r)
-                    for b, r in zip(running[1:], block_rows[1:], strict=True)
-                ]
-                run_block(running[0], block_rows[0])
-                for f in others:
-                    f.result()
-            met_any = False
-            for b in running:
-                met_any |= _after_pass(b, tol, shrink, full, iteration)
-            verify = order == "random" and met_any and not verify
-            gap, M, m, kept = _pass_summary(running)
-            primal = dual = None
-            if objective_every and iteration % objective_every == 0:
-                primal, dual = objectives()
-            progress = Progress(
-                iteration=iteration,
-                elapsed_s=monitor.elapsed(),
-                gap=gap,
-                pg_max=finite_or_none(M),
-                pg_min=finite_or_none(m),
-                pg_range=gap,
-                active=kept,
-                primal=primal,
-                dual=dual,
-                duality_gap=None if dual is None else relative_duality_gap(primal, -dual),
-            )
-            stop = monitor.report(progress)
-            if stalls is not None and iteration < max_iter and stop is None:
-                for b in running:
-                    _set_aside_stalled(b, stalls)
-            if not any(b.n_live for b in blocks):
-                status = Status.CONVERGED
-                break
-            if stop is not None:
-                status = stop
-                break
-    finally:
-        if pool is not None:
-            pool.shutdown()
     if status in (Status.CONVERGED, Status.MAX_ITER) and any(b.stalled.any() for b in blocks):
         finished = _finish_by_newton(
             problem, blocks, Cfull, tol, max_iter - iteration, monitor, n_threads, hinge
@@ -306,13 +193,90 @@ def solve_ovr(
     return subset_alpha(result, rows)
 
 
+@dataclass(frozen=True)
+class _PassRules:
+    """The driver's policy for the passes: stopping tolerance, budget, row order, shrinking and
+    how often the objectives are reported (0: never)."""
+
+    tol: float
+    max_iter: int
+    order: str
+    shrink: bool
+    objective_every: int
+
+
+def _run_passes(problem, blocks, hinge, rules: _PassRules, rng, stalls, monitor):
+    """Fused passes until every class has converged or left for Newton, the budget is spent or
+    the monitor stops; returns (status, passes run)."""
+    n = problem.n_samples
+    order_buffer = np.empty(n, dtype=np.int64)
+    long_rows = problem.X.data.shape[0] >= LONG_ROW_ENTRIES * max(n, 1)
+    status, iteration, verify = Status.MAX_ITER, 0, False
+    # the calling thread runs the first block of each pass itself: n_blocks − 1 workers
+    pool = ThreadPoolExecutor(max_workers=len(blocks) - 1) if len(blocks) > 1 else None
+    try:
+        while iteration < rules.max_iter:
+            iteration += 1
+            full = rules.order != "random" or verify
+            running = [b for b in blocks if b.n_live]
+            block_rows = rows_to_visit(running, rules.order, rng, order_buffer, verify)
+            tasks = [
+                (problem, b, r, hinge, long_rows) for b, r in zip(running, block_rows, strict=True)
+            ]
+            others = [pool.submit(run_block, *task) for task in tasks[1:]] if pool else []
+            for task in tasks if pool is None else tasks[:1]:
+                run_block(*task)
+            for f in others:
+                f.result()
+            met_any = False
+            for b in running:
+                met_any |= end_of_pass(b, rules.tol, rules.shrink, full, iteration)
+            verify = rules.order == "random" and met_any and not verify
+            report = _pass_progress(problem, blocks, running, hinge, rules, iteration, monitor)
+            stop = monitor.report(report)
+            if stalls is not None and iteration < rules.max_iter and stop is None:
+                for b in running:
+                    set_aside_stalled(b, stalls)
+            if not any(b.n_live for b in blocks):
+                return Status.CONVERGED, iteration
+            if stop is not None:
+                return stop, iteration
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return status, iteration
+
+
+def _pass_progress(problem, blocks, running, hinge, rules, iteration, monitor) -> Progress:
+    """The pass's report: the largest M − m of the running classes, and the summed objectives
+    when they are due."""
+    gap, M, m, kept = summary_of_pass(running)
+    primal = dual = None
+    if rules.objective_every and iteration % rules.objective_every == 0:
+        measures = [block_measures(problem, b, hinge) for b in blocks]
+        primal = sum(float(mb[0].sum()) for mb in measures)
+        dual = sum(float(mb[1].sum()) for mb in measures)
+    return Progress(
+        iteration=iteration,
+        elapsed_s=monitor.elapsed(),
+        gap=gap,
+        pg_max=finite_or_none(M),
+        pg_min=finite_or_none(m),
+        pg_range=gap,
+        active=kept,
+        primal=primal,
+        dual=dual,
+        duality_gap=None if dual is None else relative_duality_gap(primal, -dual),
+    )
+
+
 def _finish_by_newton(problem, blocks, Cfull, tol, max_iter, monitor, n_threads, hinge):
     workers = min(n_threads, sum(int(b.stalled.sum()) for b in blocks))
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
         return ovr_newton.finish_stalled_classes(
             problem, blocks, Cfull, tol, max_iter, monitor, pool,
-            lambda b: _block_measures(problem, b, hinge),
+            lambda b: block_measures(problem, b, hinge),
         )  # fmt: skip
     finally:
         if pool is not None:
@@ -362,151 +326,6 @@ def _per_class_C(C, k: int, n: int):
     return arr
 
 
-def _make_block(problem, Cfull, classes, warm_start, loss, W, alpha) -> _Block:
-    kb = classes.shape[0]
-    if Cfull.ndim == 1:
-        Cmat, c_stride = np.ascontiguousarray(Cfull[:, None]), 0
-        # the same rows for every class: a read-only (n, kb) view of one (n,) array
-        usable = np.broadcast_to((Cfull > 0).view(np.uint8)[:, None], (problem.n_samples, kb))
-    else:
-        Cmat, c_stride = np.ascontiguousarray(Cfull[classes].T), 1
-        usable = (Cmat > 0).view(np.uint8)
-    wb = np.zeros(kb)
-    if warm_start is not None:
-        alpha[...] = _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss)
-        # w_c = Σ_i y_i α_i x̃_i: flip the signs in place rather than build an (n, kb) y_i α_i
-        rest = problem.y[:, None] != classes[None, :]
-        np.negative(alpha, out=alpha, where=rest)
-        # into the block's region (zeros on entry) itself: no (n_features, kb) temporary
-        weights_from_alpha(problem.X, alpha, problem.bias, 1.0, W, wb)
-        np.negative(alpha, out=alpha, where=rest)
-        _to_ray_optimum(alpha, Cmat, c_stride, loss == "hinge", W, wb)
-    active = usable.copy()
-    live = np.ones(kb, dtype=np.uint8)
-    in_play = np.empty(problem.n_samples, dtype=np.uint8)
-    rows_in_play(active, live, in_play)
-    return _Block(
-        classes=classes.astype(np.int64),
-        Cmat=Cmat,
-        c_stride=c_stride,
-        alpha=alpha,
-        W=W,
-        wb=wb,
-        usable=usable,
-        active=active,
-        live=live,
-        Mbar=np.full(kb, np.inf),
-        mbar=np.full(kb, -np.inf),
-        M=np.zeros(kb),
-        m=np.zeros(kb),
-        n_kept=np.zeros(kb, dtype=np.int64),
-        n_usable=usable.sum(axis=0, dtype=np.int64),
-        gap=np.full(kb, np.inf),
-        n_iter=np.zeros(kb, dtype=np.int64),
-        in_play=in_play,
-        stalled=np.zeros(kb, dtype=np.uint8),
-        n_live=kb,
-    )
-
-
-def _to_ray_optimum(alpha, Cmat, c_stride, hinge, W, wb):
-    """Scale each class's warm start (α_c, w̃_c) to the best point of its ray, in place."""
-    terms = zip(*ray_terms(alpha, Cmat, c_stride, hinge, W, wb), strict=True)
-    r = np.array([ray_scale(*class_terms) for class_terms in terms])
-    if np.any(r != 1.0):
-        alpha *= r  # row by row, as the arrays are laid out (a column at a time strides)
-        W *= r
-        wb *= r
-
-
-def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss) -> np.ndarray:
-    n, k = problem.n_samples, problem.n_classes
-    ws = np.asarray(warm_start, dtype=np.float64)
-    if ws.shape != (k, n):
-        raise ValueError(f"warm_start must have shape ({k}, {n}), got {ws.shape}")
-    if not np.all(np.isfinite(ws)) or np.any(ws < 0):
-        raise ValueError("warm_start must hold finite values >= 0")
-    alpha = np.ascontiguousarray(ws[classes].T)
-    if loss == "hinge":
-        upper = Cmat if c_stride else np.broadcast_to(Cmat, alpha.shape)
-        np.minimum(alpha, upper, out=alpha)
-    alpha[usable == 0] = 0.0
-    return alpha
-
-
-def _rows_to_visit(running, order, rng, buffer, verify):
-    """The rows each running block visits in this pass, in one order shared by all blocks.
-
-    A row in which every live class of a block has shrunk its variable is a no-op for that block;
-    leaving it out saves reading its flags and prefetching its entries. The order is drawn over
-    the rows in play for some live class, a set that does not depend on how the classes are
-    blocked, and each block keeps the rows it needs in that order: serial and threaded runs still
-    give identical iterates.
-    """
-    if order == "permute" and len(running) == 1:
-        count = shuffled_rows(running[0].in_play, int(rng.integers(0, 2**63)), buffer)
-        return [buffer[:count]]
-    n = buffer.shape[0]
-    masks = [b.in_play.view(np.bool_) for b in running]
-    union = masks[0] if len(masks) == 1 else np.logical_or.reduce(masks)
-    if order == "permute":
-        count = shuffled_rows(union.view(np.uint8), int(rng.integers(0, 2**63)), buffer)
-        rows = buffer[:count]
-    elif order == "cyclic" or verify:
-        rows = np.flatnonzero(union)
-    else:
-        rows = rng.integers(0, n, size=n)
-        return [rows[mask[rows]] for mask in masks]
-    if len(masks) == 1:
-        return [rows]
-    return [rows[mask[rows]] for mask in masks]
-
-
-def _after_pass(b: _Block, tol: float, shrink: bool, full_pass: bool, iteration: int) -> bool:
-    """Per-class stopping and shrinking bookkeeping after a pass; True if some class met tol."""
-    met_any, b.n_live = after_pass(
-        tol, shrink, full_pass, iteration, b.M, b.m, b.n_kept, b.n_usable, b.usable, b.active,
-        b.live, b.gap, b.n_iter, b.Mbar, b.mbar, b.in_play,
-    )  # fmt: skip
-    return met_any
-
-
-def _set_aside_stalled(b: _Block, stalls) -> None:
-    """Take the block's live classes whose passes have stalled out of the passes (to be finished
-    by primal Newton once no class is left running)."""
-    live, classes, gaps = b.live.tolist(), b.classes.tolist(), b.gap.tolist()
-    out = [j for j, c in enumerate(classes) if live[j] and stalls[c].stalled(gaps[j])]
-    if out:
-        b.live[out] = 0
-        b.stalled[out] = 1
-        b.n_live -= len(out)
-        rows_in_play(b.active, b.live, b.in_play)
-
-
-def _pass_summary(running):
-    gap, M, m, kept = 0.0, -np.inf, np.inf, 0
-    for b in running:
-        g, top, bottom, k = pass_summary(b.M, b.m, b.n_kept)
-        gap, M, m, kept = max(gap, g), max(M, top), min(m, bottom), kept + k
-    return gap, M, m, kept
-
-
-def _block_measures(problem, b: _Block, hinge: bool):
-    """Per-class (primal, f(α), M, m) of a block at its current α."""
-    return ovr_measures(
-        problem.X,
-        problem.bias,
-        problem.y,
-        b.classes,
-        b.Cmat,
-        b.c_stride,
-        hinge,
-        b.alpha,
-        b.W,
-        b.wb,
-    )
-
-
 def _result(problem, blocks, storage, hinge, status, n_iter, monitor, tol, finished) -> SolveResult:
     """The result, measured on the returned state: a class that converged keeps the M − m of the
     pass that converged it (it has not moved since); any other class is measured anew. A class
@@ -517,7 +336,7 @@ def _result(problem, blocks, storage, hinge, status, n_iter, monitor, tol, finis
     M, m, gap = np.empty(k), np.empty(k), np.empty(k)
     class_iter = np.empty(k, dtype=np.int64)
     for b in blocks:
-        p, d, M_now, m_now = _block_measures(problem, b, hinge)
+        p, d, M_now, m_now = block_measures(problem, b, hinge)
         primal[b.classes], dual[b.classes] = p, d
         running = b.live.astype(bool)
         M[b.classes] = np.where(running, M_now, b.M)

@@ -14,7 +14,13 @@ from sklearn.datasets import load_svmlight_file
 from solvers._core.problem import csr_arrays
 from solvers._core.warm_start import ray_scale
 from solvers.binary import dcd, solve_binary
-from solvers.multiclass import ovr, sdm, solve_crammer_singer, solve_ovr, solve_weston_watkins
+from solvers.multiclass import (
+    ovr_blocks,
+    sdm,
+    solve_crammer_singer,
+    solve_ovr,
+    solve_weston_watkins,
+)
 from solvers.multiclass.crammer_singer import CrammerSinger
 from solvers.multiclass.problem import check_problem
 from solvers.multiclass.weston_watkins import WestonWatkins
@@ -90,7 +96,7 @@ def test_one_vs_rest_start(loss):
     W = Xt[:, :-1].T @ (alpha * signs.T)
     wb = (alpha * signs.T).sum(axis=0)
     Cmat = np.full((X.shape[0], 1), C_LARGE)
-    ovr._to_ray_optimum(alpha, Cmat, 0, loss == "hinge", W, wb)
+    ovr_blocks.to_ray_optimum(alpha, Cmat, 0, loss == "hinge", W, wb)
     D = 0.0 if loss == "hinge" else 0.5 / C_LARGE
     for c in range(k):
         Z = Xt * signs[c][:, None]
