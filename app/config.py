@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         1000, ge=1, description="open connections; beyond, the slowest to send headers is closed"
     )
+    max_event_streams: int = Field(
+        200, ge=1, description="open job event streams per API process; beyond, 503"
+    )
     rate_limit: str | None = Field(
         None,
         description="default per-key request rate, e.g. '100/second;2000/minute' (unset: none)",

@@ -29,7 +29,10 @@ def get_session(request: Request) -> Iterator[Session]:
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 DatabaseDep = Annotated[Database, Depends(get_database)]
-SessionDep = Annotated[Session, Depends(get_session)]
+# "function": the session (and its pooled connection) is given back when the endpoint returns,
+# before the response is sent, so a streamed response (events, exports, downloads) read slowly
+# by its client does not hold a connection for its whole life.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 def not_found(kind: str, ident: str) -> ProblemError:

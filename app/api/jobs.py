@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from sse_starlette import EventSourceResponse
 
 from app.db import Database
 from app.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
+from app.errors import ProblemError
 from app.jobs import lifecycle
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page
 from app.schemas.jobs import (
@@ -30,6 +32,7 @@ from app.tables import TERMINAL_STATUSES, Job, JobProgress
 router = APIRouter(tags=["jobs"])
 FEED_SAFETY_S = 15.0  # a watcher reads the database itself after this long without a notice
 PAGE_ROWS = 1000  # progress rows read from the database at once
+MAX_PROGRESS_ID = 2**31 - 1  # progress ids are 32-bit integers (PostgreSQL's INTEGER)
 
 
 @router.post("/jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)
@@ -117,15 +120,60 @@ async def job_events(
     settings: SettingsDep,
     last_event_id: Annotated[str | None, Header()] = None,
 ):
-    """Progress records as Server-Sent Events (`progress`), then one `end` event with the job."""
-    start = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+    """Progress records as Server-Sent Events (`progress`), then one `end` event with the job;
+    503 while this API process already serves MAX_EVENT_STREAMS streams."""
+    streams = _open_streams(request.app)
+    if len(streams) >= settings.max_event_streams:
+        raise ProblemError(
+            503, "Too many event streams",
+            f"this API process already serves {len(streams)} event streams "
+            "(MAX_EVENT_STREAMS); poll GET /v1/jobs/{id}/progress or retry later",
+            headers={"Retry-After": "5"},
+        )  # fmt: skip
+    start = _resume_after(last_event_id)
     feeds = getattr(request.app.state, "job_feeds", None)
     if feeds is None:
         poll_s = min(settings.progress_interval_s, 0.25)
         events = _polled_events(db, job.id, start, poll_s)
     else:
         events = _notified_events(db, feeds, job.id, start)
-    return EventSourceResponse(events, ping=15)
+    return EventSourceResponse(_counted(events, streams), ping=15)
+
+
+def _open_streams(app) -> set:
+    """A token for each event stream this API process serves now."""
+    streams = getattr(app.state, "event_streams", None)
+    if streams is None:
+        streams = app.state.event_streams = set()
+    return streams
+
+
+def _counted(events, streams: set):
+    """`events`, holding a token in `streams` until the stream ends, fails or is dropped
+    unstarted (a client gone before the first event)."""
+    token = object()
+    streams.add(token)
+
+    async def counted():
+        try:
+            async for event in events:
+                yield event
+        finally:
+            streams.discard(token)
+
+    stream = counted()
+    weakref.finalize(stream, streams.discard, token)
+    return stream
+
+
+def _resume_after(last_event_id: str | None) -> int:
+    """The progress id after which a reconnecting client resumes: the Last-Event-ID header when
+    it is a plain decimal id in the column's range, else 0 (from the start)."""
+    value = (last_event_id or "").strip()
+    if not (value.isascii() and value.isdigit()) or len(value) > len(str(MAX_PROGRESS_ID)):
+        return 0
+    after = int(value)
+    return after if after <= MAX_PROGRESS_ID else 0
 
 
 async def _polled_events(db: Database, job_id: str, start: int, poll_s: float):
@@ -144,7 +192,7 @@ async def _polled_events(db: Database, job_id: str, start: int, poll_s: float):
 
 async def _notified_events(db: Database, feeds, job_id: str, start: int):
     """PostgreSQL: woken by LISTEN/NOTIFY, rows read once per process."""
-    feed = feeds.subscribe(job_id, start)
+    feed = feeds.subscribe(job_id)
     try:
         after = start
         rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)  # before

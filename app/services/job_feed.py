@@ -39,7 +39,9 @@ class Feed:
     def __init__(self, job_id: str):
         self.job_id = job_id
         self.rows: deque[JobProgress] = deque(maxlen=FEED_ROWS)
-        self.last_id = 0
+        # the newest row read; None until the first read, which takes the newest rows in the
+        # database (never a client's Last-Event-ID: the feed is shared by every watcher)
+        self.last_id: int | None = None
         self.current: Job | None = None
         self.watchers = 0
         self._changed = asyncio.Event()
@@ -47,7 +49,7 @@ class Feed:
     def push(self, rows: list[JobProgress], current: Job | None) -> None:
         # Two notices may be read before the first read's rows arrive here, both from the same
         # `last_id`: keep only the rows this feed does not have yet.
-        rows = [row for row in rows if row.id > self.last_id]
+        rows = [row for row in rows if self.last_id is None or row.id > self.last_id]
         self.rows.extend(rows)
         if rows:
             self.last_id = rows[-1].id
@@ -82,8 +84,8 @@ class JobFeeds:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def subscribe(self, job_id: str, after: int) -> Feed:
-        """Watch `job_id` (rows after `after` are read by the caller first)."""
+    def subscribe(self, job_id: str) -> Feed:
+        """Watch `job_id` (each watcher reads the rows it has not seen from the database first)."""
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._listen, name="job-feeds", daemon=True)
@@ -92,7 +94,6 @@ class JobFeeds:
             feed = self.feeds.get(job_id)
             if feed is None:
                 feed = self.feeds[job_id] = Feed(job_id)
-                feed.last_id = after
             feed.watchers += 1
         return feed
 
@@ -135,13 +136,16 @@ class JobFeeds:
             with self.db.session() as session:
                 current = session.get(Job, job_id)
                 attempt = max(current.attempt, 1) if current else 1
-                rows = list(
-                    session.scalars(
-                        select(JobProgress)
-                        .where(JobProgress.job_id == job_id, JobProgress.attempt == attempt)
-                        .where(JobProgress.id > feed.last_id)
-                        .order_by(JobProgress.id)
-                        .limit(FEED_ROWS)
-                    )
-                )
+                rows = _rows_after(session, job_id, attempt, feed.last_id)
             self._loop.call_soon_threadsafe(feed.push, rows, current)
+
+
+def _rows_after(session: Session, job_id: str, attempt: int, after: int | None) -> list:
+    """Up to FEED_ROWS rows of the attempt after id `after`, oldest first; with `after` None the
+    newest FEED_ROWS (a new feed: watchers further behind read the database themselves)."""
+    query = select(JobProgress).where(JobProgress.job_id == job_id, JobProgress.attempt == attempt)
+    if after is None:
+        newest = session.scalars(query.order_by(JobProgress.id.desc()).limit(FEED_ROWS)).all()
+        return list(reversed(newest))
+    query = query.where(JobProgress.id > after).order_by(JobProgress.id).limit(FEED_ROWS)
+    return list(session.scalars(query))

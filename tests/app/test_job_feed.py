@@ -71,3 +71,37 @@ def test_a_feed_keeps_each_row_once_when_reads_overlap():
     import asyncio
 
     assert asyncio.run(overlapping_reads()) == (list(range(1, 12)), 11)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_watchers_last_event_id_does_not_hold_back_the_others(app, client, heart, fake_trainer):
+    """The feed is shared by a job's watchers: where it starts comes from the database, not from
+    the first watcher's Last-Event-ID (before: a first watcher sending 2147483646 left every
+    later one without progress events)."""
+    fake_trainer(n_iter=12, delay=0.05)
+    app.state.settings.progress_interval_s = 0.01
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-30}})
+    job_id = job.json()["id"]
+    streams: list[list[str]] = [[], []]
+
+    def watch(lines, headers):
+        with client.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers) as events:
+            for line in events.iter_lines():
+                lines.append(line)
+
+    ahead = threading.Thread(target=watch, args=(streams[0], {"Last-Event-ID": "2147483646"}))
+    ahead.start()
+    time.sleep(0.5)  # the first watcher has made the job's feed
+    plain = threading.Thread(target=watch, args=(streams[1], {}))
+    plain.start()
+    time.sleep(0.5)
+    worker_db = Database(app.state.settings.db_url)
+    try:
+        assert run_job(job_id, RunContext(app.state.settings, worker_db)) == "succeeded"
+    finally:
+        for t in (ahead, plain):
+            t.join(30)
+        worker_db.dispose()
+    progress = [sum(line.startswith("event: progress") for line in lines) for lines in streams]
+    assert progress == [0, 12], streams
+    assert all(any(line.startswith("event: end") for line in lines) for lines in streams)

@@ -1,0 +1,81 @@
+"""Job event streams (GET /v1/jobs/{id}/events) cannot knock the API over: a stream holds no
+database connection between its reads, their number is bounded (MAX_EVENT_STREAMS), and a
+malformed Last-Event-ID header starts the stream from the beginning."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _watch(client, job_id, lines, opened, headers=None):
+    with client.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers or {}) as events:
+        lines.append(events.status_code)
+        opened.release()
+        for line in events.iter_lines():
+            lines.append(line)
+
+
+def _open_watchers(client, job_id, n):
+    """n watchers of the job, each streaming into its own list (status code first)."""
+    opened = threading.Semaphore(0)
+    streams = [[] for _ in range(n)]
+    threads = [threading.Thread(target=_watch, args=(client, job_id, s, opened)) for s in streams]
+    for t in threads:
+        t.start()
+    for _ in threads:
+        assert opened.acquire(timeout=30), "a watcher got no response headers"
+    return streams, threads
+
+
+def test_more_watchers_than_database_connections_leave_the_api_answering(app, client, heart):
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()  # queued: no worker
+    n = 20  # beyond the pool's 5 connections and 10 of overflow
+    streams, threads = _open_watchers(client, job["id"], n)
+    # before: each stream held its request's connection while it lasted, the 16th waited for
+    # one and every other request answered 503 after DB_POOL_TIMEOUT_S
+    assert client.get("/v1/datasets").status_code == 200
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+    for t in threads:
+        t.join(30)
+    for lines in streams:
+        assert lines[0] == 200 and "event: end" in lines[1:], lines
+
+
+def test_streams_beyond_max_event_streams_get_503(app, client, heart):
+    app.state.settings.max_event_streams = 3
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()
+    streams, threads = _open_watchers(client, job["id"], 3)
+    over = client.get(f"/v1/jobs/{job['id']}/events")
+    assert over.status_code == 503 and over.headers["Retry-After"]
+    assert "MAX_EVENT_STREAMS" in over.json()["detail"]
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+    for t in threads:
+        t.join(30)
+    assert all(lines[0] == 200 for lines in streams)
+    # the ended streams no longer count
+    again = client.get(f"/v1/jobs/{job['id']}/events")
+    assert again.status_code == 200 and "event: end" in again.text
+
+
+@pytest.mark.parametrize("header", ["\u00b2", "99999999999999999999", "2147483648", "-5", "1e9"])
+def test_a_malformed_last_event_id_streams_from_the_start(client, heart, fake_trainer, header):
+    from app.jobs.runner import RunContext, run_job
+
+    fake_trainer(n_iter=3)
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-30}})
+    job_id = job.json()["id"]
+    state = client.app.state
+    assert run_job(job_id, RunContext(state.settings, state.db)) == "succeeded"
+    response = client.get(
+        f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": header.encode("latin-1")}
+    )
+    assert response.status_code == 200
+    progress = response.text.count("event: progress")
+    # anything but a plain id in range starts over (before: 500, or a stream cut by a
+    # database error)
+    assert progress == 3, response.text
+    assert "event: end" in response.text
