@@ -231,6 +231,39 @@ def test_a_page_header_that_disagrees_with_the_footer_is_422(client, settings):
     nothing_stored(client, settings)
 
 
+def test_a_file_of_tiny_pages_is_413_after_its_page_budget(client, settings):
+    from app.services.formats.parquet_pages import MIN_PAGE_BUDGET
+
+    n = MIN_PAGE_BUDGET  # one value a page: 2n pages in a file of a few hundred kB
+    column = pa.array(np.arange(n) % 100, type=pa.int8())
+    data = parquet_bytes(
+        pa.table({"label": column, "x": column}), data_page_size=1, write_batch_size=1,
+        compression="none", use_dictionary=False, write_statistics=False,
+    )  # fmt: skip
+    assert len(data) // 512 < 2 * n
+    # before: each page header was read through a 1 MiB window, about 65 µs a page, so that a
+    # few MB of such pages held an API thread for minutes
+    response = post(client, data, filename="pages.parquet")
+    assert response.status_code == 413, response.text
+    assert f"more than {MIN_PAGE_BUDGET} pages" in response.json()["detail"]
+    nothing_stored(client, settings)
+
+
+def test_page_headers_longer_than_the_first_window_are_walked(tmp_path):
+    from app.services.formats.parquet_pages import FIRST_READ_BYTES, walk_chunk
+
+    long = "x" * (2 * FIRST_READ_BYTES)  # page statistics (min, max) make the header longer
+    path = tmp_path / "long.parquet"
+    pq.write_table(pa.table({"s": [long, long + "y"]}), path, compression="none",
+                   use_dictionary=False, write_page_index=False)  # fmt: skip
+    column = pq.read_metadata(path).row_group(0).column(0)
+    with open(path, "rb") as raw:
+        pages = list(walk_chunk(raw, column.data_page_offset, column.total_compressed_size,
+                                path.stat().st_size))  # fmt: skip
+    assert sum(page.num_values for page in pages) == 2
+    assert max(page.header_bytes for page in pages) > FIRST_READ_BYTES
+
+
 def test_parquet_errors(client, settings):
     strings = parquet_bytes(pa.table({"label": [1.0], "name": ["x"]}))
     response = post(client, strings, filename="s.parquet")

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from app.limits import ExpansionTooLarge
 from app.services.formats.delimited import MAX_COLUMNS
-from app.services.formats.parquet_pages import CorruptPages, walk_chunk
+from app.services.formats.parquet_pages import CorruptPages, page_budget, walk_chunk
 from solvers.io import LibsvmLimitError
 
 MAGIC = b"PAR1"
@@ -167,12 +167,13 @@ class ParquetChunks:
         size = os.path.getsize(self.source)
         expanded = self.limits.get("max_expanded") or 2**62
         total = 0
+        pages = PageCount(page_budget(size))
         with open(self.source, "rb") as raw:
             for group in range(meta.num_row_groups):
                 rg = meta.row_group(group)
                 decoded = 0
                 for c in range(rg.num_columns):
-                    decoded += _column_cost(raw, rg.column(c), size)
+                    decoded += _column_cost(raw, rg.column(c), size, pages)
                 if decoded > ROW_GROUP_BYTES:
                     raise LibsvmLimitError(
                         f"parquet: row group {group} takes {decoded / 2**20:.0f} MB decoded, "
@@ -309,10 +310,27 @@ def _sparse_parts(column):
     )
 
 
-def _column_cost(raw, column, file_size: int) -> int:
+class PageCount:
+    """Pages walked so far in a file, against the file's `page_budget`."""
+
+    def __init__(self, budget: int):
+        self.budget, self.seen = budget, 0
+
+    def add(self) -> None:
+        self.seen += 1
+        if self.seen > self.budget:
+            raise LibsvmLimitError(
+                f"parquet: more than {self.budget} pages in the file; pages this small cost "
+                "more to check than their data is worth: write the file with larger pages "
+                "(pyarrow's default data_page_size of 1 MB)",
+                None,
+            )
+
+
+def _column_cost(raw, column, file_size: int, pages: PageCount) -> int:
     """Bytes a column chunk may take decoded: its pages' declared uncompressed sizes, or 8 bytes
     a value (a dictionary or run-length encoding decodes to more than it stores), whichever is
-    more. The pages must agree with the footer."""
+    more. The pages must agree with the footer and fit the file's page budget."""
     start = column.data_page_offset
     if column.has_dictionary_page and column.dictionary_page_offset:
         start = min(start, column.dictionary_page_offset)
@@ -320,6 +338,7 @@ def _column_cost(raw, column, file_size: int) -> int:
     unpacked = values = 0
     try:
         for page in walk_chunk(raw, start, column.total_compressed_size, file_size):
+            pages.add()
             unpacked += page.header_bytes + page.uncompressed
             values += page.num_values
             if unpacked > declared:

@@ -18,6 +18,9 @@ from __future__ import annotations
 from typing import BinaryIO, NamedTuple
 
 MAX_HEADER_BYTES = 1 << 20  # a page header larger than this is refused
+FIRST_READ_BYTES = 256  # a header is read through a window this large, grown when it is longer
+MIN_PAGE_BUDGET = 10_000  # pages a file may hold, or one per PAGE_BYTES of it where that is more
+PAGE_BYTES = 512
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = 0, 1, 2, 3, 4, 5, 6, 7, 8
 _LIST, _SET, _MAP, _STRUCT = 9, 10, 11, 12
 _NESTED_VALUES = {5, 7, 8}  # PageHeader fields whose struct starts with num_values
@@ -25,6 +28,16 @@ _NESTED_VALUES = {5, 7, 8}  # PageHeader fields whose struct starts with num_val
 
 class CorruptPages(ValueError):
     """A page header that cannot be read, or pages that disagree with the footer."""
+
+
+class _EndsEarly(CorruptPages):
+    """The header runs past the bytes given (past the window, or past the chunk)."""
+
+
+def page_budget(file_size: int) -> int:
+    """The most pages a file of this size may hold: walking a header costs microseconds, so a
+    file of one-byte pages would cost minutes of the API's time for a few megabytes."""
+    return max(MIN_PAGE_BUDGET, file_size // PAGE_BYTES)
 
 
 class Page(NamedTuple):
@@ -41,7 +54,7 @@ class _Reader:
 
     def byte(self) -> int:
         if self.pos >= len(self.data):
-            raise CorruptPages("a page header ends early")
+            raise _EndsEarly("a page header ends early")
         value = self.data[self.pos]
         self.pos += 1
         return value
@@ -95,7 +108,7 @@ class _Reader:
         else:
             raise CorruptPages(f"a page header holds an unknown field type {kind}")
         if self.pos > len(self.data):
-            raise CorruptPages("a page header ends early")
+            raise _EndsEarly("a page header ends early")
 
     def struct(self, on_field) -> None:
         field = 0
@@ -143,9 +156,23 @@ def walk_chunk(raw: BinaryIO, start: int, length: int, file_size: int):
         raise CorruptPages("a column chunk lies outside the file")
     pos = start
     while pos < end:
-        raw.seek(pos)
-        page = read_page(raw.read(min(MAX_HEADER_BYTES, end - pos)))
+        page = _page_at(raw, pos, end - pos)
         yield page
         pos += page.header_bytes + page.compressed
     if pos != end:
         raise CorruptPages("the pages of a column chunk overrun it")
+
+
+def _page_at(raw: BinaryIO, pos: int, left: int) -> Page:
+    """The page whose header starts at `pos`, read through a small window grown as needed (a
+    header is tens of bytes: reading MAX_HEADER_BYTES for each cost most of the walk)."""
+    window = FIRST_READ_BYTES
+    while True:
+        raw.seek(pos)
+        size = min(window, left, MAX_HEADER_BYTES)
+        try:
+            return read_page(raw.read(size))
+        except _EndsEarly:
+            if size == min(left, MAX_HEADER_BYTES):
+                raise
+        window *= 16
