@@ -59,8 +59,11 @@ def train_linear_svc(
     search, calibration = options.pop("search", None), options.pop("calibration", "auto")
     if search is not None:
         return _train_search(options, search, calibration, X, y, callback, n_jobs)
-    if options.get("probability") and calibration == "none":
-        options["probability"] = False
+    if options.get("probability"):
+        if calibration == "none":
+            options["probability"] = False
+        else:
+            options["calibration"] = calibration
     est = LinearSVC(**options, callback=callback, n_jobs=n_jobs, warm_start=init_dual is not None)
     if init_dual is not None:
         est.dual_coef_ = init_dual

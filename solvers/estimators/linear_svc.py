@@ -29,12 +29,12 @@ from solvers.estimators import params as P
 MULTI_CLASS = ("ovr", "crammer_singer", "weston_watkins")
 
 
+PROBABILITY_FOLDS = 5  # the internal stratified k-fold of probability=True
+
+
 def _calibrated(estimator) -> bool:
-    """Whether the estimator's parameters ask for probabilities (LinearSVC's ``probability``,
-    the CV estimator's ``calibration``)."""
-    if getattr(estimator, "probability", False):
-        return True
-    return getattr(estimator, "calibration", None) not in (None, "none")
+    """Whether the estimator's parameters ask for probabilities (`_asks_probabilities`)."""
+    return estimator._asks_probabilities()
 
 
 class LinearSVC(ClassifierMixin, BaseEstimator):
@@ -81,6 +81,10 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         Also fit `predict_proba`: Platt scaling on the held-out decision values of an internal
         stratified 5-fold at this C (`solvers.selection`); the final fit starts from the folds'
         solutions. The callback then receives `solvers.selection.search.SearchProgress` records.
+    calibration : {"auto", "sigmoid", "softmax", "isotonic"}, default="auto"
+        With ``probability=True``, the map from those decision values to probabilities, as
+        `solvers.LinearSVCCV`'s: "auto" is Platt per class for two classes and one-vs-rest, one
+        softmax temperature for Crammer–Singer and Weston–Watkins.
 
     Attributes
     ----------
@@ -135,6 +139,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         "multi_class": P.one_of(*MULTI_CLASS),
         "n_jobs": P.at_least_one_or_none(),
         "probability": P.boolean(),
+        "calibration": P.calibration(),
     }
 
     def __init__(
@@ -155,6 +160,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         multi_class="ovr",
         n_jobs=None,
         probability=False,
+        calibration="auto",
     ):
         self.C = C
         self.loss = loss
@@ -172,6 +178,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         self.multi_class = multi_class
         self.n_jobs = n_jobs
         self.probability = probability
+        self.calibration = calibration
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -242,11 +249,17 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
             )
         return self.calibration_.probabilities(self.decision_function(X))
 
+    def _asks_probabilities(self) -> bool:
+        """``probability``: a LinearSVC's ``calibration`` only says how."""
+        return bool(self.probability)
+
     def _fit_calibrated(self, X, y, sample_weight):
         from solvers.selection.cv import LinearSVCCV
 
+        if self.calibration in (None, "none"):
+            raise ValueError("probability=True needs a calibration method, got 'none'")
         params = {k: v for k, v in self.get_params().items() if k not in ("probability", "C")}
-        search = LinearSVCCV(Cs=[self.C], cv=5, **params).fit(X, y, sample_weight)
+        search = LinearSVCCV(Cs=[self.C], cv=PROBABILITY_FOLDS, **params).fit(X, y, sample_weight)
         for name in ("coef_", "intercept_", "dual_coef_", "n_iter_", "status_", "gap_",
                      "duality_gap_", "objective_", "history_", "calibration_"):  # fmt: skip
             setattr(self, name, getattr(search, name))

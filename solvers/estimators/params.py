@@ -48,6 +48,12 @@ def one_of(*options) -> tuple[Callable, str]:
     return (lambda v: isinstance(v, str) and v in options), f"one of {sorted(options)}"
 
 
+def calibration() -> tuple[Callable, str]:
+    methods = ("auto", "none", "sigmoid", "softmax", "isotonic")
+    check = lambda v: v is None or (isinstance(v, str) and v in methods)  # noqa: E731
+    return check, f"one of {methods} or None"
+
+
 def callable_or_none() -> tuple[Callable, str]:
     return (lambda v: v is None or callable(v)), "a callable or None"
 

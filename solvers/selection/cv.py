@@ -107,6 +107,9 @@ class LinearSVCCV(LinearSVC):
         self.Cs, self.cv, self.scoring, self.refit = Cs, cv, scoring, refit
         self.calibration = calibration
 
+    def _asks_probabilities(self) -> bool:
+        return self.calibration not in (None, "none")
+
     def _template(self):
         params = {k: getattr(self, k) for k in _SVC_FIELDS}
         return LinearSVC(**{**params, "callback": None, "warm_start": False})

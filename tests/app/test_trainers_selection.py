@@ -59,6 +59,17 @@ def test_probability_true_calibrates_at_the_jobs_own_C(heart):
     assert none.calibration is None
 
 
+@pytest.mark.parametrize("method", ["isotonic", "softmax"])
+def test_probability_true_uses_the_calibration_asked_for(heart, method):
+    X, y = heart
+    params = _params(C=0.1, probability=True, calibration=method)
+    trained = train_linear_svc(params, X, y, None, lambda p: None, 1)
+    direct = LinearSVC(C=0.1, probability=True, calibration=method).fit(X, y)
+    # before: the job's calibration was dropped and every such model was Platt-calibrated
+    assert trained.calibration["method"] == method
+    assert trained.calibration == direct.calibration_.to_dict()
+
+
 @pytest.mark.parametrize(
     "search",
     [{"Cs": []}, {"Cs": [0.1, -1]}, {"cv": 1}, {"cv": 21}, {"scoring": "r2"},

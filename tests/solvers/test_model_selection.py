@@ -311,7 +311,8 @@ def test_scorers_by_name_and_callable():
 @pytest.mark.parametrize(
     ("params", "message"),
     [({"Cs": 0}, "Cs must be"), ({"Cs": [0.1, -1.0]}, "Cs must be"), ({"cv": 1}, "cv must be"),
-     ({"calibration": "platt"}, "calibration must be"), ({"scoring": "nope"}, "nope")],
+     ({"calibration": "platt"}, "calibration. parameter of LinearSVCCV must be"),
+     ({"scoring": "nope"}, "nope")],
 )  # fmt: skip
 def test_bad_search_parameters_are_refused(params, message):
     X, y = _a9a()
