@@ -74,6 +74,30 @@ def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dat
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
+    check_folds(spec, params, dataset)
+
+
+def check_folds(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -> None:
+    """422 when the k-fold of a search (or of probability=true) cannot split the dataset: fewer
+    rows than folds, or, stratified, no class with a row for every fold."""
+    from solvers.estimators.linear_svc import PROBABILITY_FOLDS
+
+    search = params.get("search")
+    if search is not None:
+        field, k = "params.search.cv", int(search.get("cv") or 5)
+    elif params.get("probability"):
+        field, k = "params.probability", PROBABILITY_FOLDS
+    else:
+        return
+    if dataset.n_rows < k:
+        raise _invalid(field, f"{k} folds need at least {k} rows; the dataset has {dataset.n_rows}")
+    counts = [int(c.get("count", 0)) for c in dataset.classes or []]
+    if spec.kind == "classifier" and counts and max(counts) < k:
+        raise _invalid(
+            field,
+            f"stratified {k}-fold needs a class with at least {k} rows; the dataset's largest "
+            f"class has {max(counts)}",
+        )
 
 
 def check_distributed(

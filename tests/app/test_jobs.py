@@ -437,3 +437,22 @@ def test_an_unrelated_validation_set_is_refused(client, heart):
     response = client.post("/v1/jobs", json=body)
     assert response.status_code == 422
     assert "none of the validation set's labels" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "words"),
+    [({"search": {"cv": 6}}, "params.search.cv", "6 folds need at least 6 rows"),
+     ({"search": {"cv": 4}}, "params.search.cv", "largest class has 3"),
+     ({"probability": True}, "params.probability", "largest class has 3")],
+)  # fmt: skip
+def test_folds_that_cannot_split_the_dataset_are_422_at_creation(client, params, field, words):
+    rows = b"1 1:1\n1 1:2\n1 2:1\n-1 2:2\n-1 1:3\n"  # 5 rows: classes of 3 and 2
+    dataset = upload(client, rows).json()
+    response = client.post("/v1/jobs", json={"dataset_id": dataset["id"], "params": params})
+    # before: accepted (202), then failed in the worker with scikit-learn's own words
+    assert response.status_code == 422, response.text
+    assert field in response.text and words in response.text
+    assert client.get("/v1/jobs").json()["items"] == []
+    fits = client.post("/v1/jobs", json={"dataset_id": dataset["id"],
+                                          "params": {"search": {"cv": 3}}})  # fmt: skip
+    assert fits.status_code == 202
