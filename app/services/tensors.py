@@ -168,7 +168,24 @@ def _values(tensor: dict, shape, binary, data_span, params) -> np.ndarray:
     if not np.isfinite(values).all():
         bad = int(np.flatnonzero(~np.isfinite(values))[0])
         raise InvalidInstances(f"inputs[0].data[{bad}] is not a finite number")
+    _check_range(values, datatype)
     return values
+
+
+def _check_range(values: np.ndarray, datatype: str) -> None:
+    """Numbers sent as JSON must be values of their declared datatype (binary data is)."""
+    dtype = np.dtype(DTYPES[datatype])
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        fits = (values == np.floor(values)) & (values >= info.min) & (values <= info.max)
+    elif dtype == np.float32:
+        fits = np.abs(values) <= np.finfo(np.float32).max
+    else:
+        return
+    if not fits.all():
+        bad = int(np.flatnonzero(~fits)[0])
+        value = float(values[bad])
+        raise InvalidInstances(f"inputs[0].data[{bad}]: {value!r} is not a {datatype} value")
 
 
 def _numbers_from_json(data, count: int) -> np.ndarray:
@@ -201,6 +218,12 @@ def _sparse(tensor: dict, model: LinearModel, max_batch: int):
     data = tensor.get("data")
     if not isinstance(data, list):
         raise InvalidInstances("inputs[0].data: a sparse tensor's data is a list of instances")
+    shape = tensor.get("shape")
+    if shape != [len(data)]:
+        raise InvalidInstances(
+            f"inputs[0].shape: a sparse tensor's shape is [N], N its {len(data)} instances; "
+            f"got {shape!r}"
+        )
     return items_rows("instances", "inputs[0].data", data, model, max_batch=max_batch)
 
 

@@ -217,6 +217,12 @@ def test_v2_infer_in_the_published_shapes(client, served):
         ({"data": [1.0] * 12}, 400, "expected 13 numbers"),
         ({"data": ["a"] * 13}, 400, "expected a number"),
         ({"shape": [20000, 13]}, 413, "instances"),
+        ({"datatype": "INT8", "data": [300] + [0] * 12}, 400, "300.0 is not a INT8 value"),
+        ({"datatype": "UINT64", "data": [-1] + [0] * 12}, 400, "is not a UINT64 value"),
+        ({"datatype": "INT32", "data": [0] * 12 + [0.5]}, 400, "data[12]: 0.5 is not a INT32"),
+        ({"datatype": "FP32", "data": [1e300] + [0] * 12}, 400, "is not a FP32 value"),
+        ({"shape": [2], "parameters": {"sparse": True}, "data": [{"indices": [1], "values": [1]}]},
+         400, "a sparse tensor's shape is [N]"),
     ],
 )
 def test_v2_errors_are_the_protocols(client, served, change, status, fragment):
