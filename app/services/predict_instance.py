@@ -76,8 +76,9 @@ def _number_list(where: str, name: str, seq, integer: bool) -> np.ndarray:
     try:
         return np.array(seq, dtype=np.int64 if integer else np.float64)
     except OverflowError:
+        what = "an index" if integer else "a float64 value"
         raise InvalidInstances(
-            f"{where}: '{name}' holds an integer too large to be an index"
+            f"{where}: '{name}' holds an integer too large to be {what}"
         ) from None
 
 

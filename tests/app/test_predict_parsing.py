@@ -129,6 +129,10 @@ def test_text_lines_with_and_without_labels_equal_json():
             "values[0] must be a number, got null",
         ),
         ({"instances": [{"indices": [2**70], "values": [1.0]}]}, "too large"),
+        (
+            {"instances": [{"indices": [1], "values": [10**400]}]},
+            "'values' holds an integer too large to be a float64 value",
+        ),
         ({"instances": [{"indices": [1]}]}, "instances[0]: missing field 'values'"),
         ({"instances": [{"indices": [1], "values": [1], "x": 1}]}, "unexpected field 'x'"),
         (

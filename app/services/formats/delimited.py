@@ -192,6 +192,8 @@ class DelimitedChunks:
                 )
             for name, cell in zip(self.names, cells, strict=True):
                 try:
+                    if "_" in cell:  # Python's float() takes "1_000", numpy's reader does not
+                        raise ValueError(cell)
                     float(cell)
                 except ValueError:
                     if not cell.strip():
