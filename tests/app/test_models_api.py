@@ -553,6 +553,8 @@ def test_interrupted_runs_are_recovered_like_jobs(service, binary, retries):
     from app.services.prediction_runs import recover_runs
     from app.tables import utcnow
 
+    # the app's own runner would claim the queued and re-queued rows while the test reads them
+    service.app.state.prediction_runner.stop()
     dead = f"{socket.gethostname()}:999999999:0"  # a process of this host that is gone
     old = utcnow() - timedelta(minutes=10)
     with service.db.write() as session:
