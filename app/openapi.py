@@ -85,7 +85,8 @@ DESCRIPTIONS = {
     415: "the body's media type is not one this operation reads",
     422: "an invalid parameter, body, file or instance (the detail names it)",
     429: "over the tenant's quota (`Retry-After` says when to retry)",
-    503: "the database is unavailable (`Retry-After` says when to retry)",
+    503: "the database is unavailable, or (job events) the process serves MAX_EVENT_STREAMS "
+    "streams (`Retry-After` says when to retry)",
     507: "the server's disk is full; nothing was kept",
 }
 

@@ -18,6 +18,14 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 RECONNECTS = 5
 
 
+def retry_after(response: httpx.Response) -> float:
+    """Seconds a 503 asks the client to wait (its Retry-After), between 1 and 30."""
+    try:
+        return min(30.0, max(1.0, float(response.headers.get("Retry-After", 5))))
+    except ValueError:
+        return 5.0
+
+
 class JobInfo(TypedDict, total=False):
     """A job as the service describes it (more keys may appear)."""
 
@@ -91,6 +99,9 @@ class Job:
                 with connect_sse(
                     self._client.http, "GET", f"/v1/jobs/{self.id}/events", headers=headers
                 ) as source:
+                    if source.response.status_code == 503:  # streams at their cap: wait
+                        time.sleep(retry_after(source.response))
+                        continue
                     if source.response.status_code >= 400:
                         source.response.read()
                         from margin_client._http import MarginError

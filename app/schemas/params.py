@@ -65,7 +65,9 @@ class LinearSVCParams(_Params):
     )
     time_limit: PositiveFloat | None = Field(None, description="wall-clock budget in seconds")
     probability: bool = Field(
-        False, description="calibrate probabilities by an internal 5-fold at this C (Platt)"
+        False,
+        description="calibrate probabilities by an internal 5-fold at this C (the method: "
+        "calibration)",
     )
     search: SearchSpec | None = Field(
         None, description="choose C by cross-validation (C is then ignored)"

@@ -84,8 +84,8 @@ def check_folds(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -
 
     search = params.get("search")
     if search is not None:
-        field, k = "params.search.cv", int(search.get("cv") or 5)
-    elif params.get("probability"):
+        field, k = "params.search.cv", int(search["cv"])
+    elif params.get("probability") and params.get("calibration") != "none":
         field, k = "params.probability", PROBABILITY_FOLDS
     else:
         return

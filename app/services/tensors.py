@@ -161,6 +161,7 @@ def _values(tensor: dict, shape, binary, data_span, params) -> np.ndarray:
         values = _numbers_from_bytes(*data_span, count)
     else:
         values = _numbers_from_json(tensor.get("data"), count)
+    json_numbers = size is None
     if values.size != count:
         raise InvalidInstances(
             f"inputs[0].data: expected {count} numbers for shape {list(shape)}, got {values.size}"
@@ -168,7 +169,8 @@ def _values(tensor: dict, shape, binary, data_span, params) -> np.ndarray:
     if not np.isfinite(values).all():
         bad = int(np.flatnonzero(~np.isfinite(values))[0])
         raise InvalidInstances(f"inputs[0].data[{bad}] is not a finite number")
-    _check_range(values, datatype)
+    if json_numbers:  # binary data holds values of its datatype by construction
+        _check_range(values, datatype)
     return values
 
 
@@ -219,10 +221,10 @@ def _sparse(tensor: dict, model: LinearModel, max_batch: int):
     if not isinstance(data, list):
         raise InvalidInstances("inputs[0].data: a sparse tensor's data is a list of instances")
     shape = tensor.get("shape")
-    if shape != [len(data)]:
+    if shape not in ([len(data)], [len(data), model.n_features]):
         raise InvalidInstances(
-            f"inputs[0].shape: a sparse tensor's shape is [N], N its {len(data)} instances; "
-            f"got {shape!r}"
+            f"inputs[0].shape: a sparse tensor's shape is [N] or [N, {model.n_features}], N its "
+            f"{len(data)} instances; got {shape!r}"
         )
     return items_rows("instances", "inputs[0].data", data, model, max_batch=max_batch)
 

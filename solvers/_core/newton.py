@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit
 
 from solvers._core.progress import Progress, Status, relative_duality_gap
-from solvers._core.sparse import row_axpy, row_dot, rows_dot_where, weighted_row_sum
+from solvers._core.sparse import dot, row_axpy, row_dot, rows_dot_where, weighted_row_sum
 
 CG_RELATIVE = 0.1
 CG_MAX_STEPS = 250
@@ -168,15 +168,6 @@ def _conjugate_gradient(objective, rows, grad):
         grad, objective.preconditioner(rows), s, CG_RELATIVE, CG_MODEL, CG_MAX_STEPS,
     )  # fmt: skip
     return s, steps
-
-
-@njit(cache=True, nogil=True)
-def dot(a, b):
-    """aᵀb by a plain loop (BLAS threads fight for the cores on a busy machine)."""
-    acc = 0.0
-    for j in range(a.shape[0]):
-        acc += a[j] * b[j]
-    return acc
 
 
 @njit(cache=True, nogil=True)

@@ -129,6 +129,15 @@ def sq_norm(w):
 
 
 @njit(cache=True, nogil=True)
+def dot(a, b):
+    """aᵀb by a plain loop (BLAS threads fight for the cores on a busy machine)."""
+    acc = 0.0
+    for j in range(a.shape[0]):
+        acc += a[j] * b[j]
+    return acc
+
+
+@njit(cache=True, nogil=True)
 def row_sq_norm(data, start, end, bias_sq):
     """‖x̃_i‖² (float64) for the row [start, end), plus ``bias_sq`` for the bias feature."""
     acc = 0.0

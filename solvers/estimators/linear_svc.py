@@ -78,9 +78,10 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         first, then inside each binary problem; two classes use it inside their one problem
         (`solvers.binary.parallel`). Problems too small to gain use fewer threads.
     probability : bool, default=False
-        Also fit `predict_proba`: Platt scaling on the held-out decision values of an internal
-        stratified 5-fold at this C (`solvers.selection`); the final fit starts from the folds'
-        solutions. The callback then receives `solvers.selection.search.SearchProgress` records.
+        Also fit `predict_proba`: a calibration (``calibration``) on the held-out decision
+        values of an internal stratified 5-fold at this C (`solvers.selection`); the final fit
+        starts from the folds' solutions. The callback then receives
+        `solvers.selection.search.SearchProgress` records.
     calibration : {"auto", "sigmoid", "softmax", "isotonic"}, default="auto"
         With ``probability=True``, the map from those decision values to probabilities, as
         `solvers.LinearSVCCV`'s: "auto" is Platt per class for two classes and one-vs-rest, one

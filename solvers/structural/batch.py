@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers._core.newton import dot
 from solvers._core.params import check_max_iter, check_tol
 from solvers._core.problem import check_vector, csr_arrays, per_sample_C
 from solvers._core.progress import (
@@ -41,7 +40,7 @@ from solvers._core.progress import (
     Status,
     relative_duality_gap,
 )
-from solvers._core.sparse import sq_norm
+from solvers._core.sparse import dot, sq_norm
 from solvers.structural import kernels
 from solvers.structural.reparam import Reparam, within_tol
 

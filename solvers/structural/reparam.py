@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers._core.newton import dot
-from solvers._core.sparse import sq_norm
+from solvers._core.sparse import dot, sq_norm
 
 
 class Reparam:
@@ -54,7 +53,7 @@ class Reparam:
         """Σ_k φ_k = −½‖ŵ‖² + (ŵ − u)ᵀlo."""
         q = -0.5 * sq_norm(w)
         if self.bounded:
-            q += dot(w, self.lo) - dot(u, self.lo)
+            q += dot(w - u, self.lo)
         return q
 
 

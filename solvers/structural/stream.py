@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers._core.newton import dot
 from solvers._core.params import check_max_iter, check_tol
 from solvers._core.progress import (
     Callback,
@@ -30,7 +29,7 @@ from solvers._core.progress import (
     Status,
     relative_duality_gap,
 )
-from solvers._core.sparse import sq_norm
+from solvers._core.sparse import dot, sq_norm
 from solvers.structural import kernels
 from solvers.structural import stream_kernels as explore_kernels
 from solvers.structural.cache import (

@@ -90,11 +90,12 @@ def test_a_watchers_last_event_id_does_not_hold_back_the_others(app, client, hea
                 lines.append(line)
 
     ahead = threading.Thread(target=watch, args=(streams[0], {"Last-Event-ID": "2147483646"}))
+    feeds = app.state.job_feeds.feeds
     ahead.start()
-    time.sleep(0.5)  # the first watcher has made the job's feed
+    _until(lambda: job_id in feeds)  # the first watcher has made the job's feed
     plain = threading.Thread(target=watch, args=(streams[1], {}))
     plain.start()
-    time.sleep(0.5)
+    _until(lambda: feeds[job_id].watchers == 2)
     worker_db = Database(app.state.settings.db_url)
     try:
         assert run_job(job_id, RunContext(app.state.settings, worker_db)) == "succeeded"
@@ -105,3 +106,10 @@ def test_a_watchers_last_event_id_does_not_hold_back_the_others(app, client, hea
     progress = [sum(line.startswith("event: progress") for line in lines) for lines in streams]
     assert progress == [0, 12], streams
     assert all(any(line.startswith("event: end") for line in lines) for lines in streams)
+
+
+def _until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

@@ -456,3 +456,6 @@ def test_folds_that_cannot_split_the_dataset_are_422_at_creation(client, params,
     fits = client.post("/v1/jobs", json={"dataset_id": dataset["id"],
                                           "params": {"search": {"cv": 3}}})  # fmt: skip
     assert fits.status_code == 202
+    no_folds = {"probability": True, "calibration": "none"}  # runs no folds: nothing to split
+    assert client.post("/v1/jobs", json={"dataset_id": dataset["id"],
+                                         "params": no_folds}).status_code == 202  # fmt: skip

@@ -207,6 +207,8 @@ def test_v2_infer_in_the_published_shapes(client, served):
                           "parameters": {"sparse": True},
                           "data": [{"indices": [1, 3], "values": [0.5, -1.0]}]}]}
     assert client.post("/v2/models/heart/infer", json=sparse).status_code == 200
+    sparse["inputs"][0]["shape"] = [1, 13]  # the shape the model's metadata advertises
+    assert client.post("/v2/models/heart/infer", json=sparse).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -222,7 +224,7 @@ def test_v2_infer_in_the_published_shapes(client, served):
         ({"datatype": "INT32", "data": [0] * 12 + [0.5]}, 400, "data[12]: 0.5 is not a INT32"),
         ({"datatype": "FP32", "data": [1e300] + [0] * 12}, 400, "is not a FP32 value"),
         ({"shape": [2], "parameters": {"sparse": True}, "data": [{"indices": [1], "values": [1]}]},
-         400, "a sparse tensor's shape is [N]"),
+         400, "a sparse tensor's shape is [N] or [N, 13]"),
     ],
 )
 def test_v2_errors_are_the_protocols(client, served, change, status, fragment):

@@ -250,6 +250,21 @@ def test_a_file_of_tiny_pages_is_413_after_its_page_budget(client, settings):
     nothing_stored(client, settings)
 
 
+def test_a_wide_file_of_small_row_groups_in_default_pages_is_accepted(client, settings):
+    from app.services.formats.parquet_pages import MIN_PAGE_BUDGET
+
+    rows, width, groups = 3000, 200, 30  # 30 × 200 chunks of a dictionary and a data page
+    X = sp.random(rows, width, density=0.01, random_state=3, format="csr")
+    table = pa.table({"label": np.arange(rows) % 2, **{f"f{j}": X[:, j].toarray().ravel()
+                                                       for j in range(width)}})  # fmt: skip
+    data = parquet_bytes(table, row_group_size=rows // groups)  # pyarrow's default pages
+    assert groups * (width + 1) * 2 > MIN_PAGE_BUDGET > len(data) // 512
+    settings.max_upload_mb = 8  # the footer of 6,000 chunks takes more than the tests' 1 MB
+    response = post(client, data, filename="wide.parquet", label_column="label")
+    assert response.status_code == 201, response.text
+    assert abs(stored(settings, response.json())[0] - X).max() == 0
+
+
 def test_page_headers_longer_than_the_first_window_are_walked(tmp_path):
     from app.services.formats.parquet_pages import FIRST_READ_BYTES, walk_chunk
 

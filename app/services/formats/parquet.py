@@ -311,18 +311,20 @@ def _sparse_parts(column):
 
 
 class PageCount:
-    """Pages walked so far in a file, against the file's `page_budget`."""
+    """Pages walked so far in a file beyond the first two of each column chunk, against the
+    file's `page_budget`."""
 
     def __init__(self, budget: int):
         self.budget, self.seen = budget, 0
 
-    def add(self) -> None:
-        self.seen += 1
+    def add(self, index_in_chunk: int) -> None:
+        self.seen += index_in_chunk >= 2
         if self.seen > self.budget:
             raise LibsvmLimitError(
-                f"parquet: more than {self.budget} pages in the file; pages this small cost "
-                "more to check than their data is worth: write the file with larger pages "
-                "(pyarrow's default data_page_size of 1 MB)",
+                f"parquet: more than {self.budget} pages beyond the first two of each column "
+                "chunk; pages this small cost more to check than their data is worth: write "
+                "the file with larger pages (pyarrow.parquet.write_table(..., "
+                "data_page_size=1 << 20), its default)",
                 None,
             )
 
@@ -337,8 +339,9 @@ def _column_cost(raw, column, file_size: int, pages: PageCount) -> int:
     declared = column.total_uncompressed_size
     unpacked = values = 0
     try:
-        for page in walk_chunk(raw, start, column.total_compressed_size, file_size):
-            pages.add()
+        chunk = walk_chunk(raw, start, column.total_compressed_size, file_size)
+        for index, page in enumerate(chunk):
+            pages.add(index)
             unpacked += page.header_bytes + page.uncompressed
             values += page.num_values
             if unpacked > declared:

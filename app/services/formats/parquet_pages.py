@@ -19,8 +19,8 @@ from typing import BinaryIO, NamedTuple
 
 MAX_HEADER_BYTES = 1 << 20  # a page header larger than this is refused
 FIRST_READ_BYTES = 256  # a header is read through a window this large, grown when it is longer
-MIN_PAGE_BUDGET = 10_000  # pages a file may hold, or one per PAGE_BYTES of it where that is more
-PAGE_BYTES = 512
+MIN_PAGE_BUDGET = 10_000  # pages beyond the first two of each column chunk a file may hold,
+PAGE_BYTES = 512  # or one per PAGE_BYTES of it where that is more
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = 0, 1, 2, 3, 4, 5, 6, 7, 8
 _LIST, _SET, _MAP, _STRUCT = 9, 10, 11, 12
 _NESTED_VALUES = {5, 7, 8}  # PageHeader fields whose struct starts with num_values
@@ -35,8 +35,10 @@ class _EndsEarly(CorruptPages):
 
 
 def page_budget(file_size: int) -> int:
-    """The most pages a file of this size may hold: walking a header costs microseconds, so a
-    file of one-byte pages would cost minutes of the API's time for a few megabytes."""
+    """The most pages a file of this size may hold beyond the first two of each column chunk
+    (a dictionary page and a data page, which every chunk may have however small): walking a
+    header costs microseconds, so a file of one-byte pages would cost minutes of the API's time
+    for a few megabytes."""
     return max(MIN_PAGE_BUDGET, file_size // PAGE_BYTES)
 
 

@@ -91,6 +91,10 @@ export async function streamEvents(path, onEvent, signal) {
       continue;
     }
     if (response.status === 401) { await askKey((await problemOf(response)).detail); continue; }
+    if (response.status === 503) {  // the API process serves as many streams as it may: wait
+      await sleep(1000 * retryAfter(response));
+      continue;
+    }
     if (!response.ok) throw new ApiError(response.status, await problemOf(response));
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
@@ -114,6 +118,12 @@ export async function streamEvents(path, onEvent, signal) {
     }
     await sleep(500);
   }
+}
+
+// Seconds a 503 asks the client to wait (Retry-After), between 1 and 30.
+function retryAfter(response) {
+  const seconds = Number(response.headers.get("Retry-After"));
+  return Number.isFinite(seconds) ? Math.min(30, Math.max(1, seconds)) : 5;
 }
 
 function parseEvent(block) {
