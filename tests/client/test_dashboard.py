@@ -146,6 +146,26 @@ def test_the_plot_grows_while_a_job_runs_and_cancel_stops_it(page, slow_dataset)
     shot(page, "job-cancelled")
 
 
+def test_the_job_page_waits_out_a_busy_event_stream(page, heart_dataset):
+    with Client(page.service.url) as client:
+        job = client.jobs.create(heart_dataset, C=1.0, tol=1e-3).wait()
+    refused = []
+
+    def busy_once(route):  # an API process at MAX_EVENT_STREAMS answers 503 with Retry-After
+        if refused:
+            return route.continue_()
+        refused.append(route.request.url)
+        route.fulfill(status=503, headers={"Retry-After": "1"},
+                      content_type="application/problem+json",
+                      body='{"title": "Too many event streams", "status": 503}')  # fmt: skip
+
+    page.route("**/v1/jobs/*/events", busy_once)
+    open_ui(page, f"#/jobs/{job.id}")
+    page.wait_for_function("Number(document.querySelector('#plot-iteration').dataset.points) > 3")
+    # before: the 503 ended the stream for good and the page showed the error
+    assert refused and page.locator("main .error[role=alert]").count() == 0
+
+
 def test_keyboard_use_and_labelled_fields(page, heart_dataset, heart_model):
     unlabelled = """() => [...document.querySelectorAll('input, select, textarea')]
         .filter(e => e.type !== 'hidden' && !e.closest('dialog')
