@@ -35,7 +35,7 @@ def test_param_schemas_mirror_the_constructors(name):
     fields = {k: f.default for k, f in schema.model_fields.items()}
     extra_service_fields = {
         "structural": {"online", "cache_size", "passes"},
-        "LinearSVC": {"search", "calibration"},  # solvers.LinearSVCCV's
+        "LinearSVC": {"search"},  # solvers.LinearSVCCV's
     }.get(name, set())
     unexposed = {"w0", "reg_scale"} if name == "structural" else set()
     assert set(fields) - extra_service_fields == set(expected) - unexposed
