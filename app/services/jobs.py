@@ -98,6 +98,13 @@ def check_folds(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -
             f"stratified {k}-fold needs a class with at least {k} rows; the dataset's largest "
             f"class has {max(counts)}",
         )
+    if search is not None and search.get("scoring") == "roc_auc" and counts and min(counts) < k:
+        raise _invalid(
+            "params.search.scoring",
+            f"roc_auc is undefined on a test fold of one class: stratified {k}-fold gives "
+            f"every fold both classes only when each has at least {k} rows; the smallest "
+            f"has {min(counts)}",
+        )
 
 
 def check_distributed(

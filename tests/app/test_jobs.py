@@ -443,7 +443,8 @@ def test_an_unrelated_validation_set_is_refused(client, heart):
     ("params", "field", "words"),
     [({"search": {"cv": 6}}, "params.search.cv", "6 folds need at least 6 rows"),
      ({"search": {"cv": 4}}, "params.search.cv", "largest class has 3"),
-     ({"probability": True}, "params.probability", "largest class has 3")],
+     ({"probability": True}, "params.probability", "largest class has 3"),
+     ({"search": {"cv": 3, "scoring": "roc_auc"}}, "params.search.scoring", "smallest has 2")],
 )  # fmt: skip
 def test_folds_that_cannot_split_the_dataset_are_422_at_creation(client, params, field, words):
     rows = b"1 1:1\n1 1:2\n1 2:1\n-1 2:2\n-1 1:3\n"  # 5 rows: classes of 3 and 2
