@@ -415,6 +415,7 @@ def export_model(
     if format == "json":
         return Response(dumps(export_service.json_document(loaded)), media_type="application/json")
     if format in ("onnx", "skops"):
+        export_service.check_dense_size(loaded, format)
         content = (
             export_service.onnx_bytes(loaded, dtype)
             if format == "onnx"

@@ -40,13 +40,34 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.errors import ProblemError
 from app.services.prediction import LinearModel
 
 FORMAT_VERSION = 1
 
 
+# ONNX and skops hold the weights as one dense (outputs, n_features) matrix, and writing it
+# takes a few copies: beyond this many entries (64 MB of float64) a model is exported sparsely
+# (json) or streamed (liblinear) instead. A 312-byte upload of indices near 2^24 trains a model
+# whose dense ONNX export took 2.7 GB.
+MAX_DENSE_EXPORT_ENTRIES = 1 << 23
+
+
 class NotExportable(ValueError):
     """The model cannot be written in the requested format."""
+
+
+def check_dense_size(model: LinearModel, format: str) -> None:
+    """413 when the format's dense weight matrix would exceed MAX_DENSE_EXPORT_ENTRIES."""
+    entries = model.n_features * max(1, len(model.intercept))
+    if entries > MAX_DENSE_EXPORT_ENTRIES:
+        raise ProblemError(
+            413, "Model too large for this format",
+            f"a {format} export holds the weights densely: {model.n_features} features × "
+            f"{len(model.intercept)} outputs = {entries} entries, more than the "
+            f"{MAX_DENSE_EXPORT_ENTRIES} accepted; export format=json (sparse) or "
+            "format=liblinear (streamed)",
+        )  # fmt: skip
 
 
 def liblinear_solver_type(model: LinearModel) -> str:
