@@ -274,8 +274,9 @@ def create_prediction_run(
     """Predict every row of a stored dataset in the background; GET the returned location for
     the run's status, and for the CSV once it has succeeded."""
     dataset = _dataset_or_404(session, body.dataset_id)
-    session.close()  # give its connection back: one request never holds two
     loaded = model_from_row(model)
+    runs.check_room(session, dataset.n_rows, len(loaded.intercept))
+    session.close()  # give its connection back: one request never holds two
     source = runs.DatasetSource.of(settings, dataset)
     try:
         source.check(loaded)

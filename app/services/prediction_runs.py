@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from app.db import is_disk_full, is_unavailable
 from app.jobs.workers import dead_here
@@ -237,6 +237,28 @@ def write_csv(path: Path, model: LinearModel, chunks) -> int:
         part.unlink(missing_ok=True)
         raise
     return n_rows
+
+
+CSV_FIELD_BYTES = 24  # a row index, a label or a float64's repr, with its comma: at most about
+
+
+def csv_estimate(n_rows: int, outputs: int) -> int:
+    """An upper estimate of a run's CSV: a row index, a label and the decision values a row."""
+    return n_rows * CSV_FIELD_BYTES * (2 + outputs)
+
+
+def check_room(session, n_rows: int, outputs: int) -> None:
+    """429 when this run's CSV, with those the tenant's active runs will write (at one output
+    a row), may not fit in its storage quota: the CSVs count once written, too late to refuse."""
+    from app.services import quotas
+
+    active_rows = session.scalar(
+        select(func.coalesce(func.sum(Dataset.n_rows), 0))
+        .select_from(PredictionRun)
+        .join(Dataset, Dataset.id == PredictionRun.dataset_id)
+        .where(PredictionRun.status.in_(ACTIVE))
+    )
+    quotas.check_storage(session, csv_estimate(n_rows, outputs) + csv_estimate(active_rows, 1))
 
 
 def create_run(db, model_id: str, dataset_id: str) -> PredictionRun:

@@ -80,3 +80,34 @@ def test_tenant_quota_overrides_the_default(make_service, fake_trainer):
         for _ in range(4)
     ]
     assert codes == [202, 202, 202, 429]
+
+
+def test_prediction_runs_are_refused_where_their_csvs_may_not_fit(make_service, fake_trainer):
+    from app.jobs.runner import RunContext, run_job
+    from app.services.prediction_runs import csv_estimate
+    from app.services.quotas import storage_used
+
+    fake_trainer()
+    client, app = make_service(auth_mode="required")
+    app.state.prediction_runner.stop()  # the runs stay queued: their CSVs are not yet written
+    acme = new_key(app, "acme", "admin")
+    dataset = upload(client, heart(0), headers=acme).json()
+    job = client.post("/v1/jobs", json={"dataset_id": dataset["id"]}, headers=acme).json()
+    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
+    model = client.get(f"/v1/jobs/{job['id']}", headers=acme).json()["model_id"]
+    with app.state.db.session() as session:
+        used = storage_used(session, "acme")
+    one_run = csv_estimate(dataset["n_rows"], 1)  # the model has one output (two classes)
+    keys.set_quota(app.state.db, "acme", storage_bytes=used + one_run + 100, active_jobs=None)
+
+    def run():
+        return client.post(f"/v1/models/{model}/predictions", json={"dataset_id": dataset["id"]},
+                           headers=acme)  # fmt: skip
+
+    assert run().status_code == 202
+    # before: every run was accepted and its CSV counted only once written (five runs stored
+    # 3.3 MB under a 1 MB quota); now the queued run's CSV is counted ahead
+    refused = run()
+    assert refused.status_code == 429 and refused.headers["Retry-After"], refused.text
+    keys.set_quota(app.state.db, "acme", storage_bytes=used + 100, active_jobs=None)
+    assert run().status_code == 429
