@@ -17,6 +17,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 
 from app.api.model_lookup import ModelNotFound, app_singleton, load_model, model_cache
 from app.auth import authenticate
@@ -277,15 +278,23 @@ def create_prediction_run(
     loaded = model_from_row(model)
     runs.check_room(session, dataset.n_rows, len(loaded.intercept))
     session.close()  # give its connection back: one request never holds two
-    source = runs.DatasetSource.of(settings, dataset)
     try:
+        source = runs.DatasetSource.of(settings, dataset)
         source.check(loaded)
+        run = runs.create_run(db, model.id, dataset.id)
     except runs.DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
-    run = runs.create_run(db, model.id, dataset.id)
+    except (FileNotFoundError, IntegrityError):  # the dataset was deleted meanwhile
+        raise _deleted_meanwhile(dataset.id) from None
     prediction_runner(request.app).wake()
     response.headers["Location"] = f"/v1/models/{model.id}/predictions/{run.id}"
     return _run_out(run)
+
+
+def _deleted_meanwhile(dataset_id: str) -> ProblemError:
+    return ProblemError(
+        404, "Dataset not found", f"dataset {dataset_id!r} was deleted while it was being read"
+    )
 
 
 @router.get("/models/{model_id}/predictions", response_model=Page[PredictionRunOut])
@@ -381,6 +390,8 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
         report = runs.evaluate(loaded, source)
     except runs.DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
+    except FileNotFoundError:
+        raise _deleted_meanwhile(dataset.id) from None
     return {
         "model_id": model.id,
         "dataset_id": dataset.id,

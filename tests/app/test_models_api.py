@@ -672,3 +672,35 @@ def test_evaluate_refuses_an_unrelated_dataset_and_reports_ignored_features(serv
     more = service.add_dataset(sp.random(4, 9, density=1.0, format="csr"), [1, -1, 1, 1])
     r = service.client.post(url, json={"dataset_id": more})
     assert r.status_code == 200 and r.json()["ignored_features"] == 5
+
+
+def test_a_dataset_deleted_while_it_is_read_is_404(service, binary, monkeypatch):
+    """Evaluate and background predictions read a dataset after their request gave its
+    connection back; a delete in between answered 500 (a missing file, a foreign key)."""
+    import shutil
+
+    from app.services import prediction_runs as runs
+
+    model_id = binary[0]
+    X = rng_problem(n=30, seed=4)
+    gone_files = service.add_dataset(X, np.where(np.arange(30) % 2, 1.0, -1.0))
+    gone_row = service.add_dataset(X, np.where(np.arange(30) % 2, 1.0, -1.0))
+    of, create_run = runs.DatasetSource.of, runs.create_run
+
+    def files_deleted_meanwhile(settings, dataset):
+        if dataset.id == gone_files:
+            shutil.rmtree(settings.data_dir / "datasets" / dataset.id)
+        return of(settings, dataset)
+
+    def row_deleted_meanwhile(db, model, dataset_id):
+        with db.write() as session:
+            session.delete(session.get(Dataset, dataset_id))
+        return create_run(db, model, dataset_id)
+
+    monkeypatch.setattr(runs.DatasetSource, "of", staticmethod(files_deleted_meanwhile))
+    monkeypatch.setattr(runs, "create_run", row_deleted_meanwhile)
+    for path, dataset_id in (("evaluate", gone_files), ("predictions", gone_row)):
+        response = service.client.post(f"/v1/models/{model_id}/{path}",
+                                       json={"dataset_id": dataset_id})  # fmt: skip
+        assert response.status_code == 404, (path, response.text)
+        assert "deleted while it was being read" in response.json()["detail"]
