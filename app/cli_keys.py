@@ -39,9 +39,24 @@ def add_parser(commands, common) -> None:
     quota = sub.add_parser("quota", help="set a tenant's own quotas")
     common(quota)
     quota.add_argument("--tenant", required=True)
-    quota.add_argument("--storage-mb", type=float, help="stored dataset bytes, in MB")
-    quota.add_argument("--jobs", type=int, help="queued or running jobs at once")
+    quota.add_argument("--storage-mb", type=_at_least(0.0, float), help="stored bytes, in MB")
+    quota.add_argument("--jobs", type=_at_least(0, int), help="queued or running jobs at once")
     quota.add_argument("--rate", help="requests per key, e.g. '50/second;1000/minute'")
+
+
+def _at_least(low, kind):
+    """An argparse type: a `kind` number no less than `low` (a negative quota is no quota)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"expected a number >= {low}, got {text}")
+        return value
+
+    return parse
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

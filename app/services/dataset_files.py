@@ -126,6 +126,10 @@ def parse_to_arrays(
     try:
         writer = DatasetWriter(Path(out_dir), StorageBudget(limits.get("budget")))
         meta = _parse_into(source, writer, growing, limits, fmt, options or {})
+    except QuotaExceeded as exc:  # the writer's first bytes (indptr's 0) already exceed the room
+        if writer is not None:
+            writer.abort()
+        return {"error": str(exc), "line": None, "status": 429, "quota_room": exc.limit}
     except OSError as exc:
         if writer is not None:
             writer.abort()

@@ -38,6 +38,9 @@ class QuotaExceeded(Exception):
         )
         self.limit = limit
 
+    def __reduce__(self):  # across the parser's process pool: rebuilt from the limit
+        return (QuotaExceeded, (self.limit,))
+
 
 class StorageBudget:
     """Bytes that may still be stored; `spend` raises QuotaExceeded past them (None: no limit)."""

@@ -96,3 +96,7 @@ def test_bad_requests_exit_non_zero_with_a_message(tmp_path):
     assert bad_tenant.stdout == ""
     missing = margin("keys", "revoke", "--data-dir", str(tmp_path), "key_nope")
     assert missing.returncode == 2 and "no key" in missing.stderr
+    for option, value in (("--storage-mb", "-5"), ("--jobs", "-1")):  # before: stored
+        negative = margin("keys", "quota", "--data-dir", str(tmp_path), "--tenant", "t",
+                          option, value)  # fmt: skip
+        assert negative.returncode == 2 and "expected a number >= 0" in negative.stderr

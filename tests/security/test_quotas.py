@@ -111,3 +111,21 @@ def test_prediction_runs_are_refused_where_their_csvs_may_not_fit(make_service, 
     assert refused.status_code == 429 and refused.headers["Retry-After"], refused.text
     keys.set_quota(app.state.db, "acme", storage_bytes=used + 100, active_jobs=None)
     assert run().status_code == 429
+
+
+def test_an_upload_with_almost_no_room_left_is_429(make_service):
+    import pickle
+
+    from app.services.dataset_store import QuotaExceeded
+    from app.services.quotas import storage_used
+
+    client, app = make_service(auth_mode="required")
+    acme = new_key(app, "acme", "admin")
+    assert upload(client, heart(0), headers=acme).status_code == 201
+    with app.state.db.session() as session:
+        used = storage_used(session, "acme")
+    # fewer bytes left than the first ones a dataset writes (its row pointer's leading 0)
+    keys.set_quota(app.state.db, "acme", storage_bytes=used + 4, active_jobs=None)
+    refused = upload(client, heart(1), headers=acme)  # before: 500
+    assert refused.status_code == 429, refused.text
+    assert str(pickle.loads(pickle.dumps(QuotaExceeded(4)))) == str(QuotaExceeded(4))
