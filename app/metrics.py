@@ -86,10 +86,27 @@ class RequestMetrics:
             self.metrics.latency.labels(method, template).observe(time.perf_counter() - start)
 
 
+def _plain_template(scope) -> str | None:
+    """The path template of a plain Starlette endpoint (predict), which unlike FastAPI's routes
+    does not put its route in the scope: the path with each parameter's last occurrence
+    replaced by its name."""
+    if scope.get("endpoint") is None:
+        return None
+    path = scope["path"]
+    for name, value in reversed(list((scope.get("path_params") or {}).items())):
+        head, found, tail = path.rpartition(f"/{value}")
+        if found:
+            path = f"{head}/{{{name}}}{tail}"
+    return path
+
+
 def _template(scope) -> str:
     """The matched route's path template with its router's prefix (`/v1/jobs/{job_id}`): a
     label per route, never per id."""
-    template = getattr(scope.get("route"), "path", None)
+    route = scope.get("route")
+    if route is None:
+        return _plain_template(scope) or "(unmatched)"
+    template = getattr(route, "path", None)
     if not template:
         return "(unmatched)"
     params = {k: str(v) for k, v in (scope.get("path_params") or {}).items()}

@@ -47,6 +47,9 @@ def test_metrics_after_a_short_run(app, client, db, heart, fake_trainer):
     assert got[("margin_http_requests_total", post)] == 1
     latency = (("method", "GET"), ("route", "/v1/jobs/{job_id}"))
     assert got[("margin_http_request_duration_seconds_count", latency)] >= 1
+    # predict is a plain Starlette route (before: counted as "(unmatched)")
+    predict = (("method", "POST"), ("route", "/v1/models/{model_id}/predict"), ("status", "200"))
+    assert got[("margin_http_requests_total", predict)] == 1
     assert ("margin_workers_alive", ()) in got
 
 
