@@ -122,6 +122,10 @@ def run(args: argparse.Namespace) -> int:
     except httpx.TransportError as exc:
         print(f"error: cannot reach {client.url}: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a local file to read or write: missing, a directory, no room
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     finally:

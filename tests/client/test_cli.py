@@ -173,3 +173,11 @@ def test_following_a_job_that_did_not_succeed_exits_non_zero(service, slow_datas
         result = margin(service, "jobs", "follow", job.id, "--json")
         assert result.returncode == 1
         assert json.loads(result.stdout)["status"] == "cancelled"
+
+
+def test_local_file_errors_are_one_line_not_a_traceback(service, tmp_path):
+    for args in (("datasets", "upload", str(tmp_path / "missing.svm")),
+                 ("datasets", "upload", str(tmp_path))):  # fmt: skip
+        result = margin(service, *args)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.startswith("error: ") and str(tmp_path) in result.stderr
