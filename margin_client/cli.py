@@ -360,8 +360,11 @@ def _read_lines(path: Path) -> list[str]:
         return [line for line in handle.read().splitlines() if line.strip()]
 
 
-def cmd_predict(client, args) -> None:
+def cmd_predict(client, args) -> int | None:
     lines = _read_lines(args.file)
+    if not any(line.strip() for line in lines):
+        print(f"error: no instances in {args.file}", file=sys.stderr)
+        return 1
     result = client.models.predict(args.model, lines, batch_size=args.batch_size)
     if args.json:
         _emit(args, _prediction_json(result), print)

@@ -181,3 +181,7 @@ def test_local_file_errors_are_one_line_not_a_traceback(service, tmp_path):
         result = margin(service, *args)
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         assert result.stderr.startswith("error: ") and str(tmp_path) in result.stderr
+    empty = tmp_path / "empty.svm"
+    empty.write_text("\n")
+    result = margin(service, "predict", "mdl_any", str(empty))  # before: AttributeError
+    assert result.returncode == 1 and result.stderr == f"error: no instances in {empty}\n"
