@@ -30,6 +30,7 @@ from app.tables import Model, ModelAlias, ModelVersion, RegisteredModel, new_id,
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}")
 VERSION_REF = re.compile(r"v([0-9]{1,9})")
+VERSION_LIKE = re.compile(r"v[0-9]+")  # names an alias may not take, however many digits
 
 
 def check_name(name: str) -> str:
@@ -44,7 +45,7 @@ def check_name(name: str) -> str:
 
 
 def check_alias(alias: str) -> str:
-    if not ALIAS.fullmatch(alias) or VERSION_REF.fullmatch(alias):
+    if not ALIAS.fullmatch(alias) or VERSION_LIKE.fullmatch(alias):
         raise ProblemError(
             422,
             "Invalid alias",

@@ -86,6 +86,7 @@ def test_registry_names_versions_and_aliases(app, client, served):
     assert put.status_code == 200 and put.json()["model_id"] == first
     aliases = "/v1/registered-models/heart/aliases"
     assert client.put(f"{aliases}/v3", json={"version": 1}).status_code == 422
+    assert client.put(f"{aliases}/v1000000000", json={"version": 1}).status_code == 422  # was 200
     assert client.put(f"{aliases}/x", json={"version": 9}).status_code == 404
     X = served["X"][:5].tolist()
     by_id = predict(client, first, {"instances": X})
