@@ -11,6 +11,7 @@ from sqlalchemy import event
 
 from app.db import Database
 from app.jobs.runner import RunContext, run_job
+from tests.deploy.cluster import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 WATCHERS = 12
@@ -92,10 +93,10 @@ def test_a_watchers_last_event_id_does_not_hold_back_the_others(app, client, hea
     ahead = threading.Thread(target=watch, args=(streams[0], {"Last-Event-ID": "2147483646"}))
     feeds = app.state.job_feeds.feeds
     ahead.start()
-    _until(lambda: job_id in feeds)  # the first watcher has made the job's feed
+    wait_for(lambda: job_id in feeds, 30, "the first watcher's feed")
     plain = threading.Thread(target=watch, args=(streams[1], {}))
     plain.start()
-    _until(lambda: feeds[job_id].watchers == 2)
+    wait_for(lambda: feeds[job_id].watchers == 2, 30, "the second watcher")
     worker_db = Database(app.state.settings.db_url)
     try:
         assert run_job(job_id, RunContext(app.state.settings, worker_db)) == "succeeded"
@@ -107,9 +108,3 @@ def test_a_watchers_last_event_id_does_not_hold_back_the_others(app, client, hea
     assert progress == [0, 12], streams
     assert all(any(line.startswith("event: end") for line in lines) for lines in streams)
 
-
-def _until(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
