@@ -101,6 +101,11 @@ class GrowingFile(io.RawIOBase):
             return None
 
 
+def _quota_error(exc: QuotaExceeded) -> dict:
+    """The error a parse returns (not raises) when the dataset outgrows the tenant's room."""
+    return {"error": str(exc), "line": None, "status": 429, "quota_room": exc.limit}
+
+
 def parse_to_arrays(
     source: str,
     out_dir: str,
@@ -129,7 +134,7 @@ def parse_to_arrays(
     except QuotaExceeded as exc:  # the writer's first bytes (indptr's 0) already exceed the room
         if writer is not None:
             writer.abort()
-        return {"error": str(exc), "line": None, "status": 429, "quota_room": exc.limit}
+        return _quota_error(exc)
     except OSError as exc:
         if writer is not None:
             writer.abort()
@@ -175,7 +180,7 @@ def _parse_into(
     except UploadAborted as exc:
         return {"error": str(exc), "line": None, "aborted": True}
     except QuotaExceeded as exc:
-        return {"error": str(exc), "line": None, "status": 429, "quota_room": exc.limit}
+        return _quota_error(exc)
     except (ExpansionTooLarge, LibsvmLimitError) as exc:
         return {"error": str(exc), "line": getattr(exc, "line", None), "status": 413}
     except (ValueError, EOFError) as exc:  # LibsvmFormatError and corrupt compressed data
@@ -187,7 +192,7 @@ def _parse_into(
         shift = 0 if chunks.zero_based else 1  # a one-based file's raw indices, minus one
         stored = writer.finish(chunks.zero_based, chunks.has_qid, shift=shift)
     except QuotaExceeded as exc:
-        return {"error": str(exc), "line": None, "status": 429, "quota_room": exc.limit}
+        return _quota_error(exc)
     return {
         "n_rows": chunks.n_rows,
         "n_features": chunks.n_features,
