@@ -98,19 +98,19 @@ def test_prediction_runs_are_refused_where_their_csvs_may_not_fit(make_service, 
     with app.state.db.session() as session:
         used = storage_used(session, "acme")
     one_run = csv_estimate(dataset["n_rows"], 1)  # the model has one output (two classes)
-    keys.set_quota(app.state.db, "acme", storage_bytes=used + one_run + 100, active_jobs=None)
 
     def run():
         return client.post(f"/v1/models/{model}/predictions", json={"dataset_id": dataset["id"]},
                            headers=acme)  # fmt: skip
 
-    assert run().status_code == 202
+    keys.set_quota(app.state.db, "acme", storage_bytes=used + one_run - 1, active_jobs=None)
+    assert run().status_code == 429  # one byte short
+    keys.set_quota(app.state.db, "acme", storage_bytes=used + one_run, active_jobs=None)
+    assert run().status_code == 202  # exactly room for its CSV
     # before: every run was accepted and its CSV counted only once written (five runs stored
     # 3.3 MB under a 1 MB quota); now the queued run's CSV is counted ahead
     refused = run()
     assert refused.status_code == 429 and refused.headers["Retry-After"], refused.text
-    keys.set_quota(app.state.db, "acme", storage_bytes=used + 100, active_jobs=None)
-    assert run().status_code == 429
 
 
 def test_an_upload_with_almost_no_room_left_is_429(make_service):
