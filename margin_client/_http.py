@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -37,6 +38,23 @@ class MarginError(Exception):
             text = response.text.strip()[:500]
             body = {"title": response.reason_phrase or "Error", "detail": text or None}
         return cls(response.status_code, body)
+
+
+class InvalidId(ValueError):
+    """An id given to the client that names no resource (empty, or not a string)."""
+
+
+def resource_id(kind: str, value: Any) -> str:
+    """``value`` as the id of a ``kind`` (dataset, model, job), refused when it is empty: an
+    empty id would address the collection instead (``GET /v1/models/`` lists them)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidId(f"a {kind} id must be a non-empty string, got {value!r}")
+    return value
+
+
+def segment(ident: str) -> str:
+    """An id as one path segment, percent-encoded: ``../jobs`` must name no other resource."""
+    return quote(ident, safe="")
 
 
 class Client:
@@ -79,9 +97,10 @@ class Client:
         self.models = Models(self)
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """Send a request; a 4xx or 5xx answer raises `MarginError`."""
+        """Send a request; an answer other than 2xx raises `MarginError` (the service's API
+        never redirects, so a 3xx means the path named no resource)."""
         response = self.http.request(method, path, **kwargs)
-        if response.status_code >= 400:
+        if response.status_code >= 300:
             raise MarginError.from_response(response)
         return response
 

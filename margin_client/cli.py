@@ -104,7 +104,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the client command that `args` names; returns the exit status."""
     try:
-        from margin_client._http import Client, MarginError
+        from margin_client._http import Client, InvalidId, MarginError
     except ImportError as exc:  # a server-only install
         print(f"margin: the client commands need margin[client] ({exc})", file=sys.stderr)
         return 1
@@ -119,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"error: {exc}", file=sys.stderr)
         return 1
+    except InvalidId as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except httpx.TransportError as exc:
         print(f"error: cannot reach {client.url}: {exc}", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from margin_client._encode import npz_bytes
+from margin_client._http import resource_id, segment
 
 if TYPE_CHECKING:
     from margin_client._http import Client
@@ -41,7 +42,7 @@ def _file_chunks(path: Path, on_bytes: Callable[[int], None] | None) -> Iterator
 
 
 def dataset_id(dataset: str | dict[str, Any]) -> str:
-    return dataset if isinstance(dataset, str) else dataset["id"]
+    return resource_id("dataset", dataset if isinstance(dataset, str) else dataset["id"])
 
 
 class Datasets:
@@ -85,12 +86,12 @@ class Datasets:
         return list(self._client.paginate("/v1/datasets", limit=limit))
 
     def get(self, dataset: str | dict[str, Any]) -> DatasetInfo:
-        return self._client.get_json(f"/v1/datasets/{dataset_id(dataset)}")
+        return self._client.get_json(f"/v1/datasets/{segment(dataset_id(dataset))}")
 
     def stats(self, dataset: str | dict[str, Any]) -> dict[str, Any]:
         """Density, label histogram and the distribution of non-zeros per row."""
-        return self._client.get_json(f"/v1/datasets/{dataset_id(dataset)}/stats")
+        return self._client.get_json(f"/v1/datasets/{segment(dataset_id(dataset))}/stats")
 
     def delete(self, dataset: str | dict[str, Any]) -> None:
         """Remove a dataset (409 while a queued or running job uses it)."""
-        self._client.request("DELETE", f"/v1/datasets/{dataset_id(dataset)}")
+        self._client.request("DELETE", f"/v1/datasets/{segment(dataset_id(dataset))}")

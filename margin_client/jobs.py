@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import httpx
 
+from margin_client._http import MarginError, resource_id, segment
 from margin_client.datasets import dataset_id
 
 if TYPE_CHECKING:
@@ -104,8 +105,6 @@ class Job:
                         continue
                     if source.response.status_code >= 400:
                         source.response.read()
-                        from margin_client._http import MarginError
-
                         raise MarginError.from_response(source.response)
                     for event in source.iter_sse():
                         if event.event == "progress":
@@ -181,7 +180,8 @@ class Jobs:
         return Job(self._client, self._client.post_json("/v1/jobs", body, headers=headers))
 
     def get(self, job_id: str) -> Job:
-        return Job(self._client, self._client.get_json(f"/v1/jobs/{job_id}"))
+        path = f"/v1/jobs/{segment(resource_id('job', job_id))}"
+        return Job(self._client, self._client.get_json(path))
 
     def list(
         self,

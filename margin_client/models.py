@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 from margin_client import _encode
-from margin_client._http import MarginError
+from margin_client._http import MarginError, resource_id, segment
 from margin_client.datasets import dataset_id
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Prediction:
 
 
 def model_id(model: str | dict[str, Any]) -> str:
-    return model if isinstance(model, str) else model["id"]
+    return resource_id("model", model if isinstance(model, str) else model["id"])
 
 
 class Models:
@@ -77,10 +77,10 @@ class Models:
         return list(self._client.paginate("/v1/models", params, limit))
 
     def get(self, model: str | dict[str, Any]) -> ModelInfo:
-        return self._client.get_json(f"/v1/models/{model_id(model)}")
+        return self._client.get_json(f"/v1/models/{segment(model_id(model))}")
 
     def delete(self, model: str | dict[str, Any]) -> None:
-        self._client.request("DELETE", f"/v1/models/{model_id(model)}")
+        self._client.request("DELETE", f"/v1/models/{segment(model_id(model))}")
 
     def export(
         self, model: str | dict[str, Any], format: str = "liblinear", path: str | Path | None = None
@@ -88,7 +88,7 @@ class Models:
         """The model as a LIBLINEAR model file (text) or as JSON (a dict); written to `path`
         instead when given (then `path` is returned)."""
         response = self._client.request(
-            "GET", f"/v1/models/{model_id(model)}/export", params={"format": format}
+            "GET", f"/v1/models/{segment(model_id(model))}/export", params={"format": format}
         )
         if path is not None:
             Path(path).write_bytes(response.content)
@@ -99,13 +99,13 @@ class Models:
         """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
         dataset."""
         return self._client.post_json(
-            f"/v1/models/{model_id(model)}/evaluate", {"dataset_id": dataset_id(dataset)}
+            f"/v1/models/{segment(model_id(model))}/evaluate", {"dataset_id": dataset_id(dataset)}
         )
 
     def top_features(self, model: str | dict[str, Any], k: int = 20) -> dict[str, Any]:
         """The `k` largest weights by magnitude, with their features and classes."""
         return self._client.get_json(
-            f"/v1/models/{model_id(model)}/coefficients", params={"top": k}
+            f"/v1/models/{segment(model_id(model))}/coefficients", params={"top": k}
         )
 
     def predict(
@@ -126,7 +126,7 @@ class Models:
             try:
                 response = self._client.request(
                     "POST",
-                    f"/v1/models/{ident}/predict",
+                    f"/v1/models/{segment(ident)}/predict",
                     **_encode.request_for(X, start, stop, offset),
                 )
             except MarginError as exc:

@@ -185,3 +185,17 @@ def test_local_file_errors_are_one_line_not_a_traceback(service, tmp_path):
     empty.write_text("\n")
     result = margin(service, "predict", "mdl_any", str(empty))  # before: AttributeError
     assert result.returncode == 1 and result.stderr == f"error: no instances in {empty}\n"
+
+
+def test_an_empty_or_path_like_id_names_no_other_resource(service, heart_dataset):
+    # before: `models rm ''` printed "removed" with status 0 (the 307 to the list was taken for
+    # success), `datasets show ''` died on the redirect's empty body with a traceback, and
+    # `datasets show ../jobs` listed the jobs
+    for args in (("datasets", "show", ""), ("models", "rm", ""), ("jobs", "cancel", " ")):
+        result = margin(service, *args)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert "id must be a non-empty string" in result.stderr
+    result = margin(service, "datasets", "show", "../jobs", "--json")
+    assert result.returncode == 1 and json.loads(result.stderr)["status"] == 404
+    result = margin(service, "datasets", "show", f"../datasets/{heart_dataset}", "--json")
+    assert result.returncode == 1 and json.loads(result.stderr)["status"] == 404

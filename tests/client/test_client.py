@@ -144,3 +144,14 @@ def test_wait_returns_after_the_end(client, heart_dataset):
     start = time.monotonic()
     job = client.jobs.create(heart_dataset, C=2.0).wait()
     assert job.done and job.status == "succeeded" and time.monotonic() - start < 60
+
+
+def test_ids_are_one_path_segment_and_redirects_are_errors(client, heart_dataset):
+    with pytest.raises(ValueError, match="dataset id must be a non-empty string"):
+        client.datasets.delete("")
+    with pytest.raises(MarginError) as info:  # encoded: not ../datasets/<id> resolved to it
+        client.datasets.get(f"x/../{heart_dataset}")
+    assert info.value.status == 404
+    with pytest.raises(MarginError) as info:  # the API never redirects: a 3xx is an error
+        client.request("GET", "/")
+    assert info.value.status == 307
