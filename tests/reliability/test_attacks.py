@@ -400,3 +400,21 @@ def test_evaluating_on_an_unrelated_dataset_is_422(service):
     )
     assert response.status_code == 422 and "is a class of the model" in response.json()["detail"]
     assert service.http.delete(f"/v1/datasets/{unrelated.json()['id']}").status_code == 204
+
+
+def test_exports_of_a_model_of_eight_million_features(service):
+    from app.services.export import MAX_DENSE_EXPORT_ENTRIES
+
+    top = MAX_DENSE_EXPORT_ENTRIES + 1  # the dense exports' bound, one entry over
+    rows = "".join(f"{i % 2} {top - i}:1\n" for i in range(8)).encode()  # 80 bytes
+    dataset = service.http.post("/v1/datasets", files={"file": ("wide.svm", rows)})
+    assert dataset.status_code == 201, dataset.text
+    job_id = service.http.post("/v1/jobs", json={"dataset_id": dataset.json()["id"]}).json()["id"]
+    job = lambda: service.http.get(f"/v1/jobs/{job_id}").json()  # noqa: E731
+    wait_for(lambda: job()["status"] not in ("queued", "running"), 120, "the wide model's job")
+    assert job()["status"] == "succeeded", job()
+    url = f"/v1/models/{job()['model_id']}/export"
+    for format, status in (("onnx", 413), ("skops", 413), ("json", 200), ("liblinear", 200)):
+        response = attack(service, lambda f=format: service.http.get(url, params={"format": f}))
+        assert response.status_code == status, (format, response.text[:300])
+    assert response.text.count("\n") > top  # the LIBLINEAR file has a line per feature
