@@ -70,6 +70,12 @@ ACTIVE_STATUSES = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 TERMINAL_STATUSES = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.CANCELLED.value)
 
 
+# Ids that every progress report or status change takes from one sequence: 64-bit on PostgreSQL
+# (migration 0011); SQLite's INTEGER PRIMARY KEY is a 64-bit rowid already, and only INTEGER
+# (not BIGINT) makes the column that rowid.
+EVENT_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
 class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON}
 
@@ -157,7 +163,7 @@ class JobProgress(Base):
     __tablename__ = "job_progress"
     __table_args__ = (Index("ix_job_progress_job_id_id", "job_id", "id"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(EVENT_ID, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     iteration: Mapped[int] = mapped_column(Integer)
@@ -202,7 +208,7 @@ class JobEvent(Base):
     __tablename__ = "job_events"
     __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(EVENT_ID, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     attempt: Mapped[int] = mapped_column(Integer)  # the job's attempt after the change
     at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -108,3 +108,22 @@ def test_a_watchers_last_event_id_does_not_hold_back_the_others(app, client, hea
     assert progress == [0, 12], streams
     assert all(any(line.startswith("event: end") for line in lines) for lines in streams)
 
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_progress_ids_go_past_the_32_bit_range(app, client, heart, fake_trainer, db_url):
+    """Every job's reports take ids from one sequence: past 2^31 − 1 an INTEGER column failed
+    every progress write (now BIGINT, migration 0011), and a resume from such an id too."""
+    from sqlalchemy import text
+
+    start = 2**31 + 10
+    with app.state.db.engine.begin() as conn:
+        conn.execute(text(f"ALTER SEQUENCE job_progress_id_seq RESTART WITH {start}"))
+    fake_trainer(n_iter=3)
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-30}})
+    job_id = job.json()["id"]
+    state = client.app.state
+    assert run_job(job_id, RunContext(state.settings, state.db)) == "succeeded"
+    response = client.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": str(start)})
+    assert response.text.count("event: progress") == 2, response.text
+    assert f"id: {start + 2}\r\n" in response.text
