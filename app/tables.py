@@ -365,6 +365,7 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     max_storage_bytes: Mapped[int | None] = mapped_column(BigInteger)
     max_active_jobs: Mapped[int | None] = mapped_column(Integer)
+    max_active_prediction_runs: Mapped[int | None] = mapped_column(Integer)  # migration 0011
     # requests per key, in the `limits` notation ("100/second;2000/minute"); None: the default
     rate_limit: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
