@@ -12,6 +12,7 @@ from margin_client.models import model_id
 if TYPE_CHECKING:
     from margin_client._http import Client
 
+
 class PredictionRuns:
     def __init__(self, client: Client):
         self._client = client
@@ -33,8 +34,8 @@ class PredictionRuns:
         return self._client.get_json(self._path(model, run), params={"format": "json"})
 
     def cancel(self, model: str | dict[str, Any], run: str) -> dict[str, Any]:
-        """Cancel a queued or running run (a running one stops after its current chunk); a
-        run that has already ended raises MarginError 409."""
+        """Cancel a queued or running run (a running one stops between two chunks); a run
+        that has already ended raises MarginError 409."""
         return self._client.request("POST", f"{self._path(model, run)}/cancel").json()
 
     def download(self, model: str | dict[str, Any], run: str, path: str | Path) -> Path:

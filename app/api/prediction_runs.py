@@ -177,8 +177,8 @@ def get_prediction_run(
     responses={409: {"description": "the run has already ended"}},
 )
 def cancel_prediction_run(model: ModelDep, run_id: str, db: DatabaseDep, session: SessionDep):
-    """Cancel a queued or running run: it is `cancelled` at once, a running one stops after the
-    chunk it is writing and its partial CSV is removed. 409 for a run that has already ended."""
+    """Cancel a queued or running run: it is `cancelled` at once; a running one stops between
+    two chunks and its partial CSV is removed. 409 for a run that has already ended."""
     session.close()  # the cancel writes in its own transaction
     return _run_out(runs.cancel_run(db, model.id, run_id))
 

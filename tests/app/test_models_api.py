@@ -558,7 +558,7 @@ def test_cancel_a_queued_run(service, binary):
 
 
 def test_cancel_a_running_run_stops_it_between_chunks(service, binary, monkeypatch):
-    """The runner checks the run after each chunk: held at its first check, the run is
+    """The runner reads the run's status between chunks: held at its first read, the run is
     cancelled over HTTP; released, the runner stops there and removes its partial CSV."""
     import queue
     import threading
@@ -567,6 +567,7 @@ def test_cancel_a_running_run_stops_it_between_chunks(service, binary, monkeypat
     from app.storage import get_storage, prediction_key
 
     monkeypatch.setattr(runs, "CHUNK_ROWS", 4)  # 20 rows: five chunks
+    monkeypatch.setattr(runs, "CANCEL_CHECK_S", 0.0)  # a status read after every chunk
     at_check, release, outcomes = threading.Event(), threading.Event(), queue.Queue()
     checked, executed = runs.still_running, runs.execute_run
 
