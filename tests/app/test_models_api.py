@@ -604,6 +604,34 @@ def test_cancel_a_running_run_stops_it_between_chunks(service, binary, monkeypat
     assert run["status"] == "cancelled" and run["n_rows"] is None
 
 
+def test_a_run_cancelled_after_its_last_read_ends_cancelled_without_a_csv(
+    service, binary, monkeypatch
+):
+    import queue
+
+    from app.services import prediction_runs as runs
+    from app.storage import get_storage, prediction_key
+
+    monkeypatch.setattr(runs, "CANCEL_CHECK_S", 1e9)  # no status read during the run
+    write, executed, outcomes = runs.write_csv, runs.execute_run, queue.Queue()
+    model_id = binary[0]
+
+    def write_then_cancel(path, model, chunks):
+        n_rows = write(path, model, chunks)
+        runs.cancel_run(service.db, model_id, path.stem)  # path: tmp/<run id>.csv
+        return n_rows
+
+    monkeypatch.setattr(runs, "write_csv", write_then_cancel)
+    monkeypatch.setattr(runs, "execute_run", lambda *args: outcomes.put(executed(*args)))
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    url = f"/v1/models/{model_id}/predictions"
+    run_id = service.client.post(url, json={"dataset_id": dataset_id}).json()["id"]
+    assert outcomes.get(timeout=30) == "lost"  # its end found the run cancelled
+    assert not get_storage(service.settings).exists(prediction_key(run_id))
+    run = service.client.get(f"{url}/{run_id}?format=json").json()
+    assert run["status"] == "cancelled" and run["n_rows"] is None
+
+
 def test_cancel_a_finished_run_is_409(service, binary):
     model_id = binary[0]
     dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
