@@ -42,6 +42,9 @@ def add_parser(commands, common) -> None:
     quota.add_argument("--storage-mb", type=_at_least(0.0, float), help="stored bytes, in MB")
     quota.add_argument("--jobs", type=_at_least(0, int), help="queued or running jobs at once")
     quota.add_argument("--rate", help="requests per key, e.g. '50/second;1000/minute'")
+    quota.add_argument(
+        "--prediction-runs", type=_at_least(0, int), help="queued or running prediction runs"
+    )
 
 
 def _at_least(low, kind):
@@ -107,10 +110,11 @@ def _revoke(args, db, keys) -> None:
 
 def _quota(args, db, keys) -> None:
     storage_bytes = int(args.storage_mb * 2**20) if args.storage_mb is not None else None
-    row = keys.set_quota(db, args.tenant, storage_bytes, args.jobs, args.rate)
+    row = keys.set_quota(db, args.tenant, storage_bytes, args.jobs, args.rate, args.prediction_runs)
     print(
         f"tenant {row.id!r}: storage {row.max_storage_bytes} bytes, "
-        f"active jobs {row.max_active_jobs}, rate {row.rate_limit}",
+        f"active jobs {row.max_active_jobs}, "
+        f"active prediction runs {row.max_active_prediction_runs}, rate {row.rate_limit}",
         file=sys.stderr,
     )
 

@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     quota_active_jobs: int | None = Field(
         None, ge=1, description="default per-tenant queued or running jobs (unset: unlimited)"
     )
+    quota_active_prediction_runs: int = Field(
+        100, ge=0, description="default per-tenant queued or running prediction runs (0: no bound)"
+    )
     max_request_kb: float = Field(1024, gt=0, description="largest JSON request body, in KB")
     max_predict_body_mb: float = Field(64, gt=0, description="largest predict body, in MB")
     max_expanded_mb: float | None = Field(

@@ -93,12 +93,14 @@ def _include_routers(app: FastAPI) -> None:
         invocations,
         jobs,
         models,
+        prediction_runs,
         registry,
         solvers,
         summaries,
     )
 
-    for module in (datasets, jobs, solvers, models, invocations, registry, summaries):
+    modules = (datasets, jobs, solvers, models, prediction_runs, invocations, registry, summaries)
+    for module in modules:
         app.include_router(module.router, prefix="/v1", dependencies=[Depends(auth.authorize)])
     app.include_router(inference.router)  # keys checked by auth.AuthGate (/v2/models)
     openapi.install(app, keys_optional=app.state.auth.mode != "required")

@@ -156,7 +156,7 @@ class DatabaseCollector:
         run_family = GaugeMetricFamily(
             "margin_prediction_runs", "background prediction runs by status", labels=["status"]
         )
-        for status in ("queued", "running", "succeeded", "failed"):
+        for status in ("queued", "running", "succeeded", "failed", "cancelled"):
             run_family.add_metric([status], runs.get(status, 0))
         yield run_family
         yield GaugeMetricFamily(

@@ -71,7 +71,7 @@ TERMINAL_STATUSES = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatu
 
 
 # Ids that every progress report or status change takes from one sequence: 64-bit on PostgreSQL
-# (migration 0011); SQLite's INTEGER PRIMARY KEY is a 64-bit rowid already, and only INTEGER
+# (migration 0012); SQLite's INTEGER PRIMARY KEY is a 64-bit rowid already, and only INTEGER
 # (not BIGINT) makes the column that rowid.
 EVENT_ID = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -371,6 +371,7 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     max_storage_bytes: Mapped[int | None] = mapped_column(BigInteger)
     max_active_jobs: Mapped[int | None] = mapped_column(Integer)
+    max_active_prediction_runs: Mapped[int | None] = mapped_column(Integer)  # migration 0011
     # requests per key, in the `limits` notation ("100/second;2000/minute"); None: the default
     rate_limit: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -41,6 +41,7 @@ class Principal:
     key_id: str | None = None  # None when no key was sent (AUTH_MODE off)
     quota_storage_bytes: int | None = field(default=None, compare=False)
     quota_active_jobs: int | None = field(default=None, compare=False)
+    quota_active_prediction_runs: int | None = field(default=None, compare=False)
     rate_limit: str | None = field(default=None, compare=False)  # app.rate_limits notation
 
     def allows(self, scope: str) -> bool:

@@ -68,8 +68,9 @@ class Client:
     timeout : seconds for connecting and for each read.
     transport : an httpx transport (tests).
 
-    ``client.datasets``, ``client.jobs`` and ``client.models`` hold the operations. Errors are
-    raised as `MarginError`. Use as a context manager, or call `close`.
+    ``client.datasets``, ``client.jobs``, ``client.models`` and ``client.runs`` (background
+    prediction runs) hold the operations. Errors are raised as `MarginError`. Use as a context
+    manager, or call `close`.
     """
 
     def __init__(
@@ -83,6 +84,7 @@ class Client:
         from margin_client.datasets import Datasets
         from margin_client.jobs import Jobs
         from margin_client.models import Models
+        from margin_client.runs import PredictionRuns
 
         self.url = (url or os.environ.get("MARGIN_URL") or DEFAULT_URL).rstrip("/")
         key = api_key if api_key is not None else os.environ.get("MARGIN_API_KEY")
@@ -95,6 +97,7 @@ class Client:
         self.datasets = Datasets(self)
         self.jobs = Jobs(self)
         self.models = Models(self)
+        self.runs = PredictionRuns(self)
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send a request; an answer other than 2xx raises `MarginError` (the service's API

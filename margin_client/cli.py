@@ -1,4 +1,4 @@
-"""The `margin` client commands: datasets, train, jobs, models, predict, evaluate.
+"""The `margin` client commands: datasets, train, jobs, models, runs, predict, evaluate.
 
 They talk to a running service (``--url`` or MARGIN_URL, default http://127.0.0.1:8000) with
 ``--api-key`` or MARGIN_API_KEY. Every command takes ``--json``: the result as JSON on stdout
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-COMMANDS = ("datasets", "train", "jobs", "models", "predict", "evaluate")
+COMMANDS = ("datasets", "train", "jobs", "models", "runs", "predict", "evaluate")
 TRAIN_FLAGS = {  # flag -> (parameter, type)
     "--C": ("C", float),
     "--loss": ("loss", str),
@@ -89,6 +89,22 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     export.add_argument("id")
     export.add_argument("--format", choices=("liblinear", "json"), default="liblinear")
     export.add_argument("-o", "--output", type=Path, required=True, help="the file to write")
+
+    runs = commands.add_parser("runs", help="start, list, show, cancel background prediction runs")
+    sub = runs.add_subparsers(dest="runs_command", required=True)
+    start = command(sub, "start", cmd_runs_start, "predict every row of a stored dataset")
+    start.add_argument("model")
+    start.add_argument("dataset", help="a dataset id, or a file to upload first")
+    listing = command(sub, "list", cmd_runs_list, "list a model's runs, newest first")
+    listing.add_argument("model")
+    listing.add_argument("--limit", type=int, default=50)
+    for name, handler, help in (
+        ("show", cmd_runs_show, "show a run"),
+        ("cancel", cmd_runs_cancel, "cancel a queued or running run"),
+    ):
+        one = command(sub, name, handler, help)
+        one.add_argument("model")
+        one.add_argument("id")
 
     predict = command(commands, "predict", cmd_predict, "predict the lines of a LIBSVM file")
     predict.add_argument("model")
@@ -218,6 +234,15 @@ MODEL_COLUMNS = [
     ("created", lambda m: str(m.get("created_at", ""))[:19]),
 ]
 
+RUN_COLUMNS = [
+    ("id", lambda r: r["id"]),
+    ("status", lambda r: r["status"]),
+    ("dataset", lambda r: r.get("dataset_id")),
+    ("rows", lambda r: r.get("n_rows")),
+    ("created", lambda r: str(r.get("created_at", ""))[:19]),
+    ("error", lambda r: r.get("error")),
+]
+
 
 # ------------------------------------------------------------------------------------------
 # Commands
@@ -342,6 +367,35 @@ def cmd_models_export(client, args) -> None:
     path = client.models.export(args.id, format=args.format, path=args.output)
     result = {"id": args.id, "format": args.format, "path": str(path)}
     _emit(args, result, lambda r: print(f"wrote {r['path']}", file=sys.stderr))
+
+
+def _run_summary(run: dict) -> None:
+    line = f"{run['id']} {run['status']}"
+    if run.get("n_rows") is not None:
+        line += f", {run['n_rows']} rows"
+    if run.get("result"):
+        line += f" -> {run['result']}"
+    _console().print(line)
+    if run.get("error"):
+        _console().print(f"error: {run['error']}")
+
+
+def cmd_runs_start(client, args) -> None:
+    run = client.runs.start(args.model, _dataset_ref(client, args, args.dataset))
+    _emit(args, run, _run_summary)
+
+
+def cmd_runs_list(client, args) -> None:
+    items = client.runs.list(args.model, limit=args.limit)
+    _emit(args, items, lambda rows: _table(rows, RUN_COLUMNS))
+
+
+def cmd_runs_show(client, args) -> None:
+    _emit(args, client.runs.get(args.model, args.id), _fields)
+
+
+def cmd_runs_cancel(client, args) -> None:
+    _emit(args, client.runs.cancel(args.model, args.id), _run_summary)
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -32,7 +32,7 @@ from app.tables import TERMINAL_STATUSES, Job, JobProgress
 router = APIRouter(tags=["jobs"])
 FEED_SAFETY_S = 15.0  # a watcher reads the database itself after this long without a notice
 PAGE_ROWS = 1000  # progress rows read from the database at once
-MAX_PROGRESS_ID = 2**63 - 1  # progress ids are 64-bit integers (migration 0011)
+MAX_PROGRESS_ID = 2**63 - 1  # progress ids are 64-bit integers (migration 0012)
 
 
 @router.post("/jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)

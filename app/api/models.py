@@ -1,4 +1,5 @@
-"""Model resources: list, show, delete, predict, background predictions, evaluate, export.
+"""Model resources: list, show, delete, predict, evaluate, export (background prediction runs
+are in app.api.prediction_runs).
 
 ``predict`` is the latency-critical route: it is ``async`` and touches no database while its
 model is cached, reads the raw body and validates it by hand (services.prediction), and answers
@@ -9,17 +10,16 @@ never blocked for long.
 from __future__ import annotations
 
 import logging
-from contextlib import asynccontextmanager
 from itertools import chain
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from sqlalchemy import delete, select
-from sqlalchemy.exc import IntegrityError
 
-from app.api.model_lookup import ModelNotFound, app_singleton, load_model, model_cache
+from app.api.model_lookup import ModelNotFound, load_model, model_cache
+from app.api.prediction_runs import dataset_or_404, deleted_meanwhile
 from app.auth import authenticate
 from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
 from app.errors import ProblemError
@@ -29,7 +29,6 @@ from app.schemas.models import (
     ClassificationEvaluation,
     DatasetRef,
     ModelOut,
-    PredictionRunOut,
     RegressionEvaluation,
 )
 from app.schemas.registry import LineageOut
@@ -39,43 +38,15 @@ from app.services import prediction_runs as runs
 from app.services import registry
 from app.services.model_cache import model_from_row
 from app.services.prediction import InvalidInstances, dumps, predict_body
-from app.services.prediction_runner import PredictionRunner
-from app.storage import get_storage, prediction_key
-from app.tables import Dataset, Model, PredictionRun
+from app.tables import Model, PredictionRun
 
 log = logging.getLogger("margin.models")
-
-
-@asynccontextmanager
-async def _lifespan(app):
-    """Start the background prediction runner (it first recovers runs a stopped process left
-    active; see services.prediction_runner), and stop it with the app."""
-    await run_in_threadpool(prediction_runner, app)
-    try:
-        yield
-    finally:
-        runner = getattr(app.state, "prediction_runner", None)
-        if runner is not None:
-            await run_in_threadpool(runner.stop)
-
-
-router = APIRouter(tags=["models"], lifespan=_lifespan)
+router = APIRouter(tags=["models"])
 
 # Bodies up to this size are parsed on the event loop (a single instance takes tens of µs);
 # larger ones go to a worker thread.
 INLINE_BODY_BYTES = 64 * 1024
 _TITLES = {413: "Batch too large", 415: "Unsupported media type", 422: "Invalid instances"}
-
-
-def prediction_runner(app) -> PredictionRunner:
-    """The app's prediction runner (started on first use)."""
-
-    def started() -> PredictionRunner:
-        runner = PredictionRunner(app.state.db, app.state.settings)
-        runner.start()
-        return runner
-
-    return app_singleton(app, "prediction_runner", started)
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,133 +214,6 @@ def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: Set
 
 
 # --------------------------------------------------------------------------------------------
-# Background predictions
-
-
-def _run_out(run: PredictionRun) -> PredictionRunOut:
-    out = PredictionRunOut.model_validate(run)
-    if run.status == "succeeded":
-        out.result = f"/v1/models/{run.model_id}/predictions/{run.id}"
-    return out
-
-
-def _dataset_or_404(session, dataset_id: str) -> Dataset:
-    dataset = session.get(Dataset, dataset_id)
-    if dataset is None:
-        raise ProblemError(
-            404, "Dataset not found", f"dataset_id: no dataset with id {dataset_id!r}"
-        )
-    return dataset
-
-
-@router.post("/models/{model_id}/predictions", status_code=202, response_model=PredictionRunOut)
-def create_prediction_run(
-    body: DatasetRef,
-    model: ModelDep,
-    session: SessionDep,
-    db: DatabaseDep,
-    settings: SettingsDep,
-    request: Request,
-    response: Response,
-):
-    """Predict every row of a stored dataset in the background; GET the returned location for
-    the run's status, and for the CSV once it has succeeded."""
-    dataset = _dataset_or_404(session, body.dataset_id)
-    loaded = model_from_row(model)
-    runs.check_room(session, dataset.n_rows, len(loaded.intercept))
-    session.close()  # give its connection back: one request never holds two
-    try:
-        source = runs.DatasetSource.of(settings, dataset)
-        source.check(loaded)
-        run = runs.create_run(db, model.id, dataset.id)
-    except runs.DatasetMismatch as exc:
-        raise ProblemError(422, "Dataset not compatible", str(exc)) from None
-    except (FileNotFoundError, IntegrityError):  # the dataset was deleted meanwhile
-        raise _deleted_meanwhile(dataset.id) from None
-    prediction_runner(request.app).wake()
-    response.headers["Location"] = f"/v1/models/{model.id}/predictions/{run.id}"
-    return _run_out(run)
-
-
-def _deleted_meanwhile(dataset_id: str) -> ProblemError:
-    return ProblemError(
-        404, "Dataset not found", f"dataset {dataset_id!r} was deleted while it was being read"
-    )
-
-
-@router.get("/models/{model_id}/predictions", response_model=Page[PredictionRunOut])
-def list_prediction_runs(
-    model: ModelDep,
-    session: SessionDep,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
-    cursor: str | None = None,
-):
-    query = select(PredictionRun).where(PredictionRun.model_id == model.id)
-    items, next_cursor = keyset_page(session, query, PredictionRun.id, limit, cursor)
-    return Page[PredictionRunOut](items=[_run_out(r) for r in items], next=next_cursor)
-
-
-@router.get(
-    "/models/{model_id}/predictions/{run_id}",
-    response_model=PredictionRunOut,
-    responses={
-        200: {"content": {"text/csv": {}}, "description": "the CSV, once the run succeeded"},
-        202: {"description": "the run is queued or running (its status as JSON)"},
-        409: {"description": "the run failed (the detail says why)"},
-    },
-)
-def get_prediction_run(
-    model: ModelDep,
-    run_id: str,
-    request: Request,
-    session: SessionDep,
-    settings: SettingsDep,
-    format: Literal["csv", "json"] | None = None,
-):
-    """The run's CSV once it succeeded (``?format=json`` or ``Accept: application/json`` for its
-    status instead); 202 with its status while it is queued or running; 409 if it failed."""
-    run = session.get(PredictionRun, run_id)
-    if run is None or run.model_id != model.id:
-        raise not_found("Prediction run", run_id)
-    wants_json = format == "json" or (
-        format is None and "application/json" in request.headers.get("accept", "")
-    )
-    out = _run_out(run)
-    if wants_json:
-        return out
-    if run.status in runs.ACTIVE:
-        return Response(
-            out.model_dump_json(),
-            status_code=202,
-            media_type="application/json",
-            headers={"Retry-After": "1"},
-        )
-    if run.status == "failed":
-        raise ProblemError(
-            409,
-            "Prediction run failed",
-            run.error or "the run failed",
-            run=out.model_dump(mode="json"),
-        )
-    return _csv_response(settings, run)
-
-
-def _csv_response(settings, run: PredictionRun) -> Response:
-    """A succeeded run's CSV: the local file, or streamed from the object store; 410 if gone."""
-    storage = get_storage(settings)
-    key = prediction_key(run.id)
-    path = storage.local_path(key)
-    if path is None and storage.exists(key):
-        disposition = f'attachment; filename="{run.id}.csv"'
-        return StreamingResponse(
-            storage.read(key), media_type="text/csv", headers={"Content-Disposition": disposition}
-        )
-    if path is None or not path.exists():
-        raise ProblemError(410, "Prediction result gone", f"the CSV of run {run.id!r} is missing")
-    return FileResponse(path, media_type="text/csv", filename=f"{run.id}.csv")
-
-
-# --------------------------------------------------------------------------------------------
 # Evaluation and export
 
 
@@ -380,7 +224,7 @@ def _csv_response(settings, run: PredictionRun) -> Response:
 def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, settings: SettingsDep):
     """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
     dataset."""
-    dataset = _dataset_or_404(session, body.dataset_id)
+    dataset = dataset_or_404(session, body.dataset_id)
     session.close()  # no connection held while it computes
     loaded = model_from_row(model)
     try:
@@ -391,7 +235,7 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
     except runs.DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
     except FileNotFoundError:
-        raise _deleted_meanwhile(dataset.id) from None
+        raise deleted_meanwhile(dataset.id) from None
     return {
         "model_id": model.id,
         "dataset_id": dataset.id,

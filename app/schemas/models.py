@@ -59,7 +59,7 @@ class PredictionRunOut(BaseModel):
     id: str
     model_id: str
     dataset_id: str | None
-    status: Literal["queued", "running", "succeeded", "failed"] | str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"] | str
     n_rows: int | None
     error: str | None
     created_at: datetime

@@ -95,6 +95,7 @@ def set_quota(
     storage_bytes: int | None,
     active_jobs: int | None,
     rate_limit: str | None = None,
+    active_prediction_runs: int | None = None,
 ) -> Tenant:
     """Set a tenant's own limits (None keeps the service-wide default). `rate_limit` is a
     request rate per key in the `limits` notation, e.g. "50/second;1000/minute"."""
@@ -111,5 +112,6 @@ def set_quota(
         row.max_storage_bytes = storage_bytes
         row.max_active_jobs = active_jobs
         row.rate_limit = rate_limit
+        row.max_active_prediction_runs = active_prediction_runs
         session.add(row)
     return row

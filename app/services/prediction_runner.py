@@ -2,10 +2,12 @@
 prediction_runs table.
 
 The table is the queue: a request inserts a `queued` row and wakes the runner; a runner thread
-claims the oldest queued run (compare-and-set, so two API processes never run it twice) and writes
-its CSV. The threads are the runner's own, not the request thread pool, and each holds at most
-one database connection for a moment: a burst of runs waits in the table instead of taking every
-request thread and pooled connection, so other requests and /healthz stay fast.
+claims the next run, fairly across tenants (the tenant with the fewest running runs first, then the
+oldest; compare-and-set, so two API processes never run it twice) and writes its CSV, stopping
+between chunks if the run is cancelled meanwhile. The threads are the runner's own, not the
+request thread pool, and each holds at most one database connection for a moment: a burst of runs
+waits in the table instead of taking every request thread and pooled connection, so other requests
+and /healthz stay fast.
 
 Runs are recovered like jobs: at start and every few seconds, a run left `running` by a process
 that is gone (dead on this host, or silent for JOB_STALL_S once this runner has itself reached the

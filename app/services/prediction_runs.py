@@ -7,9 +7,17 @@ its lines sent to ``predict``.
 A run's CSV is written to ``DATA_DIR/tmp/<run id>.csv.part``, renamed when complete and then put
 in storage at ``predictions/<run id>.csv`` (STORAGE_URL), so a stored CSV is whole. A run is
 a row, `queued` until a runner thread of an API process
-claims it (`app.services.prediction_runner`), `running` with a heartbeat, then `succeeded` or
-`failed`; every write compares (run, attempt, status), so a run recovered from a silent process is
-never finished twice.
+claims it (`app.services.prediction_runner`), `running` with a heartbeat, then `succeeded`,
+`failed` or `cancelled`; every write compares (run, attempt, status), so a run recovered from a
+silent process is never finished twice.
+
+Runs are claimed fairly across tenants: the queued run of the tenant with the fewest running runs,
+the oldest first among equals, so one tenant's burst does not hold back another's single run. A
+tenant has at most QUOTA_ACTIVE_PREDICTION_RUNS active runs (`app.services.quotas`).
+
+A cancel moves a queued or running run to `cancelled` at once; the runner writing it reads the
+run's status between chunks (at most every CANCEL_CHECK_S), stops there and removes its partial
+CSV; a cancel that comes after the last read finds the CSV deleted at the run's end.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import scipy.sparse as sp
 from sqlalchemy import func, select, update
 
 from app.db import is_disk_full, is_unavailable
+from app.errors import ProblemError
 from app.jobs.workers import dead_here
 from app.services.dataset_files import align_columns
 from app.services.evaluation import classification_report, regression_report
@@ -42,12 +51,17 @@ from app.tables import Dataset, Model, PredictionRun, new_id, utcnow
 log = logging.getLogger("margin.predictions")
 
 CHUNK_ROWS = 8192
+CANCEL_CHECK_S = 0.5  # a running run reads its status at most this often (between chunks)
 END_DEADLINE_S = 300.0
 ACTIVE = ("queued", "running")
 
 
 class DatasetMismatch(ValueError):
     """A stored dataset that cannot be read in the model's feature space."""
+
+
+class RunCancelled(Exception):
+    """The run being written is no longer this runner's: cancelled (or deleted) meanwhile."""
 
 
 class DatasetSource:
@@ -89,8 +103,9 @@ class DatasetSource:
         shift = (0 if self.zero_based else 1) - (0 if model.zero_based else 1)
         return max(0, self.n_features + shift - model.n_features)
 
-    def chunks(self, model: LinearModel, rows: int = CHUNK_ROWS):
-        """Yield (first row, X chunk in the model's columns, y chunk) over the dataset.
+    def chunks(self, model: LinearModel, rows: int | None = None):
+        """Yield (first row, X chunk in the model's columns, y chunk) over the dataset, `rows`
+        rows at a time (default CHUNK_ROWS).
 
         The arrays are memory-mapped and read a chunk at a time, so a prediction over a large
         dataset does not hold it in the API process's memory."""
@@ -100,6 +115,7 @@ class DatasetSource:
         }
         indptr = arrays["indptr"]
         n_rows = len(indptr) - 1
+        rows = rows or CHUNK_ROWS
         for start in range(0, n_rows, rows):
             stop = min(start + rows, n_rows)
             lo, hi = int(indptr[start]), int(indptr[stop])
@@ -262,8 +278,12 @@ def check_room(session, n_rows: int, outputs: int) -> None:
 
 
 def create_run(db, model_id: str, dataset_id: str) -> PredictionRun:
-    """Insert a queued run; a `PredictionRunner` picks it up."""
+    """Insert a queued run, unless the tenant already has as many active runs as allowed (429);
+    a `PredictionRunner` picks it up."""
+    from app.services import quotas
+
     with db.write() as session:
+        quotas.check_active_prediction_runs(session)  # in this transaction: no two slip under
         run = PredictionRun(
             id=new_id("pred"), model_id=model_id, dataset_id=dataset_id, status="queued"
         )
@@ -281,16 +301,31 @@ class RunClaim:
     worker: str
 
 
+def next_queued():
+    """The query of the run to claim next: a queued run of the tenant with the fewest running
+    runs, the oldest (ids are time-ordered) among equals. It locks only that run (PostgreSQL:
+    FOR UPDATE OF prediction_runs SKIP LOCKED, so concurrent claimers take different runs;
+    SQLite serializes the writers)."""
+    running = (
+        select(PredictionRun.tenant, func.count().label("n"))
+        .where(PredictionRun.status == "running")
+        .group_by(PredictionRun.tenant)
+        .subquery()
+    )
+    return (
+        select(PredictionRun.id, PredictionRun.attempt)
+        .outerjoin(running, running.c.tenant == PredictionRun.tenant)
+        .where(PredictionRun.status == "queued")
+        .order_by(func.coalesce(running.c.n, 0), PredictionRun.id)
+        .limit(1)
+        .with_for_update(skip_locked=True, of=PredictionRun)
+    )
+
+
 def claim_next(db, worker: str) -> RunClaim | None:
-    """queued -> running for `worker`: the oldest queued run, or None."""
+    """queued -> running for `worker`: the next run in fair order (`next_queued`), or None."""
     with db.write() as session:
-        row = session.execute(
-            select(PredictionRun.id, PredictionRun.attempt)
-            .where(PredictionRun.status == "queued")
-            .order_by(PredictionRun.id)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-        ).one_or_none()
+        row = session.execute(next_queued()).one_or_none()
         if row is None:
             return None
         now = utcnow()
@@ -344,15 +379,20 @@ def _end(db, claim: RunClaim, status: str, **values) -> bool:
 
 def execute_run(db, settings, claim: RunClaim) -> str:
     """Run a claimed prediction: write its CSV, put it in storage and record the outcome on the
-    row (nothing is raised for the run's own errors). Returns the run's final status."""
+    row (nothing is raised for the run's own errors). Returns the run's final status, or
+    "stopped" (between chunks: no longer running under this claim) or "lost" (ended meanwhile)."""
     storage = get_storage(settings)
     key = prediction_key(claim.run_id)
     staging = staging_path(settings.data_dir, claim.run_id)
     try:
         model, source = _inputs(db, settings, claim.run_id)
-        n_rows = write_csv(staging, model, source.chunks(model))
+        chunks = until_cancelled(source.chunks(model), lambda: still_running(db, claim))
+        n_rows = write_csv(staging, model, chunks)
         size = staging.stat().st_size
         storage.store_file(staging, key)
+    except RunCancelled:  # write_csv has removed its partial .part file
+        log.info("prediction run %s stopped: cancelled, deleted or taken over", claim.run_id)
+        return "stopped"
     except Exception as exc:
         staging.unlink(missing_ok=True)
         if is_unavailable(exc):
@@ -370,6 +410,58 @@ def execute_run(db, settings, claim: RunClaim) -> str:
         storage.delete(key)  # deleted or taken meanwhile
         return "lost"
     return "succeeded"
+
+
+def until_cancelled(chunks, is_running: Callable[[], bool]):
+    """The chunks, asking `is_running` after a chunk is written (before the next is read) once
+    CANCEL_CHECK_S has passed since it last asked: RunCancelled once the run is no longer
+    running. (A read after every chunk cost 4-9% of a run on a loaded machine.)"""
+    asked = time.monotonic()
+    for chunk in chunks:
+        yield chunk
+        if time.monotonic() - asked >= CANCEL_CHECK_S:
+            if not is_running():
+                raise RunCancelled
+            asked = time.monotonic()
+
+
+def still_running(db, claim: RunClaim) -> bool:
+    """Whether the claimed run is still running under this claim (not cancelled, deleted or
+    recovered meanwhile). True while the database is away: the run goes on, and its end waits
+    for the database (`_end`)."""
+    try:
+        with db.session() as session:
+            status = session.scalar(
+                select(PredictionRun.status).where(
+                    PredictionRun.id == claim.run_id, PredictionRun.attempt == claim.attempt
+                )
+            )
+    except Exception as exc:
+        if is_unavailable(exc):
+            return True
+        raise
+    return status == "running"
+
+
+def cancel_run(db, model_id: str, run_id: str) -> PredictionRun:
+    """queued or running -> cancelled (a runner writing it stops between two chunks); 404 for
+    no such run of this model, 409 for a run that has already ended."""
+    with db.write() as session:
+        run = session.get(PredictionRun, run_id, with_for_update=True)
+        if run is None or run.model_id != model_id:
+            raise ProblemError(
+                404, "Prediction run not found", f"no prediction run with id {run_id!r}"
+            )
+        if run.status not in ACTIVE:
+            raise ProblemError(
+                409,
+                "Prediction run already ended",
+                f"prediction run {run_id!r} already ended {run.status}",
+            )
+        # the row is locked (PostgreSQL) or the database is (SQLite): the status read holds
+        _move(session, run.id, run.attempt, run.status, "cancelled", finished_at=utcnow())
+    with db.session() as session:
+        return session.get(PredictionRun, run_id)
 
 
 def _inputs(db, settings, run_id: str) -> tuple[LinearModel, DatasetSource]:

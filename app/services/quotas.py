@@ -1,14 +1,20 @@
-"""Per-tenant quotas: stored bytes and active (queued or running) jobs; 429 beyond them.
+"""Per-tenant quotas: stored bytes, active (queued or running) jobs and active prediction runs;
+429 beyond them.
 
 Stored bytes are what the tenant keeps on the service: its datasets' parsed arrays (their upload
 size for datasets stored before that was recorded), its models' weights and its prediction CSVs.
 An upload is also stopped while it is parsed, as soon as its arrays outgrow the room left
 (`storage_room`, handed to the parser as its budget).
 
+Jobs and prediction runs have separate bounds: a job is a solve in a worker process, a run is
+executed by the API process's own runner threads (PREDICTION_CONCURRENCY), so neither should take
+the other's room (a tenant training a model can still predict with the previous one).
+
 Limits are the tenant's own (`tenants` row) or the service-wide defaults (QUOTA_STORAGE_MB,
-QUOTA_ACTIVE_JOBS; unset means unlimited). Checks run inside the transaction that creates the
-resource and lock the tenant's row first, so concurrent requests of one tenant cannot both slip
-under the limit (SQLite serializes writers anyway; PostgreSQL takes the row lock).
+QUOTA_ACTIVE_JOBS, QUOTA_ACTIVE_PREDICTION_RUNS; None means unlimited). Checks run inside the
+transaction that creates the resource and lock the tenant's row first, so concurrent requests of
+one tenant cannot both slip under the limit (SQLite serializes writers anyway; PostgreSQL takes the
+row lock).
 """
 
 from __future__ import annotations
@@ -23,18 +29,14 @@ from app.tenancy import Principal
 
 STORAGE_RETRY_AFTER_S = 60
 JOBS_RETRY_AFTER_S = 5
+RUNS_RETRY_AFTER_S = 5
 
 
-def _limits(session: Session, principal: Principal) -> tuple[int | None, int | None]:
+def _limit(session: Session, principal: Principal, column: str, default: int | None) -> int | None:
+    """The tenant's own limit in `column` of its row (locked first), else `default`."""
     row = session.get(Tenant, principal.tenant, with_for_update=True)
-    if row is None:
-        return principal.quota_storage_bytes, principal.quota_active_jobs
-    storage = row.max_storage_bytes
-    jobs = row.max_active_jobs
-    return (
-        storage if storage is not None else principal.quota_storage_bytes,
-        jobs if jobs is not None else principal.quota_active_jobs,
-    )
+    own = getattr(row, column) if row is not None else None
+    return own if own is not None else default
 
 
 def storage_used(session: Session, tenant: str) -> int:
@@ -80,7 +82,7 @@ def check_storage(session: Session, incoming_bytes: int) -> None:
     principal = tenancy.current()
     if principal is None:
         return
-    limit, _ = _limits(session, principal)
+    limit = _limit(session, principal, "max_storage_bytes", principal.quota_storage_bytes)
     if limit is None:
         return
     used = storage_used(session, principal.tenant)
@@ -93,7 +95,7 @@ def check_active_jobs(session: Session) -> None:
     principal = tenancy.current()
     if principal is None:
         return
-    _, limit = _limits(session, principal)
+    limit = _limit(session, principal, "max_active_jobs", principal.quota_active_jobs)
     if limit is None:
         return
     active = session.scalar(
@@ -109,4 +111,33 @@ def check_active_jobs(session: Session) -> None:
             f"{limit}; retry when one ends",
             quota_active_jobs=limit,
             headers={"Retry-After": str(JOBS_RETRY_AFTER_S)},
+        )
+
+
+def check_active_prediction_runs(session: Session) -> None:
+    """429 when the current tenant already has as many queued or running prediction runs as
+    allowed (its own `max_active_prediction_runs`, else QUOTA_ACTIVE_PREDICTION_RUNS)."""
+    principal = tenancy.current()
+    if principal is None:
+        return
+    default = principal.quota_active_prediction_runs
+    limit = _limit(session, principal, "max_active_prediction_runs", default)
+    if limit is None:
+        return
+    active = session.scalar(
+        select(func.count())
+        .select_from(PredictionRun)
+        .where(
+            PredictionRun.tenant == principal.tenant,
+            PredictionRun.status.in_(ACTIVE_STATUSES),  # queued, running: a run's too
+        )
+    )
+    if active >= limit:
+        raise ProblemError(
+            429,
+            "Prediction run quota exceeded",
+            f"tenant {principal.tenant!r} has {active} queued or running prediction runs, its "
+            f"limit is {limit}; retry when one ends, or cancel one",
+            quota_active_prediction_runs=limit,
+            headers={"Retry-After": str(RUNS_RETRY_AFTER_S)},
         )

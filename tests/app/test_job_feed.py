@@ -113,7 +113,7 @@ def test_a_watchers_last_event_id_does_not_hold_back_the_others(app, client, hea
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_progress_ids_go_past_the_32_bit_range(app, client, heart, fake_trainer, db_url):
     """Every job's reports take ids from one sequence: past 2^31 − 1 an INTEGER column failed
-    every progress write (now BIGINT, migration 0011), and a resume from such an id too."""
+    every progress write (now BIGINT, migration 0012), and a resume from such an id too."""
     from sqlalchemy import text
 
     start = 2**31 + 10

@@ -39,6 +39,7 @@ class Service:
         zero_based=False,
         params=None,
         n_features=None,
+        tenant="local",
     ):
         coef = np.atleast_2d(np.asarray(coef, dtype=np.float64))
         model_id = new_id("model")
@@ -46,6 +47,7 @@ class Service:
             session.add(
                 Model(
                     id=model_id,
+                    tenant=tenant,
                     job_id=None,
                     dataset_id=None,
                     estimator="LinearSVC",
@@ -65,7 +67,7 @@ class Service:
             )
         return model_id
 
-    def add_dataset(self, X, y, zero_based=False, label_kind="classes"):
+    def add_dataset(self, X, y, zero_based=False, label_kind="classes", tenant="local"):
         """Store arrays the way the upload path does (raw .npy files under datasets/<id>/)."""
         X = sp.csr_matrix(X)
         dataset_id = new_id("ds")
@@ -82,6 +84,7 @@ class Service:
             session.add(
                 Dataset(
                     id=dataset_id,
+                    tenant=tenant,
                     name="test",
                     filename="test.svm",
                     n_rows=X.shape[0],
@@ -451,6 +454,230 @@ def test_a_pending_run_answers_202(service, binary):
     assert service.client.delete(f"/v1/models/{binary[0]}").status_code == 409
 
 
+def _key(service, tenant: str) -> dict[str, str]:
+    """Headers of a new key of `tenant` (AUTH_MODE=auto on loopback: a key sent is used)."""
+    from app.services import keys
+
+    return {"Authorization": f"Bearer {keys.create_key(service.db, tenant, 't', ['admin'])[1]}"}
+
+
+def _tenant_model(service, tenant: str, n_rows: int = 10) -> tuple[str, str]:
+    """A model and a dataset of `tenant`: (model id, dataset id)."""
+    coef = np.random.default_rng(2).standard_normal((1, N_FEATURES))
+    model_id = service.add_model(coef, [0.0], classes=[-1, 1], tenant=tenant)
+    X = rng_problem(n=n_rows, seed=5)
+    return model_id, service.add_dataset(X, np.ones(n_rows), tenant=tenant)
+
+
+def test_active_prediction_runs_are_bounded_per_tenant(service):
+    from app.services import keys
+
+    service.app.state.prediction_runner.stop()  # the runs stay queued
+    acme, globex = _key(service, "acme"), _key(service, "globex")
+    keys.set_quota(service.db, "acme", None, None, active_prediction_runs=2)
+    model_id, dataset_id = _tenant_model(service, "acme")
+    url = f"/v1/models/{model_id}/predictions"
+
+    def start(headers=acme, model=model_id, dataset=dataset_id):
+        body = {"dataset_id": dataset}
+        return service.client.post(f"/v1/models/{model}/predictions", json=body, headers=headers)
+
+    accepted = [start(), start()]
+    assert [r.status_code for r in accepted] == [202, 202]  # at the bound
+    refused = start()  # one over
+    assert refused.status_code == 429, refused.text
+    assert int(refused.headers["Retry-After"]) > 0
+    problem = refused.json()
+    assert problem["quota_active_prediction_runs"] == 2
+    assert "2 queued or running prediction runs" in problem["detail"]
+    assert len(service.client.get(url, headers=acme).json()["items"]) == 2  # no third row
+    # the bound is per tenant: globex has the default (QUOTA_ACTIVE_PREDICTION_RUNS, 100)
+    assert start(globex, *_tenant_model(service, "globex")).status_code == 202
+    # a cancelled run frees its slot
+    run_id = accepted[0].json()["id"]
+    assert service.client.post(f"{url}/{run_id}/cancel", headers=acme).status_code == 200
+    assert start().status_code == 202
+
+
+def test_runs_are_claimed_fairly_across_tenants(service, binary):
+    """Tenant a queues five runs, then tenant b one: b's run is claimed second, not sixth."""
+    from app.services.prediction_runs import claim_next
+
+    service.app.state.prediction_runner.stop()
+    with service.db.write() as session:
+        for i, tenant in enumerate("aaaaab", start=1):  # ids are in queue order
+            session.add(PredictionRun(id=f"pred_{i}", model_id=binary[0], tenant=tenant))
+    claimed = [claim_next(service.db, "w:1:0").run_id for _ in range(4)]
+    # a (0 running) before b (0) by age; then b (0) before a (1); then a (1) ties b (1): age
+    assert claimed == ["pred_1", "pred_6", "pred_2", "pred_3"]
+    with service.db.session() as session:
+        statuses = {r.id: r.status for r in session.scalars(select(PredictionRun))}
+    assert [statuses[f"pred_{i}"] for i in range(1, 7)] == ["running"] * 3 + ["queued"] * 2 + [
+        "running"
+    ]
+
+
+def test_concurrent_claims_never_take_a_run_twice(service, binary):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.services.prediction_runs import claim_next
+
+    service.app.state.prediction_runner.stop()
+    with service.db.write() as session:
+        for i in range(12):
+            session.add(PredictionRun(id=f"pred_{i:02d}", model_id=binary[0], tenant="abc"[i % 3]))
+
+    def claims(worker: int) -> list[str]:
+        taken = [claim_next(service.db, f"w:{worker}:0") for _ in range(4)]
+        return [c.run_id for c in taken if c is not None]
+
+    with ThreadPoolExecutor(4) as pool:
+        claimed = [run for runs in pool.map(claims, range(4)) for run in runs]
+    assert sorted(claimed) == [f"pred_{i:02d}" for i in range(12)]  # each once, none left
+
+
+def test_cancel_a_queued_run(service, binary):
+    from app.services.prediction_runs import claim_next
+
+    service.app.state.prediction_runner.stop()
+    model_id = binary[0]
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    url = f"/v1/models/{model_id}/predictions"
+    run = service.client.post(url, json={"dataset_id": dataset_id}).json()
+    assert run["status"] == "queued"
+    r = service.client.post(f"{url}/{run['id']}/cancel")
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "cancelled" and r.json()["finished_at"] is not None
+    assert claim_next(service.db, "w:1:0") is None  # the runner never takes it
+    assert [i["status"] for i in service.client.get(url).json()["items"]] == ["cancelled"]
+    assert 'margin_prediction_runs{status="cancelled"} 1.0' in service.client.get("/metrics").text
+    r = service.client.get(f"{url}/{run['id']}")
+    assert r.status_code == 409 and r.json()["title"] == "Prediction run cancelled"
+    again = service.client.post(f"{url}/{run['id']}/cancel")
+    assert again.status_code == 409 and "already ended cancelled" in again.json()["detail"]
+
+
+def test_cancel_a_running_run_stops_it_between_chunks(service, binary, monkeypatch):
+    """The runner reads the run's status between chunks: held at its first read, the run is
+    cancelled over HTTP; released, the runner stops there and removes its partial CSV."""
+    import queue
+    import threading
+
+    from app.services import prediction_runs as runs
+    from app.storage import get_storage, prediction_key
+
+    monkeypatch.setattr(runs, "CHUNK_ROWS", 4)  # 20 rows: five chunks
+    monkeypatch.setattr(runs, "CANCEL_CHECK_S", 0.0)  # a status read after every chunk
+    at_check, release, outcomes = threading.Event(), threading.Event(), queue.Queue()
+    checked, executed = runs.still_running, runs.execute_run
+
+    def held_check(db, claim):
+        at_check.set()
+        assert release.wait(30)
+        return checked(db, claim)
+
+    def recorded(*args):
+        outcome = executed(*args)
+        outcomes.put(outcome)
+        return outcome
+
+    monkeypatch.setattr(runs, "still_running", held_check)
+    monkeypatch.setattr(runs, "execute_run", recorded)
+    model_id = binary[0]
+    dataset_id = service.add_dataset(rng_problem(n=20), np.ones(20))
+    url = f"/v1/models/{model_id}/predictions"
+    run_id = service.client.post(url, json={"dataset_id": dataset_id}).json()["id"]
+    try:
+        assert at_check.wait(30), "the runner did not write the first chunk"
+        staging = runs.staging_path(service.settings.data_dir, run_id)
+        part = staging.with_suffix(".csv.part")
+        assert part.exists()  # the first chunk is written, the rest not
+        assert service.client.get(f"{url}/{run_id}?format=json").json()["status"] == "running"
+        r = service.client.post(f"{url}/{run_id}/cancel")
+        assert r.status_code == 200 and r.json()["status"] == "cancelled", r.text
+    finally:
+        release.set()
+    assert outcomes.get(timeout=30) == "stopped"
+    assert not part.exists() and not staging.exists()
+    assert not get_storage(service.settings).exists(prediction_key(run_id))
+    run = service.client.get(f"{url}/{run_id}?format=json").json()
+    assert run["status"] == "cancelled" and run["n_rows"] is None
+
+
+def test_a_run_cancelled_after_its_last_read_ends_cancelled_without_a_csv(
+    service, binary, monkeypatch
+):
+    import queue
+
+    from app.services import prediction_runs as runs
+    from app.storage import get_storage, prediction_key
+
+    monkeypatch.setattr(runs, "CANCEL_CHECK_S", 1e9)  # no status read during the run
+    write, executed, outcomes = runs.write_csv, runs.execute_run, queue.Queue()
+    model_id = binary[0]
+
+    def write_then_cancel(path, model, chunks):
+        n_rows = write(path, model, chunks)
+        runs.cancel_run(service.db, model_id, path.stem)  # path: tmp/<run id>.csv
+        return n_rows
+
+    monkeypatch.setattr(runs, "write_csv", write_then_cancel)
+    monkeypatch.setattr(runs, "execute_run", lambda *args: outcomes.put(executed(*args)))
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    url = f"/v1/models/{model_id}/predictions"
+    run_id = service.client.post(url, json={"dataset_id": dataset_id}).json()["id"]
+    assert outcomes.get(timeout=30) == "lost"  # its end found the run cancelled
+    assert not get_storage(service.settings).exists(prediction_key(run_id))
+    run = service.client.get(f"{url}/{run_id}?format=json").json()
+    assert run["status"] == "cancelled" and run["n_rows"] is None
+
+
+def test_cancel_a_finished_run_is_409(service, binary):
+    model_id = binary[0]
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    url = f"/v1/models/{model_id}/predictions"
+    location = service.client.post(url, json={"dataset_id": dataset_id}).headers["location"]
+    assert finished_run(service.client, location)["status"] == "succeeded"
+    r = service.client.post(f"{location}/cancel")
+    assert r.status_code == 409 and "already ended succeeded" in r.json()["detail"]
+    assert service.client.get(location).status_code == 200  # its CSV is untouched
+
+
+def test_cancel_another_tenants_run_is_404(service):
+    service.app.state.prediction_runner.stop()
+    acme, globex = _key(service, "acme"), _key(service, "globex")
+    model_id, dataset_id = _tenant_model(service, "acme")
+    url = f"/v1/models/{model_id}/predictions"
+    run_id = service.client.post(url, json={"dataset_id": dataset_id}, headers=acme).json()["id"]
+    r = service.client.post(f"{url}/{run_id}/cancel", headers=globex)
+    assert r.status_code == 404, r.text
+    # nor through a model of its own
+    own, _ = _tenant_model(service, "globex")
+    r = service.client.post(f"/v1/models/{own}/predictions/{run_id}/cancel", headers=globex)
+    assert r.status_code == 404 and "Prediction run not found" == r.json()["title"]
+    run = service.client.get(f"{url}/{run_id}?format=json", headers=acme).json()
+    assert run["status"] == "queued"
+
+
+def test_the_python_client_starts_lists_and_cancels_runs(service, binary, tmp_path):
+    from margin_client import Client, MarginError
+
+    service.app.state.prediction_runner.stop()
+    model_id = binary[0]
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    with Client("http://testserver", transport=service.client._transport) as client:
+        run = client.runs.start(model_id, dataset_id)
+        assert client.runs.get(model_id, run["id"])["status"] == "queued"
+        assert client.runs.cancel(model_id, run["id"])["status"] == "cancelled"
+        assert [r["status"] for r in client.runs.list(model_id)] == ["cancelled"]
+        with pytest.raises(MarginError) as ended:
+            client.runs.cancel(model_id, run["id"])
+        assert ended.value.status == 409
+        with pytest.raises(MarginError) as cancelled:
+            client.runs.download(model_id, run["id"], tmp_path / "out.csv")
+        assert cancelled.value.status == 409 and not (tmp_path / "out.csv").exists()
+
+
 # --------------------------------------------------------------------------------------------
 # Evaluate and export
 
@@ -538,6 +765,7 @@ def test_openapi_documents_predict_and_the_model_routes(service):
         "/v1/models/{model_id}",
         "/v1/models/{model_id}/predictions",
         "/v1/models/{model_id}/predictions/{run_id}",
+        "/v1/models/{model_id}/predictions/{run_id}/cancel",
         "/v1/models/{model_id}/evaluate",
         "/v1/models/{model_id}/export",
     ]:

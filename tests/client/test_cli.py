@@ -82,6 +82,30 @@ def test_from_a_file_to_predictions_through_pipes(service, tmp_path):
     assert missing.returncode == 1 and "404 Dataset not found" in missing.stderr
 
 
+def test_prediction_runs_start_list_and_cancel(service, heart_model, heart_dataset, capsys):
+    from margin_client.cli import main  # in this process: no interpreter to start each time
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        code = main([*args, "--url", service.url])
+        return (code, *capsys.readouterr())
+
+    code, out, _ = cli("runs", "start", heart_model, heart_dataset, "--json")
+    run = json.loads(out)
+    with Client(service.url) as client:
+        ended = wait_for(
+            lambda: (r := client.runs.get(heart_model, run["id"]))["status"]
+            not in ("queued", "running") and r,
+            60, "the run to end",
+        )  # fmt: skip
+    assert code == 0 and ended["status"] == "succeeded" and ended["n_rows"] == 270
+    code, out, _ = cli("runs", "list", heart_model)
+    assert code == 0 and "status" in out and "succeeded" in out
+    code, out, _ = cli("runs", "show", heart_model, run["id"], "--json")
+    assert code == 0 and json.loads(out) == ended
+    code, _, err = cli("runs", "cancel", heart_model, run["id"])
+    assert code == 1 and "409 Prediction run already ended" in err
+
+
 def test_human_output_has_no_control_codes_when_piped(service, heart_dataset):
     for args in (("datasets", "list"), ("jobs", "list"), ("models", "list"),
                  ("datasets", "show", heart_dataset)):

@@ -54,6 +54,7 @@ def test_explicit_modes_win_over_the_address():
         ("DELETE", "/v1/models/mdl_1", "train"),
         ("POST", "/v1/models/mdl_1/predict", "predict"),
         ("POST", "/v1/models/mdl_1/predictions", "predict"),
+        ("POST", "/v1/models/mdl_1/predictions/run_1/cancel", "predict"),
         ("POST", "/v1/models/mdl_1/evaluate", "predict"),
     ],
 )

@@ -65,13 +65,15 @@ def test_keys_commands(tmp_path, shared_parser):  # noqa: F811
     assert listed.returncode == 0, listed.stderr
     assert "acme" in listed.stdout and "read,train" in listed.stdout
     assert key not in listed.stdout and key[12:] not in listed.stdout
-    quota = margin("keys", "quota", "--data-dir", str(data), "--tenant", "acme", "--jobs", "3")
+    quota = margin("keys", "quota", "--data-dir", str(data), "--tenant", "acme", "--jobs", "3",
+                   "--prediction-runs", "7")  # fmt: skip
     assert quota.returncode == 0, quota.stderr
 
     app = create_app(Settings(data_dir=data, auth_mode="required", auth_cache_s=0))
     app.state.parser = shared_parser
     with app.state.db.session() as session:
         assert session.get(Tenant, "acme").max_active_jobs == 3
+        assert session.get(Tenant, "acme").max_active_prediction_runs == 7
     headers = {"Authorization": f"Bearer {key}"}
     with TestClient(app, raise_server_exceptions=False) as client:
         assert client.get("/v1/datasets", headers=headers).status_code == 200

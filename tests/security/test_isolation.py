@@ -71,6 +71,7 @@ def test_other_tenant_gets_404_everywhere(two_tenants):
         ("POST", f"/v1/models/{model}/predict", {"instances": [{"indices": [1], "values": [1]}]}),
         ("POST", f"/v1/models/{model}/evaluate", {"dataset_id": ds}),
         ("POST", f"/v1/models/{model}/predictions", {"dataset_id": ds}),
+        ("POST", f"/v1/models/{model}/predictions/{run}/cancel", None),
         ("DELETE", f"/v1/models/{model}", None),
         ("POST", "/v1/jobs", {"dataset_id": ds}),
     ]

@@ -1,5 +1,5 @@
-"""Per-tenant quotas: stored bytes and active jobs; 429 with Retry-After beyond them, nothing
-stored by a refused request, other tenants unaffected."""
+"""Per-tenant quotas: stored bytes, active jobs and active prediction runs; 429 with Retry-After
+beyond them, nothing stored by a refused request, other tenants unaffected."""
 
 from __future__ import annotations
 
@@ -80,6 +80,28 @@ def test_tenant_quota_overrides_the_default(make_service, fake_trainer):
         for _ in range(4)
     ]
     assert codes == [202, 202, 202, 429]
+
+
+def test_default_prediction_run_quota_from_settings(make_service, fake_trainer):
+    from app.jobs.runner import RunContext, run_job
+
+    fake_trainer()
+    client, app = make_service(auth_mode="required", quota_active_prediction_runs=1)
+    app.state.prediction_runner.stop()  # the runs stay queued
+    acme = new_key(app, "acme", "admin")
+    dataset = upload(client, heart(0), headers=acme).json()["id"]
+    job = client.post("/v1/jobs", json={"dataset_id": dataset}, headers=acme).json()
+    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
+    model = client.get(f"/v1/jobs/{job['id']}", headers=acme).json()["model_id"]
+
+    def run():
+        return client.post(f"/v1/models/{model}/predictions", json={"dataset_id": dataset},
+                           headers=acme)  # fmt: skip
+
+    assert [run().status_code, run().status_code] == [202, 429]
+    # the tenant's own bound wins over the default; it is apart from the jobs' quota
+    keys.set_quota(app.state.db, "acme", None, active_jobs=0, active_prediction_runs=3)
+    assert [run().status_code for _ in range(3)] == [202, 202, 429]
 
 
 def test_prediction_runs_are_refused_where_their_csvs_may_not_fit(make_service, fake_trainer):

@@ -4,16 +4,16 @@ Every progress report of every job takes an id from one sequence, and PostgreSQL
 at 2^31 − 1: a busy service would one day fail every progress write. SQLite's INTEGER PRIMARY
 KEY is already a 64-bit rowid, so there is nothing to do there.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-11-27
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
