@@ -20,6 +20,8 @@ from app.schemas.params import ESTIMATORS, EstimatorSpec
 from app.services import idempotency, quotas
 from app.tables import Dataset, Job, JobProgress, new_id, utcnow
 
+MAX_PROGRESS_ID = 2**31 - 1  # progress ids are 32-bit integers (PostgreSQL's INTEGER)
+
 
 def _invalid(field: str, message: str) -> ProblemError:
     return ProblemError(
@@ -236,13 +238,23 @@ def progress_records(
     )
 
     def position(after: str) -> int:
-        if not after.isdigit():
+        value = progress_id(after)
+        if value is None:
             raise ProblemError(422, "Invalid cursor", f"cursor: not a progress cursor: {cursor!r}")
-        return int(after)
+        return value
 
     return keyset_page(
         session, query, JobProgress.id, limit, cursor, descending=False, position=position
     )
+
+
+def progress_id(text: str) -> int | None:
+    """The progress id `text` spells as plain ASCII decimal digits within the column's range,
+    else None (`str.isdigit` alone also takes '²', which `int` refuses)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_PROGRESS_ID)):
+        return None
+    value = int(text)
+    return value if value <= MAX_PROGRESS_ID else None
 
 
 def cancel_job(db: Database, queue: JobQueue, job_id: str, keep_model: bool = False) -> Job:

@@ -132,6 +132,27 @@ def test_run_job_records_progress_and_stores_the_model(app, client, db, heart, f
     assert model.train_accuracy is not None and model.n_iter == 5
 
 
+@pytest.mark.parametrize(
+    "position", ["\u00b2", "\u0663", "2147483648", "9" * 30, "9" * 5000, "-1", " 1"]
+)
+def test_a_forged_progress_cursor_is_a_422(app, client, heart, fake_trainer, position):
+    """Superscript and Arabic-Indic digits pass str.isdigit but not int; ids past the INTEGER
+    column overflow the database's parameter (both were 500s)."""
+    import base64
+
+    fake_trainer(n_iter=4)
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 2e-4}}).json()
+    assert run_job(job["id"], context(app)) == "succeeded"
+    cursor = base64.urlsafe_b64encode(position.encode()).decode().rstrip("=")
+    answer = client.get(f"/v1/jobs/{job['id']}/progress", params={"cursor": cursor})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["title"] == "Invalid cursor"
+    largest = base64.urlsafe_b64encode(b"2147483647").decode().rstrip("=")  # the column's limit
+    page = client.get(f"/v1/jobs/{job['id']}/progress", params={"cursor": largest})
+    assert page.status_code == 200 and page.json()["items"] == []
+
+
+
 def test_percent_and_eta_while_running(app, client, heart, fake_trainer):
     fake_trainer(n_iter=8, delay=0.05)
     job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-9}}).json()
