@@ -1,11 +1,12 @@
 """Size limits on what clients send: request bodies (every endpoint) and the expanded size of
-compressed uploads (no decompression bombs).
+compressed uploads (no decompression bombs); and no NUL character in a URL.
 
 `BodySizeLimit` is a pure ASGI middleware, cheap enough for the prediction path: a request that
 declares its length is judged on the header alone (the HTTP server never delivers more than the
 declared length); only a chunked body is counted as it arrives. Limits by route: uploads
 MAX_UPLOAD_MB (plus room for the multipart envelope), predict MAX_PREDICT_BODY_MB, everything else
-MAX_REQUEST_KB.
+MAX_REQUEST_KB. A URL whose path or query holds a NUL character is a 422 here: no identifier,
+cursor or parameter may contain one, and PostgreSQL cannot even compare text with it.
 
 `open_expanded` wraps an upload stream so that a compressed upload is decompressed here, counted,
 and stopped once it expands beyond MAX_EXPANDED_MB; the reader then sees plain text.
@@ -68,7 +69,11 @@ class BodySizeLimit:
             return
         limit = self.limits.for_path(scope["method"], scope["path"])
         declared = _content_length(scope)
-        if declared is None:
+        if "\x00" in scope["path"] or b"%00" in scope["query_string"]:
+            from app.errors import NUL_DETAIL
+
+            await _reject(send, 422, "Invalid request", NUL_DETAIL, scope)
+        elif declared is None:
             await self.app(scope, _counting(receive, limit), send)
         elif declared < 0:
             await _reject(

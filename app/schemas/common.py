@@ -33,7 +33,10 @@ def decode_cursor(cursor: str | None) -> str | None:
         return None
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        return base64.b64decode(padded.encode(), altchars=b"-_", validate=True).decode()
+        position = base64.b64decode(padded.encode(), altchars=b"-_", validate=True).decode()
+        if "\x00" in position:  # never in an id; PostgreSQL cannot compare text holding one
+            raise ValueError(position)
+        return position
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ProblemError(
             422,
