@@ -21,6 +21,9 @@ from app.services import idempotency, quotas
 from app.tables import Dataset, Job, JobProgress, new_id, utcnow
 
 MAX_PROGRESS_ID = 2**31 - 1  # progress ids are 32-bit integers (PostgreSQL's INTEGER)
+# Weights (features x outputs) of a model a job may train: 1 GiB of float64. The solvers hold
+# them as a dense (features, outputs) array, however few features the rows use.
+MAX_MODEL_WEIGHTS = 1 << 27
 
 
 def _invalid(field: str, message: str) -> ProblemError:
@@ -76,7 +79,23 @@ def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dat
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
+    check_model_size(spec, dataset)
     check_folds(spec, params, dataset)
+
+
+def check_model_size(spec: EstimatorSpec, dataset: Dataset) -> None:
+    """422 when the model would hold more than MAX_MODEL_WEIGHTS weights: a few hundred bytes
+    of LIBSVM text can declare 2^24 features and 1000 classes (134 GB of weights)."""
+    classes = len(dataset.classes or []) if spec.kind == "classifier" else 1
+    outputs = 1 if classes <= 2 else classes  # one-vs-rest and the joint formulations alike
+    weights = dataset.n_features * outputs
+    if weights > MAX_MODEL_WEIGHTS:
+        raise _invalid(
+            "dataset_id",
+            f"the model would hold {dataset.n_features} features x {outputs} outputs = "
+            f"{weights} weights, more than the {MAX_MODEL_WEIGHTS} a job may train (the "
+            "features are the dataset's largest index)",
+        )
 
 
 def check_folds(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -> None:

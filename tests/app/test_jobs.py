@@ -481,3 +481,18 @@ def test_folds_that_cannot_split_the_dataset_are_422_at_creation(client, params,
     no_folds = {"probability": True, "calibration": "none"}  # runs no folds: nothing to split
     assert client.post("/v1/jobs", json={"dataset_id": dataset["id"],
                                          "params": no_folds}).status_code == 202  # fmt: skip
+
+
+@pytest.mark.parametrize(("n_classes", "status"), [(9, 422), (8, 202)])
+def test_a_model_beyond_the_weight_limit_is_422(client, db, n_classes, status):
+    """A few hundred bytes declaring 2^24 features and 40 classes made a Crammer-Singer job
+    allocate 5 GiB of weights in the worker. 2^24 features x 8 classes is the limit (2^27)."""
+    lines = [f"{c} {1 + c}:1" for c in range(n_classes) for _ in range(2)] + ["0 16777216:1"]
+    dataset = upload(client, "\n".join(lines).encode() + b"\n").json()
+    assert dataset["n_features"] == 2**24 and len(dataset["labels"]["classes"]) == n_classes
+    body = {"dataset_id": dataset["id"], "params": {"multi_class": "crammer_singer"}}
+    answer = client.post("/v1/jobs", json=body)
+    assert answer.status_code == status, answer.text
+    if status == 422:
+        assert "134217728" in answer.json()["detail"]
+        assert count(db, Job) == 0
