@@ -23,6 +23,16 @@ class Page(BaseModel, Generic[T]):
     next: str | None = None
 
 
+def decimal(text: str, maximum: int) -> int | None:
+    """The integer that `text` spells in plain ASCII decimal digits, if at most `maximum`; else
+    None. (`str.isdigit` alone also takes '²' or '٣', which `int` refuses, and a number of
+    thousands of digits, which `int` refuses too or the database cannot bind.)"""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(maximum)):
+        return None
+    value = int(text)
+    return value if value <= maximum else None
+
+
 def encode_cursor(value: str | int) -> str:
     return base64.urlsafe_b64encode(str(value).encode()).decode().rstrip("=")
 

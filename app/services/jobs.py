@@ -14,7 +14,7 @@ from app.db import Database
 from app.errors import ProblemError, describe_validation_errors
 from app.jobs import lifecycle
 from app.jobs.queue import JobQueue
-from app.schemas.common import keyset_page
+from app.schemas.common import decimal, keyset_page
 from app.schemas.jobs import JobCreate
 from app.schemas.params import ESTIMATORS, EstimatorSpec
 from app.services import idempotency, quotas
@@ -268,12 +268,8 @@ def progress_records(
 
 
 def progress_id(text: str) -> int | None:
-    """The progress id `text` spells as plain ASCII decimal digits within the column's range,
-    else None (`str.isdigit` alone also takes '²', which `int` refuses)."""
-    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_PROGRESS_ID)):
-        return None
-    value = int(text)
-    return value if value <= MAX_PROGRESS_ID else None
+    """The progress id `text` spells in decimal within the column's range, else None."""
+    return decimal(text, MAX_PROGRESS_ID)
 
 
 def cancel_job(db: Database, queue: JobQueue, job_id: str, keep_model: bool = False) -> Job:
