@@ -70,7 +70,8 @@ def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dat
             )
         weights = params.get("class_weight")
         if isinstance(weights, dict):
-            unknown = [k for k in weights if float(k) not in {float(v) for v in labels}]
+            classes = {float(v) for v in labels}
+            unknown = [k for k in weights if float(k) not in classes]
             if unknown:
                 raise _invalid(
                     "params.class_weight",
