@@ -1,4 +1,5 @@
-"""Pieces shared by every resource's schemas: the list envelope and its opaque cursors."""
+"""Pieces shared by every resource's schemas: the list envelope, its opaque cursors, and plain
+decimal numbers read from URLs and headers."""
 
 from __future__ import annotations
 
