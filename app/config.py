@@ -67,6 +67,14 @@ class Settings(BaseSettings):
     header_timeout_s: float = Field(
         10, gt=0, description="seconds a client has to send a request's line and headers"
     )
+    body_timeout_s: float = Field(
+        30,
+        gt=0,
+        description="seconds a request body may lag behind MIN_BODY_RATE_KB; beyond, 408",
+    )
+    min_body_rate_kb: float = Field(
+        64, gt=0, description="slowest sustained request body, in KB per second"
+    )
     max_connections: int = Field(
         1000, ge=1, description="open connections; beyond, the slowest to send headers is closed"
     )

@@ -90,6 +90,12 @@ def is_disk_full(exc: BaseException) -> bool:
     return "sqlite" in type(orig).__module__ and "disk is full" in str(orig).lower()
 
 
+def is_nul_text(exc: BaseException) -> bool:
+    """True when PostgreSQL's driver refused a text value holding the NUL character (U+0000),
+    which its text type cannot store (SQLite's can): a fault of the request, not the server."""
+    return isinstance(exc, sa_exc.DataError) and "NUL (0x00)" in str(exc.orig)
+
+
 def is_unavailable(exc: BaseException) -> bool:
     """True when the database could not be reached or was too busy (connection refused or
     dropped, a restart, the pool's wait for a connection timed out, SQLite locked): trying again

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.db import is_disk_full, is_unavailable
+from app.db import is_disk_full, is_nul_text, is_unavailable
 from app.storage import StorageUnavailable
 
 PROBLEM_JSON = "application/problem+json"
@@ -165,13 +165,17 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
 
 
 DB_RETRY_AFTER_S = 5
+NUL_DETAIL = "text may not contain the NUL character (U+0000, %00 in a URL)"
 DISK_FULL_DETAIL = "the server's disk is full: nothing was changed; retry once space is freed"
 
 
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     """The database is unreachable (restarting, connections dropped), too busy, or no pooled
     connection came free in time: 503, so that clients retry; the service recovers by itself once
-    the database is back. Its disk is full: 507, with nothing changed."""
+    the database is back. Its disk is full: 507, with nothing changed. A text value it cannot
+    store (a NUL character in a JSON string or form field): 422, the transaction rolled back."""
+    if is_nul_text(exc):
+        return error_response(request.url.path, 422, "Invalid request", NUL_DETAIL)
     if not (is_disk_full(exc) or is_unavailable(exc)):
         return await _unexpected(request, exc)
     log.warning("database error on %s %s: %s", request.method, request.url.path, exc)

@@ -1,11 +1,16 @@
 """Size limits on what clients send: request bodies (every endpoint) and the expanded size of
-compressed uploads (no decompression bombs).
+compressed uploads (no decompression bombs); and no NUL character in a URL.
 
 `BodySizeLimit` is a pure ASGI middleware, cheap enough for the prediction path: a request that
 declares its length is judged on the header alone (the HTTP server never delivers more than the
 declared length); only a chunked body is counted as it arrives. Limits by route: uploads
 MAX_UPLOAD_MB (plus room for the multipart envelope), predict MAX_PREDICT_BODY_MB, everything else
-MAX_REQUEST_KB.
+MAX_REQUEST_KB. A body must also keep arriving: the time spent waiting for it may not exceed
+BODY_TIMEOUT_S plus one second per MIN_BODY_RATE_KB received, else 408 (a slowly trickled upload
+would otherwise hold one of the few upload parser processes, which follow the file as it comes,
+for as long as its sender likes). A URL whose path or query holds a NUL character is a 422 here:
+no identifier, cursor or parameter may contain one, and PostgreSQL cannot even compare text with
+it.
 
 `open_expanded` wraps an upload stream so that a compressed upload is decompressed here, counted,
 and stopped once it expands beyond MAX_EXPANDED_MB; the reader then sees plain text.
@@ -13,10 +18,12 @@ and stopped once it expands beyond MAX_EXPANDED_MB; the reader then sees plain t
 
 from __future__ import annotations
 
+import asyncio
 import bz2
 import gzip
 import io
 import lzma
+import time
 import zlib
 
 from fastapi import HTTPException
@@ -35,13 +42,27 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"the request body exceeds the limit of {limit} bytes")
 
 
+class BodyTooSlow(HTTPException):
+    """A request body fell behind the slowest accepted rate (FastAPI re-raises these)."""
+
+    def __init__(self, timeout_s: float, rate: float):
+        super().__init__(
+            408,
+            f"the request body arrived too slowly: at most {timeout_s:g} s behind "
+            f"{rate / 1024:g} KB/s are allowed (BODY_TIMEOUT_S, MIN_BODY_RATE_KB)",
+        )
+
+
 class RouteLimits:
-    """The body limit of each kind of request, from the settings."""
+    """The body limit of each kind of request, and the pace a body must keep, from the
+    settings."""
 
     def __init__(self, settings: Settings):
         self.upload = settings.max_upload_bytes + MULTIPART_SLACK
         self.predict = int(settings.max_predict_body_mb * 1024 * 1024)
         self.default = int(settings.max_request_kb * 1024)
+        self.body_timeout_s = float(settings.body_timeout_s)
+        self.min_body_rate = float(settings.min_body_rate_kb) * 1024  # bytes per second
 
     def for_path(self, method: str, path: str) -> int:
         if method != "POST":
@@ -56,7 +77,8 @@ class RouteLimits:
 
 
 class BodySizeLimit:
-    """ASGI middleware: 413 for a request body over its route's limit."""
+    """ASGI middleware: 413 for a request body over its route's limit, 408 for one that arrives
+    too slowly."""
 
     def __init__(self, app: ASGIApp, limits: RouteLimits):
         self.app = app
@@ -68,7 +90,12 @@ class BodySizeLimit:
             return
         limit = self.limits.for_path(scope["method"], scope["path"])
         declared = _content_length(scope)
-        if declared is None:
+        receive = _paced(receive, self.limits.body_timeout_s, self.limits.min_body_rate)
+        if "\x00" in scope["path"] or b"%00" in scope["query_string"]:
+            from app.errors import NUL_DETAIL
+
+            await _reject(send, 422, "Invalid request", NUL_DETAIL, scope)
+        elif declared is None:
             await self.app(scope, _counting(receive, limit), send)
         elif declared < 0:
             await _reject(
@@ -107,6 +134,32 @@ def _counting(receive: Receive, limit: int) -> Receive:
         return message
 
     return counted
+
+
+def _paced(receive: Receive, timeout_s: float, rate: float) -> Receive:
+    """`receive`, raising BodyTooSlow once the time spent waiting for the body exceeds
+    `timeout_s` + received bytes / `rate`. Only waits count (not the time the endpoint takes
+    between reads), and only until the body's last part: a later receive (a streaming response
+    listening for the client's disconnect) waits as long as it needs."""
+    waited, received, done = 0.0, 0, False
+
+    async def paced() -> Message:
+        nonlocal waited, received, done
+        if done:
+            return await receive()
+        start = time.monotonic()
+        try:
+            async with asyncio.timeout(max(timeout_s + received / rate - waited, 0.0)):
+                message = await receive()
+        except TimeoutError:
+            raise BodyTooSlow(timeout_s, rate) from None
+        finally:
+            waited += time.monotonic() - start
+        received += len(message.get("body", b""))
+        done = message["type"] != "http.request" or not message.get("more_body", False)
+        return message
+
+    return paced
 
 
 async def _reject(send: Send, status: int, title: str, detail: str, scope: Scope) -> None:

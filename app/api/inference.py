@@ -25,6 +25,8 @@ from fastapi.concurrency import run_in_threadpool
 from app.api.model_lookup import ModelNotFound, load_model
 from app.auth import authenticate
 from app.errors import ProblemError
+from app.schemas.common import decimal
+from app.schemas.registry import MAX_VERSION
 from app.services.prediction import (
     InvalidInstances,
     _chunks,
@@ -64,9 +66,10 @@ def model_ref(request: Request) -> tuple[str, str | None]:
     version = request.path_params.get("model_version")
     if version is None:
         return name, None
-    if not version.isdigit() or "@" in name:
+    number = decimal(version, MAX_VERSION)
+    if number is None or "@" in name:
         raise error(404, f"model {name!r} has no version {version!r}")
-    return f"{name}@v{int(version)}", version
+    return f"{name}@v{number}", version
 
 
 async def _model(request: Request):

@@ -32,7 +32,6 @@ from app.tables import TERMINAL_STATUSES, Job, JobProgress
 router = APIRouter(tags=["jobs"])
 FEED_SAFETY_S = 15.0  # a watcher reads the database itself after this long without a notice
 PAGE_ROWS = 1000  # progress rows read from the database at once
-MAX_PROGRESS_ID = 2**63 - 1  # progress ids are 64-bit integers (migration 0012)
 
 
 @router.post("/jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut)
@@ -169,11 +168,8 @@ def _counted(events, streams: set):
 def _resume_after(last_event_id: str | None) -> int:
     """The progress id after which a reconnecting client resumes: the Last-Event-ID header when
     it is a plain decimal id in the column's range, else 0 (from the start)."""
-    value = (last_event_id or "").strip()
-    if not (value.isascii() and value.isdigit()) or len(value) > len(str(MAX_PROGRESS_ID)):
-        return 0
-    after = int(value)
-    return after if after <= MAX_PROGRESS_ID else 0
+    after = service.progress_id((last_event_id or "").strip())
+    return 0 if after is None else after
 
 
 async def _polled_events(db: Database, job_id: str, start: int, poll_s: float):

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Path, Query, Response
 from sqlalchemy import select
 
 from app.deps import DatabaseDep, SessionDep
-from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, keyset_page
+from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, decimal, keyset_page
 from app.schemas.registry import (
+    MAX_VERSION,
     AliasIn,
     AliasOut,
     ModelVersionIn,
@@ -24,7 +25,7 @@ from app.tables import ModelAlias, ModelVersion, RegisteredModel
 router = APIRouter(tags=["registry"])
 Name = Annotated[str, Path(max_length=128)]
 Alias = Annotated[str, Path(max_length=64)]
-Version = Annotated[int, Path(ge=1, le=10**9)]
+Version = Annotated[int, Path(ge=1, le=MAX_VERSION)]
 
 
 @router.post("/registered-models", status_code=201, response_model=RegisteredModelOut)
@@ -175,6 +176,7 @@ def _patch(row, body: RegistryPatch) -> None:
 def _int_cursor(value: str) -> int:
     from app.errors import ProblemError
 
-    if not value.isdigit():
+    version = decimal(value, MAX_VERSION)
+    if version is None:
         raise ProblemError(422, "Invalid cursor", "cursor: expected a value from 'next'")
-    return int(value)
+    return version

@@ -1,4 +1,5 @@
-"""Pieces shared by every resource's schemas: the list envelope and its opaque cursors."""
+"""Pieces shared by every resource's schemas: the list envelope, its opaque cursors, and plain
+decimal numbers read from URLs and headers."""
 
 from __future__ import annotations
 
@@ -23,6 +24,16 @@ class Page(BaseModel, Generic[T]):
     next: str | None = None
 
 
+def decimal(text: str, maximum: int) -> int | None:
+    """The integer that `text` spells in plain ASCII decimal digits, if at most `maximum`; else
+    None. (`str.isdigit` alone also takes '²' or '٣', which `int` refuses, and a number of
+    thousands of digits, which `int` refuses too or the database cannot bind.)"""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(maximum)):
+        return None
+    value = int(text)
+    return value if value <= maximum else None
+
+
 def encode_cursor(value: str | int) -> str:
     return base64.urlsafe_b64encode(str(value).encode()).decode().rstrip("=")
 
@@ -33,7 +44,10 @@ def decode_cursor(cursor: str | None) -> str | None:
         return None
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        return base64.b64decode(padded.encode(), altchars=b"-_", validate=True).decode()
+        position = base64.b64decode(padded.encode(), altchars=b"-_", validate=True).decode()
+        if "\x00" in position:  # never in an id; PostgreSQL cannot compare text holding one
+            raise ValueError(position)
+        return position
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ProblemError(
             422,

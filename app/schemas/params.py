@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.services.dataset_store import MAX_CLASSES
+
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
@@ -55,9 +57,11 @@ class LinearSVCParams(_Params):
     max_iter: int = Field(1000, ge=1, le=10_000_000, description="outer iterations at most")
     fit_intercept: bool = True
     intercept_scaling: PositiveFloat = Field(1.0, description="value of the bias feature")
-    class_weight: Literal["balanced"] | dict[str, PositiveFloat] | None = Field(
-        None, description='"balanced", or {"label": weight} multiplying C per class'
-    )
+    class_weight: (
+        Literal["balanced"]
+        | Annotated[dict[str, PositiveFloat], Field(max_length=MAX_CLASSES)]
+        | None
+    ) = Field(None, description='"balanced", or {"label": weight} multiplying C per class')
     random_state: Seed | None = Field(0, description="seed of the coordinate order")
     shrinking: bool = True
     order: Literal["permute", "cyclic", "random"] = Field(

@@ -11,6 +11,7 @@ TagKey = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 TagValue = Annotated[str, StringConstraints(max_length=256)]
 Tags = Annotated[dict[TagKey, TagValue], Field(max_length=50)]
 Description = Annotated[str, StringConstraints(max_length=4000)]
+MAX_VERSION = 10**9
 
 
 class RegisteredModelIn(BaseModel):
@@ -41,7 +42,7 @@ class ModelVersionIn(BaseModel):
 class AliasIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: int = Field(ge=1, le=10**9)
+    version: int = Field(ge=1, le=MAX_VERSION)
 
 
 class RegisteredModelOut(BaseModel):

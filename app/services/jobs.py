@@ -14,11 +14,16 @@ from app.db import Database
 from app.errors import ProblemError, describe_validation_errors
 from app.jobs import lifecycle
 from app.jobs.queue import JobQueue
-from app.schemas.common import keyset_page
+from app.schemas.common import decimal, keyset_page
 from app.schemas.jobs import JobCreate
 from app.schemas.params import ESTIMATORS, EstimatorSpec
 from app.services import idempotency, quotas
 from app.tables import Dataset, Job, JobProgress, new_id, utcnow
+
+MAX_PROGRESS_ID = 2**63 - 1  # progress ids are 64-bit integers (migration 0012)
+# Weights (features x outputs) of a model a job may train: 1 GiB of float64. The solvers hold
+# them as a dense (features, outputs) array, however few features the rows use.
+MAX_MODEL_WEIGHTS = 1 << 27
 
 
 def _invalid(field: str, message: str) -> ProblemError:
@@ -65,7 +70,8 @@ def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dat
             )
         weights = params.get("class_weight")
         if isinstance(weights, dict):
-            unknown = [k for k in weights if float(k) not in {float(v) for v in labels}]
+            classes = {float(v) for v in labels}
+            unknown = [k for k in weights if float(k) not in classes]
             if unknown:
                 raise _invalid(
                     "params.class_weight",
@@ -74,7 +80,23 @@ def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dat
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
+    check_model_size(spec, dataset)
     check_folds(spec, params, dataset)
+
+
+def check_model_size(spec: EstimatorSpec, dataset: Dataset) -> None:
+    """422 when the model would hold more than MAX_MODEL_WEIGHTS weights: a few hundred bytes
+    of LIBSVM text can declare 2^24 features and 1000 classes (134 GB of weights)."""
+    classes = len(dataset.classes or []) if spec.kind == "classifier" else 1
+    outputs = 1 if classes <= 2 else classes  # one-vs-rest and the joint formulations alike
+    weights = dataset.n_features * outputs
+    if weights > MAX_MODEL_WEIGHTS:
+        raise _invalid(
+            "dataset_id",
+            f"the model would hold {dataset.n_features} features x {outputs} outputs = "
+            f"{weights} weights, more than the {MAX_MODEL_WEIGHTS} a job may train (the "
+            "features are the dataset's largest index)",
+        )
 
 
 def check_folds(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -> None:
@@ -236,13 +258,19 @@ def progress_records(
     )
 
     def position(after: str) -> int:
-        if not after.isdigit():
+        value = progress_id(after)
+        if value is None:
             raise ProblemError(422, "Invalid cursor", f"cursor: not a progress cursor: {cursor!r}")
-        return int(after)
+        return value
 
     return keyset_page(
         session, query, JobProgress.id, limit, cursor, descending=False, position=position
     )
+
+
+def progress_id(text: str) -> int | None:
+    """The progress id `text` spells in decimal within the column's range, else None."""
+    return decimal(text, MAX_PROGRESS_ID)
 
 
 def cancel_job(db: Database, queue: JobQueue, job_id: str, keep_model: bool = False) -> Job:

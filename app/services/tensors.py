@@ -25,6 +25,7 @@ import warnings
 import numpy as np
 import orjson
 
+from app.schemas.common import decimal
 from app.services.predict_input import InvalidInstances, batch_limit, json_type
 from app.services.predict_json import SMALL_JSON, container_end, items_rows
 from app.services.prediction import LinearModel
@@ -53,10 +54,11 @@ def parse_infer(body: bytes, header_length: str | None, model: LinearModel, max_
     """The infer request of `body` (with `header_length`: the binary extension)."""
     binary = b""
     if header_length is not None:
-        if not header_length.isdigit() or int(header_length) > len(body):
+        length = decimal(header_length, len(body))
+        if length is None:
             raise InvalidInstances("Inference-Header-Content-Length: not a length within the body")
-        binary = memoryview(body)[int(header_length) :]
-        body = body[: int(header_length)]
+        binary = memoryview(body)[length:]
+        body = body[:length]
     data_span = None
     if len(body) > SMALL_JSON and not binary:
         body, data_span = _cut_data(body)

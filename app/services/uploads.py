@@ -119,7 +119,7 @@ def too_large(limit: int) -> ProblemError:
 def _display_name(raw: bytes | None) -> str | None:
     if not raw:
         return None
-    text = raw.decode("utf-8", "replace")
+    text = raw.decode("utf-8", "replace").replace("\x00", "")  # PostgreSQL's text holds no NUL
     # Only the last path component is kept, and only for display: storage uses generated names.
     return text.replace("\\", "/").rsplit("/", 1)[-1][:255] or None
 

@@ -235,6 +235,30 @@ def test_v2_errors_are_the_protocols(client, served, change, status, fragment):
     assert list(response.json()) == ["error"] and fragment in response.json()["error"]
 
 
+@pytest.mark.parametrize("number", ["\u00b2", "\u0663", "9" * 30, "9" * 5000])
+def test_numbers_in_digits_other_than_ascii_or_beyond_range_are_refused(client, served, number):
+    """'²' and '٣' pass str.isdigit but not int, and int refuses 5000 digits: each was a 500 as
+    a v2 model version, a registry versions cursor or an Inference-Header-Content-Length."""
+    import base64
+
+    client.post("/v1/registered-models", json={"name": "heart"})
+    client.post("/v1/registered-models/heart/versions", json={"model_id": served["model"]})
+    tensor = {"name": "input", "shape": [1, 13], "datatype": "FP64", "data": [0.0] * 13}
+    infer = client.post(f"/v2/models/heart/versions/{number}/infer", json={"inputs": [tensor]})
+    assert infer.status_code == 404 and "has no version" in infer.json()["error"]
+    assert client.get(f"/v2/models/heart/versions/{number}").status_code == 404
+    cursor = base64.urlsafe_b64encode(number.encode()).decode().rstrip("=")
+    page = client.get("/v1/registered-models/heart/versions", params={"cursor": cursor})
+    assert page.status_code == 422 and page.json()["title"] == "Invalid cursor"
+    if number != "\u0663":  # a header carries latin-1 ('²' is one of its bytes), not '٣'
+        header = {"Inference-Header-Content-Length": number.encode("latin-1")}
+        binary = client.post("/v2/models/heart/infer", json={"inputs": [tensor]}, headers=header)
+        assert binary.status_code == 400 and "Inference-Header" in binary.json()["error"]
+    # the largest version and a length within the body are still numbers
+    assert client.get("/v2/models/heart/versions/1000000000").status_code == 404
+    assert client.get("/v2/models/heart/versions/1").status_code == 200
+
+
 def test_a_large_v2_body_is_read_without_python_objects(client, served):
     rows = np.tile(served["X"], (20, 1))[:5000]
     request = {"inputs": [{"name": "input", "shape": list(rows.shape), "datatype": "FP64",

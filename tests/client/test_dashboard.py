@@ -248,3 +248,18 @@ def test_a_search_models_card_shows_the_table_the_chosen_C_and_probabilities(pag
     shown = [float(x) for x in rows.nth(0).locator("td").nth(3).inner_text().split(", ")]
     assert len(shown) == 2 and abs(sum(shown) - 1.0) < 1e-2
     shot(page, "model-search")
+
+
+def test_names_holding_markup_are_shown_as_text(page, tmp_path):
+    """A dataset named with an <img onerror> and a <script> is shown literally on the list and
+    on its page (the pages build text nodes, never HTML); nothing of it runs."""
+    hostile = '<img src=x onerror="document.title=\'ran\'"><script>document.title="ran"</script>'
+    own = tmp_path / "own.txt"  # bytes of its own: a repeated upload keeps its first name
+    own.write_bytes(HEART.read_bytes() + b"1 1:0.125\n")
+    with Client(page.service.url) as c:
+        dataset = c.datasets.upload(own, name=hostile)["id"]
+    open_ui(page, "#/datasets")
+    expect(page.get_by_text(hostile).first).to_be_visible()
+    open_ui(page, f"#/datasets/{dataset}")
+    expect(page.get_by_text(hostile).first).to_be_visible()
+    assert page.title() != "ran" and page.locator("main img").count() == 0

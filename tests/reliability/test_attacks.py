@@ -45,6 +45,7 @@ class Service:
             "PORT": str(self.port),
             "WORKERS": "1",
             "HEADER_TIMEOUT_S": "2",
+            "BODY_TIMEOUT_S": "2",
             "MAX_CONNECTIONS": "64",
             "MALLOC_ARENA_MAX": "2",
             "PROGRESS_INTERVAL_S": "0.1",
@@ -362,6 +363,36 @@ def test_slow_and_idle_header_senders_are_closed(service):
         return httpx.Response(408)
 
     assert attack(service, send).status_code == 408
+
+
+def test_trickled_uploads_do_not_hold_the_parsers(service):
+    """Two uploads that send a line and then stall held both parser processes (which follow an
+    upload as it arrives): every other upload waited as long as their senders liked (over 60 s).
+    With BODY_TIMEOUT_S=2 each stalled one is a 408 and the upload sent meanwhile is stored."""
+    head = (
+        "POST /v1/datasets HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+        f"Authorization: {service.auth['Authorization']}\r\nContent-Length: 1000000\r\n\r\n"
+    )
+
+    def send():
+        stalled = []
+        for _ in range(2):
+            sock = socket.create_connection(("127.0.0.1", service.port), timeout=20)
+            sock.sendall(head.encode() + b"1 1:1\n")
+            stalled.append(sock)
+        time.sleep(0.5)  # both parsers are following their files
+        text = b"1 1:0.5\n-1 2:0.25\n1 3:0.125\n"
+        response = service.http.post("/v1/datasets", content=text, timeout=20)
+        answers = [sock.recv(4096) for sock in stalled]
+        assert all(a.startswith(b"HTTP/1.1 408") for a in answers), answers
+        for sock in stalled:
+            sock.close()
+        if response.status_code == 201:  # leave the tenant's datasets as they were
+            service.http.delete(f"/v1/datasets/{response.json()['id']}")
+        return response
+
+    response = attack(service, send)
+    assert response.status_code == 201, response.text
 
 
 def test_a_malformed_body_without_a_key_is_401(service):
