@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     max_features: int = Field(
         2**24, ge=1, le=2**31 - 1, description="most features (columns) of a dataset"
     )
+    max_model_weights: int = Field(
+        2**27,
+        ge=1,
+        description="most weights (features x outputs) of a model a job may train; the "
+        "solvers hold them densely (2^27 float64: 1 GiB)",
+    )
     max_header_kb: float = Field(64, gt=0, description="largest request line and headers, in KB")
     header_timeout_s: float = Field(
         10, gt=0, description="seconds a client has to send a request's line and headers"

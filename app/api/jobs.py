@@ -43,12 +43,14 @@ def create_job(
     idempotency_key: Annotated[str | None, Header()] = None,
 ):
     """Queue a training job for `estimator` on a stored dataset."""
+    settings = request.app.state.settings
     job, created = service.create_job(
         db,
         request.app.state.queue,
         body,
         check_key(idempotency_key),
-        request.app.state.settings.dask_scheduler_address,
+        settings.dask_scheduler_address,
+        settings.max_model_weights,
     )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:

@@ -21,8 +21,9 @@ from app.services import idempotency, quotas
 from app.tables import Dataset, Job, JobProgress, new_id, utcnow
 
 MAX_PROGRESS_ID = 2**63 - 1  # progress ids are 64-bit integers (migration 0012)
-# Weights (features x outputs) of a model a job may train: 1 GiB of float64. The solvers hold
-# them as a dense (features, outputs) array, however few features the rows use.
+# Weights (features x outputs) of a model a job may train, by default (MAX_MODEL_WEIGHTS): 1 GiB
+# of float64. The solvers hold them as a dense (features, outputs) array, however few features
+# the rows use.
 MAX_MODEL_WEIGHTS = 1 << 27
 
 
@@ -52,7 +53,12 @@ def validate_request(body: JobCreate) -> tuple[EstimatorSpec, dict[str, Any]]:
     return spec, params.model_dump(mode="json")
 
 
-def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -> None:
+def check_dataset_fits(
+    spec: EstimatorSpec,
+    params: dict[str, Any],
+    dataset: Dataset,
+    max_weights: int = MAX_MODEL_WEIGHTS,
+) -> None:
     """422 when the estimator cannot train on this dataset's labels."""
     if spec.kind == "classifier":
         if dataset.label_kind != "classes":
@@ -80,21 +86,21 @@ def check_dataset_fits(spec: EstimatorSpec, params: dict[str, Any], dataset: Dat
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
-    check_model_size(spec, dataset)
+    check_model_size(spec, dataset, max_weights)
     check_folds(spec, params, dataset)
 
 
-def check_model_size(spec: EstimatorSpec, dataset: Dataset) -> None:
-    """422 when the model would hold more than MAX_MODEL_WEIGHTS weights: a few hundred bytes
+def check_model_size(spec: EstimatorSpec, dataset: Dataset, max_weights: int) -> None:
+    """422 when the model would hold more than ``max_weights`` weights: a few hundred bytes
     of LIBSVM text can declare 2^24 features and 1000 classes (134 GB of weights)."""
     classes = len(dataset.classes or []) if spec.kind == "classifier" else 1
     outputs = 1 if classes <= 2 else classes  # one-vs-rest and the joint formulations alike
     weights = dataset.n_features * outputs
-    if weights > MAX_MODEL_WEIGHTS:
+    if weights > max_weights:
         raise _invalid(
             "dataset_id",
             f"the model would hold {dataset.n_features} features x {outputs} outputs = "
-            f"{weights} weights, more than the {MAX_MODEL_WEIGHTS} a job may train (the "
+            f"{weights} weights, more than the {max_weights} a job may train (the "
             "features are the dataset's largest index)",
         )
 
@@ -177,12 +183,17 @@ def _dataset_or_404(session: Session, dataset_id: str, field: str) -> Dataset:
 
 
 def _checked_datasets(
-    session: Session, body: JobCreate, spec: EstimatorSpec, params: dict, dask_address: str | None
+    session: Session,
+    body: JobCreate,
+    spec: EstimatorSpec,
+    params: dict,
+    dask_address: str | None,
+    max_weights: int,
 ) -> Dataset:
     """The job's training dataset, once it and the validation dataset (if any) fit the request
     and the tenant may queue one more job; 404, 422 or 429 otherwise."""
     dataset = _dataset_or_404(session, body.dataset_id, "dataset_id")
-    check_dataset_fits(spec, params, dataset)
+    check_dataset_fits(spec, params, dataset, max_weights)
     check_distributed(body, params, dataset, dask_address)
     quotas.check_active_jobs(session)
     if body.validation_dataset_id is not None:
@@ -197,10 +208,16 @@ def _checked_datasets(
 
 
 def create_job(
-    db: Database, queue: JobQueue, body: JobCreate, key: str | None, dask_address: str | None = None
+    db: Database,
+    queue: JobQueue,
+    body: JobCreate,
+    key: str | None,
+    dask_address: str | None = None,
+    max_weights: int = MAX_MODEL_WEIGHTS,
 ) -> tuple[Job, bool]:
     """Insert a queued job and its queue entry in one transaction. Returns (job, created).
-    ``dask_address``: the service's DASK_SCHEDULER_ADDRESS (distributed jobs need one)."""
+    ``dask_address``: the service's DASK_SCHEDULER_ADDRESS (distributed jobs need one);
+    ``max_weights``: its MAX_MODEL_WEIGHTS."""
     spec, params = validate_request(body)
     body_hash = idempotency.request_hash(body.model_dump(mode="json")) if key else None
     if key:
@@ -210,7 +227,7 @@ def create_job(
                 return session.get(Job, existing), False
     try:
         with db.write() as session:
-            dataset = _checked_datasets(session, body, spec, params, dask_address)
+            dataset = _checked_datasets(session, body, spec, params, dask_address, max_weights)
             job = Job(
                 id=new_id("job"),
                 dataset_id=dataset.id,

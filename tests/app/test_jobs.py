@@ -136,7 +136,7 @@ def test_run_job_records_progress_and_stores_the_model(app, client, db, heart, f
     "position", ["\u00b2", "\u0663", str(2**63), "9" * 30, "9" * 5000, "-1", " 1"]
 )
 def test_a_forged_progress_cursor_is_a_422(app, client, heart, fake_trainer, position):
-    """Superscript and Arabic-Indic digits pass str.isdigit but not int; ids past the INTEGER
+    """Superscript and Arabic-Indic digits pass str.isdigit but not int; ids past the
     BIGINT column overflow the database's parameter (both were 500s)."""
     import base64
 
@@ -508,3 +508,14 @@ def test_class_weight_holds_at_most_as_many_labels_as_a_dataset_has_classes(
     answer = client.post("/v1/jobs", json=body)
     assert answer.status_code == 422, answer.text
     assert fragment in answer.json()["detail"] and "params.class_weight" in answer.text
+
+
+def test_the_weight_limit_is_a_setting(app, client):
+    """MAX_MODEL_WEIGHTS: a deployment with the memory for larger models raises it."""
+    lines = [f"{c} {1 + c}:1" for c in range(3) for _ in range(2)] + ["0 1000:1"]
+    dataset = upload(client, "\n".join(lines).encode() + b"\n").json()
+    app.state.settings.max_model_weights = 2999  # 1000 features x 3 classes = 3000: one over
+    answer = client.post("/v1/jobs", json={"dataset_id": dataset["id"]})
+    assert answer.status_code == 422 and "more than the 2999" in answer.json()["detail"]
+    app.state.settings.max_model_weights = 3000
+    assert client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).status_code == 202
