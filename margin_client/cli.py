@@ -149,17 +149,28 @@ def _emit(args: argparse.Namespace, value: Any, human: Callable[[Any], None]) ->
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False)
+    # piped output keeps whole lines (rich would otherwise cut it at 80 columns), so that
+    # grep and cut see every id
+    return Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
+
+
+PIPE_WIDTH = 10_000
+ID_COLUMNS = ("id", "dataset", "model")  # never cut: an id with an ellipsis names nothing
 
 
 def _table(rows: list[dict], columns: list[tuple[str, Callable[[dict], Any]]]) -> None:
     from rich.table import Table
 
     table = Table(box=None, header_style="bold")
-    for title, _ in columns:
-        table.add_column(title)
-    for row in rows:
-        table.add_row(*(_text(get(row)) for _, get in columns))
+    cells = [[_text(get(row)) for _, get in columns] for row in rows]
+    for i, (title, _) in enumerate(columns):
+        if title in ID_COLUMNS:
+            width = max([len(title)] + [len(line[i]) for line in cells])
+            table.add_column(title, no_wrap=True, min_width=width)
+        else:
+            table.add_column(title)
+    for line in cells:
+        table.add_row(*line)
     _console().print(table)
 
 
@@ -301,7 +312,7 @@ def _job_summary(job: dict) -> None:
         line += f" after {progress.get('iteration')} iterations, gap {_text(progress.get('gap'))}"
     if job.get("model_id"):
         line += f" -> model {job['model_id']}"
-    console.print(line)
+    console.print(line, soft_wrap=True)  # the model id stays on the line that names it
     if job.get("error"):
         console.print(f"error: {job['error']}")
 

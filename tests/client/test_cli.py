@@ -91,6 +91,18 @@ def test_human_output_has_no_control_codes_when_piped(service, heart_dataset):
         assert "ds_" in result.stdout or args[0] != "datasets"
 
 
+def test_listed_ids_are_whole_when_piped(service, heart_dataset, heart_model):
+    # before: rich cut piped tables at 80 columns, listing models as "mdl_01a21…"
+    for kind in ("datasets", "jobs", "models"):
+        ids = [item["id"] for item in as_json(margin(service, kind, "list", "--json"))]
+        listed = margin(service, kind, "list")
+        assert listed.returncode == 0 and "…" not in listed.stdout, listed.stdout
+        assert set(ids) <= set(listed.stdout.split()), (kind, listed.stdout)
+    model = as_json(margin(service, "models", "show", heart_model, "--json"))
+    followed = margin(service, "jobs", "follow", model["job_id"])
+    assert followed.stdout.splitlines()[0].endswith(f"-> model {heart_model}"), followed.stdout
+
+
 def test_a_train_file_argument_is_uploaded_first(service):
     job = as_json(margin(service, "train", str(HEART), "--tol", "0.01", "--json"))
     assert job["status"] in ("queued", "running", "succeeded")
