@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+UPLOAD_FORMATS = ("libsvm", "csv", "tsv", "parquet", "npz")
 COMMANDS = ("datasets", "train", "jobs", "models", "predict", "evaluate")
 TRAIN_FLAGS = {  # flag -> (parameter, type)
     "--C": ("C", float),
@@ -49,10 +50,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     datasets = commands.add_parser("datasets", help="upload, list, show, remove datasets")
     sub = datasets.add_subparsers(dest="datasets_command", required=True)
-    upload = command(sub, "upload", cmd_datasets_upload, "upload a LIBSVM file (or npz)")
+    upload = command(sub, "upload", cmd_datasets_upload,
+                     "upload a LIBSVM, CSV, TSV, Parquet or npz file")
     upload.add_argument("file", type=Path)
     upload.add_argument("--name", help="the dataset's name (default: the file's)")
-    upload.add_argument("--format", choices=("libsvm", "npz"), help="default: recognised")
+    upload.add_argument("--format", choices=UPLOAD_FORMATS,
+                        help="default: from the file's extension, else recognised")
+    upload.add_argument("--label-column",
+                        help="CSV, TSV, Parquet: the label column (default: label, else the first)")
+    upload.add_argument("--empty-cells", choices=("error", "zero"),
+                        help="CSV, TSV, Parquet: an empty cell is an error (default) or 0")
     listing = command(sub, "list", cmd_datasets_list, "list datasets, newest first")
     listing.add_argument("--limit", type=int, default=50)
     command(sub, "show", cmd_datasets_show, "show a dataset").add_argument("id")
@@ -234,11 +241,11 @@ MODEL_COLUMNS = [
 # Commands
 
 
-def _upload(client, args, path: Path, name: str | None = None, fmt: str | None = None) -> dict:
+def _upload(client, args, path: Path, **options: Any) -> dict:
     from margin_client.progress import upload_bar
 
     with upload_bar(path) as on_bytes:
-        return client.datasets.upload(path, name=name, format=fmt, on_bytes=on_bytes)
+        return client.datasets.upload(path, on_bytes=on_bytes, **options)
 
 
 def _dataset_ref(client, args, ref: str) -> str:
@@ -252,7 +259,8 @@ def _dataset_ref(client, args, ref: str) -> str:
 
 
 def cmd_datasets_upload(client, args) -> None:
-    dataset = _upload(client, args, args.file, args.name, args.format)
+    dataset = _upload(client, args, args.file, name=args.name, format=args.format,
+                      label_column=args.label_column, empty_cells=args.empty_cells)
     _emit(args, dataset, _fields)
 
 

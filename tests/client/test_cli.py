@@ -103,6 +103,19 @@ def test_listed_ids_are_whole_when_piped(service, heart_dataset, heart_model):
     assert followed.stdout.splitlines()[0].endswith(f"-> model {heart_model}"), followed.stdout
 
 
+def test_upload_a_table_with_its_parse_options(service, tmp_path):
+    # before: --format took only libsvm or npz, and a table's label column could not be named
+    table = tmp_path / "table.txt"  # no extension to go by
+    table.write_text("a,b,target\n1,,1\n0,2,-1\n3,1,1\n")
+    dataset = as_json(margin(service, "datasets", "upload", str(table), "--format", "csv",
+                             "--label-column", "target", "--empty-cells", "zero", "--json"))
+    assert dataset["format"] == "csv" and dataset["feature_names"] == ["a", "b"]
+    assert dataset["n_rows"] == 3 and dataset["nnz"] == 4
+    assert {c["label"]: c["count"] for c in dataset["labels"]["classes"]} == {-1: 1, 1: 2}
+    refused = margin(service, "datasets", "upload", str(table), "--format", "csv")
+    assert refused.returncode == 1 and "line 2" in refused.stderr  # the empty cell, named
+
+
 def test_a_train_file_argument_is_uploaded_first(service):
     job = as_json(margin(service, "train", str(HEART), "--tol", "0.01", "--json"))
     assert job["status"] in ("queued", "running", "succeeded")
