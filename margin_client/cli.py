@@ -94,7 +94,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     command(sub, "rm", cmd_models_rm, "remove a model").add_argument("id")
     export = command(sub, "export", cmd_models_export, "export a model to a file")
     export.add_argument("id")
-    export.add_argument("--format", choices=("liblinear", "json"), default="liblinear")
+    export.add_argument("--format", choices=("liblinear", "json", "onnx", "skops"),
+                        default="liblinear")
     export.add_argument("-o", "--output", type=Path, required=True, help="the file to write")
 
     predict = command(commands, "predict", cmd_predict, "predict the lines of a LIBSVM file")

@@ -85,15 +85,18 @@ class Models:
     def export(
         self, model: str | dict[str, Any], format: str = "liblinear", path: str | Path | None = None
     ) -> Any:
-        """The model as a LIBLINEAR model file (text) or as JSON (a dict); written to `path`
-        instead when given (then `path` is returned)."""
+        """The model as a LIBLINEAR model file (text), JSON (a dict), or an ONNX graph or a
+        skops file of a scikit-learn estimator (bytes); written to `path` instead when given
+        (then `path` is returned)."""
         response = self._client.request(
             "GET", f"/v1/models/{segment(model_id(model))}/export", params={"format": format}
         )
         if path is not None:
             Path(path).write_bytes(response.content)
             return Path(path)
-        return response.json() if format == "json" else response.text
+        if format == "json":
+            return response.json()
+        return response.text if format == "liblinear" else response.content
 
     def evaluate(self, model: str | dict[str, Any], dataset: str | dict[str, Any]) -> dict:
         """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored

@@ -116,6 +116,22 @@ def test_upload_a_table_with_its_parse_options(service, tmp_path):
     assert refused.returncode == 1 and "line 2" in refused.stderr  # the empty cell, named
 
 
+def test_export_writes_each_format(service, heart_model, tmp_path):
+    # before: --format took only liblinear or json, though the service also exports onnx, skops
+    import skops.io
+
+    for fmt in ("liblinear", "json", "onnx", "skops"):
+        path = tmp_path / f"heart.{fmt}"
+        written = as_json(margin(service, "models", "export", heart_model, "--format", fmt,
+                                 "-o", str(path), "--json"))
+        assert written == {"id": heart_model, "format": fmt, "path": str(path)}
+    clf = skops.io.load(tmp_path / "heart.skops",
+                        trusted=skops.io.get_untrusted_types(file=tmp_path / "heart.skops"))
+    exported = json.loads((tmp_path / "heart.json").read_text())
+    assert clf.coef_.ravel().tolist() == exported["coef"][0]
+    assert (tmp_path / "heart.onnx").read_bytes()[:1] == b"\x08"  # a ModelProto's ir_version
+
+
 def test_a_train_file_argument_is_uploaded_first(service):
     job = as_json(margin(service, "train", str(HEART), "--tol", "0.01", "--json"))
     assert job["status"] in ("queued", "running", "succeeded")

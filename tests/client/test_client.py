@@ -127,6 +127,19 @@ def test_jobs_and_models_listing_export_and_evaluate(client, heart_dataset, hear
     assert [abs(w["weight"]) for w in top["items"]] == pytest.approx(sorted(weights)[::-1][:3])
 
 
+def test_binary_exports_come_back_as_bytes_that_load(client, heart_model):
+    # before: an ONNX graph came back as text decoded from its bytes, which no runtime reads
+    import onnxruntime
+
+    X, _ = read_libsvm(str(HEART), n_features=13, zero_based=False)
+    expected = client.models.predict(heart_model, X).labels
+    graph = client.models.export(heart_model, format="onnx")
+    assert isinstance(graph, bytes)
+    session = onnxruntime.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    labels = session.run(["label"], {"input": X.toarray()})[0]
+    np.testing.assert_array_equal(labels.ravel(), expected)
+
+
 def test_api_keys_from_arguments_and_environment(keyed_service, monkeypatch):
     with Client(keyed_service.url) as anonymous, pytest.raises(MarginError) as info:
         anonymous.datasets.list()
