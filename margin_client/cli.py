@@ -103,6 +103,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("file", type=Path, help="LIBSVM lines, labels optional (- for stdin)")
     predict.add_argument("-o", "--output", type=Path, help="CSV file (default: stdout)")
     predict.add_argument("--batch-size", type=int, default=1000)
+    predict.add_argument("--probabilities", action="store_true",
+                         help="add each class's calibrated probability (a model from a search, "
+                              "or trained with probability=true)")
 
     evaluate = command(commands, "evaluate", cmd_evaluate, "score a model on a dataset")
     evaluate.add_argument("model")
@@ -388,7 +391,8 @@ def cmd_predict(client, args) -> int | None:
     if not any(line.strip() for line in lines):
         print(f"error: no instances in {args.file}", file=sys.stderr)
         return 1
-    result = client.models.predict(args.model, lines, batch_size=args.batch_size)
+    result = client.models.predict(args.model, lines, batch_size=args.batch_size,
+                                   probabilities=args.probabilities)
     if args.json:
         _emit(args, _prediction_json(result), print)
         return
@@ -407,7 +411,7 @@ def _number(value: float) -> str:
 
 def _prediction_json(result) -> dict[str, Any]:
     out = {}
-    for key in ("labels", "decision_values", "values"):
+    for key in ("labels", "decision_values", "values", "probabilities"):
         value = getattr(result, key)
         if value is not None:
             out[key] = value.tolist()
@@ -421,11 +425,15 @@ def _prediction_rows(result, classes: list) -> list[list[str]]:
     header = ["row", "label"] + (
         ["decision_value"] if k == 1 else [f"decision_value_{_number(c)}" for c in classes]
     )
+    import numpy as np
+
+    columns = result.decision_values
+    if result.probabilities is not None:
+        header += [f"probability_{_number(c)}" for c in classes]
+        columns = np.hstack([columns, result.probabilities])
     return [header] + [
         [str(i), _number(label), *(repr(float(v)) for v in values)]
-        for i, (label, values) in enumerate(
-            zip(result.labels, result.decision_values, strict=True)
-        )
+        for i, (label, values) in enumerate(zip(result.labels, columns, strict=True))
     ]
 
 

@@ -132,6 +132,25 @@ def test_export_writes_each_format(service, heart_model, tmp_path):
     assert (tmp_path / "heart.onnx").read_bytes()[:1] == b"\x08"  # a ModelProto's ir_version
 
 
+def test_predict_writes_probabilities(service, heart_dataset, tmp_path):
+    # before: margin predict had no way to ask for probabilities
+    with Client(service.url) as client:
+        job = client.jobs.create(heart_dataset, tol=1e-3, probability=True).wait(check=True)
+        expected = client.models.predict(job.model_id, HEART.read_text().splitlines(),
+                                         probabilities=True).probabilities
+    out = tmp_path / "p.csv"
+    result = margin(service, "predict", job.model_id, str(HEART), "--probabilities",
+                    "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = out.read_text().splitlines()
+    assert rows[0] == "row,label,decision_value,probability_-1,probability_1"
+    shown = [[float(v) for v in row.split(",")[3:]] for row in rows[1:]]
+    assert shown == expected.tolist()
+    as_dict = as_json(margin(service, "predict", job.model_id, str(HEART), "--probabilities",
+                             "--json"))
+    assert as_dict["probabilities"] == expected.tolist()
+
+
 def test_a_train_file_argument_is_uploaded_first(service):
     job = as_json(margin(service, "train", str(HEART), "--tol", "0.01", "--json"))
     assert job["status"] in ("queued", "running", "succeeded")
