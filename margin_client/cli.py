@@ -12,6 +12,7 @@ import nothing of the service's stack.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from collections.abc import Callable
@@ -255,11 +256,13 @@ def _upload(client, args, path: Path, **options: Any) -> dict:
 def _dataset_ref(client, args, ref: str) -> str:
     """A dataset id as given, or the id of the file `ref` once uploaded."""
     path = Path(ref)
-    if not ref.startswith("ds_") and path.is_file():
-        dataset = _upload(client, args, path)
-        print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
-        return dataset["id"]
-    return ref
+    if ref.startswith("ds_"):
+        return ref
+    if not path.is_file():  # every dataset id starts with ds_: this was meant as a file
+        raise FileNotFoundError(errno.ENOENT, "No such file (nor a dataset id)", ref)
+    dataset = _upload(client, args, path)
+    print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
+    return dataset["id"]
 
 
 def cmd_datasets_upload(client, args) -> None:

@@ -245,6 +245,11 @@ def test_local_file_errors_are_one_line_not_a_traceback(service, tmp_path):
     empty.write_text("\n")
     result = margin(service, "predict", "mdl_any", str(empty))  # before: AttributeError
     assert result.returncode == 1 and result.stderr == f"error: no instances in {empty}\n"
+    missing = tmp_path / "missing.csv"  # before: "404 Dataset not found: ... no dataset with id"
+    for args in (("train", str(missing)), ("evaluate", "mdl_any", str(missing))):
+        result = margin(service, *args)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr == f"error: No such file (nor a dataset id): {missing}\n"
 
 
 def test_an_empty_or_path_like_id_names_no_other_resource(service, heart_dataset):
