@@ -174,15 +174,12 @@ def _table(rows: list[dict], columns: list[tuple[str, Callable[[dict], Any]]]) -
     from rich.table import Table
 
     table = Table(box=None, header_style="bold")
-    cells = [[_text(get(row)) for _, get in columns] for row in rows]
-    for i, (title, _) in enumerate(columns):
-        if title in ID_COLUMNS:
-            width = max([len(title)] + [len(line[i]) for line in cells])
-            table.add_column(title, no_wrap=True, min_width=width)
-        else:
-            table.add_column(title)
-    for line in cells:
-        table.add_row(*line)
+    for title, _ in columns:
+        # an id too long for a narrow terminal folds onto a second line instead of losing
+        # its end to an ellipsis
+        table.add_column(title, overflow="fold" if title in ID_COLUMNS else "ellipsis")
+    for row in rows:
+        table.add_row(*(_text(get(row)) for _, get in columns))
     _console().print(table)
 
 
