@@ -320,6 +320,8 @@ def _job_summary(job: dict) -> None:
     console = _console()
     progress = job.get("progress") or {}
     line = f"{job['id']} {job['status']}"
+    if job.get("cancel_requested") and job["status"] == "running":
+        line += " (cancel requested: it stops within one iteration)"
     if progress:
         line += f" after {progress.get('iteration')} iterations, gap {_text(progress.get('gap'))}"
     if job.get("model_id"):

@@ -228,6 +228,17 @@ def test_following_a_job_that_did_not_succeed_exits_non_zero(service, slow_datas
         assert json.loads(result.stdout)["status"] == "cancelled"
 
 
+def test_cancelling_a_running_job_says_the_cancel_is_on_its_way(service, slow_dataset):
+    with Client(service.url) as client:
+        job = client.jobs.create(slow_dataset, params=SLOW_PARAMS)
+        wait_for(lambda: job.refresh().status == "running", 60, "the job to start")
+        result = margin(service, "jobs", "cancel", job.id)
+        # before: "job_... running after 1506 iterations", as if the cancel had not taken
+        assert result.returncode == 0, result.stderr
+        assert "cancel requested" in result.stdout or " cancelled" in result.stdout
+        assert job.wait().status == "cancelled"
+
+
 def test_local_file_errors_are_one_line_not_a_traceback(service, tmp_path):
     for args in (("datasets", "upload", str(tmp_path / "missing.svm")),
                  ("datasets", "upload", str(tmp_path))):  # fmt: skip
