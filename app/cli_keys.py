@@ -8,6 +8,7 @@ the same settings as `margin serve` (`--data-dir` or DATA_DIR, `--database-url` 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from app.config import Settings
@@ -63,6 +64,9 @@ def _at_least(low, kind):
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    # the upgrade is a detail here: stderr holds the command's own message, not Alembic's log
+    # (which starts when alembic is imported)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     from app import migrate
     from app.db import Database
     from app.services import keys

@@ -108,6 +108,8 @@ def describe_validation_errors(
     out = []
     for err in errors:
         entry = {"field": field_path(err.get("loc", ())), "message": err.get("msg", "invalid")}
+        if err.get("type") == "model_type":  # pydantic's text names our class (SearchSpec)
+            entry["message"] = "Input should be an object"
         if err.get("type") == "extra_forbidden":
             entry["message"] = "unknown field" + _suggestion(err.get("loc", ()), known or {})
         elif err.get("type") != "missing" and _short_scalar(err.get("input")):

@@ -12,12 +12,14 @@ import nothing of the service's stack.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+UPLOAD_FORMATS = ("libsvm", "csv", "tsv", "parquet", "npz")
 COMMANDS = ("datasets", "train", "jobs", "models", "runs", "predict", "evaluate")
 TRAIN_FLAGS = {  # flag -> (parameter, type)
     "--C": ("C", float),
@@ -49,10 +51,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     datasets = commands.add_parser("datasets", help="upload, list, show, remove datasets")
     sub = datasets.add_subparsers(dest="datasets_command", required=True)
-    upload = command(sub, "upload", cmd_datasets_upload, "upload a LIBSVM file (or npz)")
+    upload = command(sub, "upload", cmd_datasets_upload,
+                     "upload a LIBSVM, CSV, TSV, Parquet or npz file")
     upload.add_argument("file", type=Path)
     upload.add_argument("--name", help="the dataset's name (default: the file's)")
-    upload.add_argument("--format", choices=("libsvm", "npz"), help="default: recognised")
+    upload.add_argument("--format", choices=UPLOAD_FORMATS,
+                        help="default: from the file's extension, else recognised")
+    upload.add_argument("--label-column",
+                        help="CSV, TSV, Parquet: the label column (default: label, else the first)")
+    upload.add_argument("--empty-cells", choices=("error", "zero"),
+                        help="CSV, TSV, Parquet: an empty cell is an error (default) or 0")
     listing = command(sub, "list", cmd_datasets_list, "list datasets, newest first")
     listing.add_argument("--limit", type=int, default=50)
     command(sub, "show", cmd_datasets_show, "show a dataset").add_argument("id")
@@ -87,7 +95,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     command(sub, "rm", cmd_models_rm, "remove a model").add_argument("id")
     export = command(sub, "export", cmd_models_export, "export a model to a file")
     export.add_argument("id")
-    export.add_argument("--format", choices=("liblinear", "json"), default="liblinear")
+    export.add_argument("--format", choices=("liblinear", "json", "onnx", "skops"),
+                        default="liblinear")
     export.add_argument("-o", "--output", type=Path, required=True, help="the file to write")
 
     runs = commands.add_parser("runs", help="start, list, show, cancel background prediction runs")
@@ -111,6 +120,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("file", type=Path, help="LIBSVM lines, labels optional (- for stdin)")
     predict.add_argument("-o", "--output", type=Path, help="CSV file (default: stdout)")
     predict.add_argument("--batch-size", type=int, default=1000)
+    predict.add_argument("--probabilities", action="store_true",
+                         help="add each class's calibrated probability (a model from a search, "
+                              "or trained with probability=true)")
 
     evaluate = command(commands, "evaluate", cmd_evaluate, "score a model on a dataset")
     evaluate.add_argument("model")
@@ -165,7 +177,13 @@ def _emit(args: argparse.Namespace, value: Any, human: Callable[[Any], None]) ->
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False)
+    # piped output keeps whole lines (rich would otherwise cut it at 80 columns), so that
+    # grep and cut see every id
+    return Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
+
+
+PIPE_WIDTH = 10_000
+ID_COLUMNS = ("id", "dataset", "model")  # never cut: an id with an ellipsis names nothing
 
 
 def _table(rows: list[dict], columns: list[tuple[str, Callable[[dict], Any]]]) -> None:
@@ -173,7 +191,9 @@ def _table(rows: list[dict], columns: list[tuple[str, Callable[[dict], Any]]]) -
 
     table = Table(box=None, header_style="bold")
     for title, _ in columns:
-        table.add_column(title)
+        # an id too long for a narrow terminal folds onto a second line instead of losing
+        # its end to an ellipsis
+        table.add_column(title, overflow="fold" if title in ID_COLUMNS else "ellipsis")
     for row in rows:
         table.add_row(*(_text(get(row)) for _, get in columns))
     _console().print(table)
@@ -248,25 +268,28 @@ RUN_COLUMNS = [
 # Commands
 
 
-def _upload(client, args, path: Path, name: str | None = None, fmt: str | None = None) -> dict:
+def _upload(client, args, path: Path, **options: Any) -> dict:
     from margin_client.progress import upload_bar
 
     with upload_bar(path) as on_bytes:
-        return client.datasets.upload(path, name=name, format=fmt, on_bytes=on_bytes)
+        return client.datasets.upload(path, on_bytes=on_bytes, **options)
 
 
 def _dataset_ref(client, args, ref: str) -> str:
     """A dataset id as given, or the id of the file `ref` once uploaded."""
     path = Path(ref)
-    if not ref.startswith("ds_") and path.is_file():
-        dataset = _upload(client, args, path)
-        print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
-        return dataset["id"]
-    return ref
+    if ref.startswith("ds_"):
+        return ref
+    if not path.is_file():  # every dataset id starts with ds_: this was meant as a file
+        raise FileNotFoundError(errno.ENOENT, "No such file (nor a dataset id)", ref)
+    dataset = _upload(client, args, path)
+    print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
+    return dataset["id"]
 
 
 def cmd_datasets_upload(client, args) -> None:
-    dataset = _upload(client, args, args.file, args.name, args.format)
+    dataset = _upload(client, args, args.file, name=args.name, format=args.format,
+                      label_column=args.label_column, empty_cells=args.empty_cells)
     _emit(args, dataset, _fields)
 
 
@@ -322,11 +345,13 @@ def _job_summary(job: dict) -> None:
     console = _console()
     progress = job.get("progress") or {}
     line = f"{job['id']} {job['status']}"
+    if job.get("cancel_requested") and job["status"] == "running":
+        line += " (cancel requested: it stops within one iteration)"
     if progress:
         line += f" after {progress.get('iteration')} iterations, gap {_text(progress.get('gap'))}"
     if job.get("model_id"):
         line += f" -> model {job['model_id']}"
-    console.print(line)
+    console.print(line, soft_wrap=True)  # the model id stays on the line that names it
     if job.get("error"):
         console.print(f"error: {job['error']}")
 
@@ -422,7 +447,8 @@ def cmd_predict(client, args) -> int | None:
     if not any(line.strip() for line in lines):
         print(f"error: no instances in {args.file}", file=sys.stderr)
         return 1
-    result = client.models.predict(args.model, lines, batch_size=args.batch_size)
+    result = client.models.predict(args.model, lines, batch_size=args.batch_size,
+                                   probabilities=args.probabilities)
     if args.json:
         _emit(args, _prediction_json(result), print)
         return
@@ -441,7 +467,7 @@ def _number(value: float) -> str:
 
 def _prediction_json(result) -> dict[str, Any]:
     out = {}
-    for key in ("labels", "decision_values", "values"):
+    for key in ("labels", "decision_values", "values", "probabilities"):
         value = getattr(result, key)
         if value is not None:
             out[key] = value.tolist()
@@ -455,11 +481,15 @@ def _prediction_rows(result, classes: list) -> list[list[str]]:
     header = ["row", "label"] + (
         ["decision_value"] if k == 1 else [f"decision_value_{_number(c)}" for c in classes]
     )
+    import numpy as np
+
+    columns = result.decision_values
+    if result.probabilities is not None:
+        header += [f"probability_{_number(c)}" for c in classes]
+        columns = np.hstack([columns, result.probabilities])
     return [header] + [
         [str(i), _number(label), *(repr(float(v)) for v in values)]
-        for i, (label, values) in enumerate(
-            zip(result.labels, result.decision_values, strict=True)
-        )
+        for i, (label, values) in enumerate(zip(result.labels, columns, strict=True))
     ]
 
 

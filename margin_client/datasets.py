@@ -55,16 +55,24 @@ class Datasets:
         *,
         name: str | None = None,
         format: str | None = None,
+        label_column: str | None = None,
+        empty_cells: str | None = None,
         idempotency_key: str | None = None,
         on_bytes: Callable[[int], None] | None = None,
     ) -> DatasetInfo:
-        """Store a dataset: a LIBSVM/SVMlight file (streamed as it is on disk, compressed or
-        not) or an in-memory ``(X, y)`` (numpy or scipy sparse X, sent as npz: column j is
-        feature j of a zero-based dataset). `on_bytes(n)` is called as file bytes are sent."""
+        """Store a dataset: a file (streamed as it is on disk: LIBSVM/SVMlight, CSV or TSV with
+        a header row, compressed or not, Parquet or npz; `format` is "libsvm", "csv", "tsv",
+        "parquet" or "npz", by default recognised) or an in-memory ``(X, y)`` (numpy or scipy
+        sparse X, sent as npz: column j is feature j of a zero-based dataset). For tables,
+        `label_column` names the label (default "label", else the first column) and
+        `empty_cells="zero"` reads empty cells as 0 (default: an error). `on_bytes(n)` is
+        called as file bytes are sent."""
         headers = {"content-type": "application/octet-stream"}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
-        params: dict[str, Any] = {"format": format}
+        params: dict[str, Any] = {
+            "format": format, "label_column": label_column, "empty_cells": empty_cells,
+        }
         if isinstance(data, tuple):
             X, y = data
             content: Any = npz_bytes(X, y)

@@ -41,11 +41,13 @@ class ModelInfo(TypedDict, total=False):
 @dataclass
 class Prediction:
     """Predictions for n instances: classifiers fill ``labels`` (n,) and ``decision_values``
-    (n, 1) for binary models or (n, classes); regressors fill ``values`` (n,)."""
+    (n, 1) for binary models or (n, classes), and ``probabilities`` (n, classes; columns in
+    the model's ``classes`` order) when asked for; regressors fill ``values`` (n,)."""
 
     labels: np.ndarray | None = None
     decision_values: np.ndarray | None = None
     values: np.ndarray | None = None
+    probabilities: np.ndarray | None = None
 
     @classmethod
     def join(cls, parts: list[dict[str, Any]]) -> Prediction:
@@ -55,7 +57,8 @@ class Prediction:
             rows = [row for part in parts for row in part[key]]
             return np.asarray(rows, dtype=np.float64).reshape((len(rows), -1) if two_d else -1)
 
-        return cls(stack("labels"), stack("decision_values", True), stack("values"))
+        return cls(stack("labels"), stack("decision_values", True), stack("values"),
+                   stack("probabilities", True))
 
 
 def model_id(model: str | dict[str, Any]) -> str:
@@ -85,15 +88,18 @@ class Models:
     def export(
         self, model: str | dict[str, Any], format: str = "liblinear", path: str | Path | None = None
     ) -> Any:
-        """The model as a LIBLINEAR model file (text) or as JSON (a dict); written to `path`
-        instead when given (then `path` is returned)."""
+        """The model as a LIBLINEAR model file (text), JSON (a dict), or an ONNX graph or a
+        skops file of a scikit-learn estimator (bytes); written to `path` instead when given
+        (then `path` is returned)."""
         response = self._client.request(
             "GET", f"/v1/models/{segment(model_id(model))}/export", params={"format": format}
         )
         if path is not None:
             Path(path).write_bytes(response.content)
             return Path(path)
-        return response.json() if format == "json" else response.text
+        if format == "json":
+            return response.json()
+        return response.text if format == "liblinear" else response.content
 
     def evaluate(self, model: str | dict[str, Any], dataset: str | dict[str, Any]) -> dict:
         """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
@@ -109,13 +115,19 @@ class Models:
         )
 
     def predict(
-        self, model: str | dict[str, Any], X: Any, batch_size: int = DEFAULT_BATCH
+        self,
+        model: str | dict[str, Any],
+        X: Any,
+        batch_size: int = DEFAULT_BATCH,
+        probabilities: bool = False,
     ) -> Prediction:
         """Predict X: a numpy array or scipy sparse matrix (column j is feature j + 1 of a
         model trained on a one-based file, feature j of a zero-based one), a list of
         ``{feature index: value}`` dicts, or LIBSVM lines (a string or a list of strings, with
         or without labels). Sent in batches of at most `batch_size` instances; a batch over
-        the service's limit (413) is split in two and retried."""
+        the service's limit (413) is split in two and retried. With `probabilities`, the
+        calibrated class probabilities too (a model trained with a search or with
+        ``probability=True``; others answer 422)."""
         ident = model_id(model)
         offset = self._offset(ident) if not self._raw(X) else 0
         n = _encode.count(X)
@@ -127,6 +139,7 @@ class Models:
                 response = self._client.request(
                     "POST",
                     f"/v1/models/{segment(ident)}/predict",
+                    params={"probabilities": "true"} if probabilities else None,
                     **_encode.request_for(X, start, stop, offset),
                 )
             except MarginError as exc:

@@ -77,7 +77,7 @@ async def predict(request: Request) -> Response:
         else:
             content, n = await run_in_threadpool(_predict_bytes, *args)
     except InvalidInstances as exc:
-        title = _TITLES.get(exc.status, "Invalid request")
+        title = exc.title or _TITLES.get(exc.status, "Invalid request")
         raise ProblemError(exc.status, title, str(exc)) from None
     metrics = getattr(app.state, "metrics", None)
     if metrics is not None:

@@ -37,11 +37,13 @@ Row = tuple[np.ndarray, np.ndarray]  # (model columns int32, values float64)
 
 
 class InvalidInstances(ValueError):
-    """A prediction request that cannot be read; ``status`` is the HTTP status to answer with."""
+    """A prediction request that cannot be read; ``status`` is the HTTP status to answer with,
+    ``title`` the problem's title where the status's usual one would mislead (None: that one)."""
 
-    def __init__(self, message: str, status: int = 422):
+    def __init__(self, message: str, status: int = 422, title: str | None = None):
         super().__init__(message)
         self.status = status
+        self.title = title
 
 
 def row_limit(model: LinearModel) -> int:

@@ -152,6 +152,7 @@ def predict_body(
             "this model has no probability calibration: train it with a search or with "
             "probability=true to get probabilities",
             status=422,
+            title="No probability calibration",  # the instances themselves may be fine
         )
     rows = _rows_of(body, content_type, model, max_batch)
     parts = [decision_function(model, X) for X in _chunks(rows, model.n_features)]

@@ -44,6 +44,7 @@ def context(app, **kwargs) -> RunContext:
         ({"params": {"multi_class": "ovo"}}, "params.multi_class", "'ovr'"),
         ({"estimator": "SVC"}, "estimator", "expected one of LinearSVC"),
         ({"extra": 1}, "extra", "unknown field"),
+        ({"params": {"search": True}}, "params.search", "should be an object (got True)"),
     ],
 )
 def test_invalid_jobs_are_422_naming_the_field(
@@ -55,6 +56,7 @@ def test_invalid_jobs_are_422_naming_the_field(
     problem = response.json()
     assert problem["errors"][0]["field"] == field
     assert fragment in problem["detail"]
+    assert "Spec" not in problem["detail"]  # no class name of ours
     assert count(db, Job) == 0
 
 

@@ -158,6 +158,11 @@ def test_a_calibrated_model_serves_probabilities_through_onnx_and_v2(app, client
                                atol=1e-12)  # fmt: skip
     plain = client.post(f"/v2/models/{served['model']}/infer", json=request)
     assert plain.status_code == 400 and "unknown output 'probabilities'" in plain.json()["error"]
+    # valid instances for a model without calibration: before, titled "Invalid instances"
+    refused = client.post(f"/v1/models/{served['model']}/predict",
+                          json={"instances": X[:1].tolist(), "probabilities": True})
+    assert refused.status_code == 422
+    assert refused.json()["title"] == "No probability calibration"
 
 
 # ------------------------------------------------------------------------------------------

@@ -106,13 +106,66 @@ def test_prediction_runs_start_list_and_cancel(service, heart_model, heart_datas
     assert code == 1 and "409 Prediction run already ended" in err
 
 
-def test_human_output_has_no_control_codes_when_piped(service, heart_dataset):
+def test_human_output_has_no_control_codes_when_piped(service, heart_dataset, heart_model):
+    with Client(service.url) as client:
+        ids = {"datasets": [d["id"] for d in client.datasets.list()],
+               "jobs": [j["id"] for j in client.jobs.list()],
+               "models": [m["id"] for m in client.models.list()]}  # fmt: skip
     for args in (("datasets", "list"), ("jobs", "list"), ("models", "list"),
                  ("datasets", "show", heart_dataset)):
         result = margin(service, *args)
         assert result.returncode == 0, result.stderr
         assert ESC not in result.stdout
         assert "ds_" in result.stdout or args[0] != "datasets"
+        if args[1] == "list":  # before: rich cut piped tables at 80 columns ("mdl_01a21…")
+            assert "…" not in result.stdout, result.stdout
+            assert set(ids[args[0]]) <= set(result.stdout.split()), result.stdout
+
+
+def test_a_followed_jobs_summary_is_one_line(service, heart_model):
+    with Client(service.url) as client:
+        job_id = client.models.get(heart_model)["job_id"]
+    followed = margin(service, "jobs", "follow", job_id)  # before: the model id wrapped
+    assert followed.stdout.splitlines()[0].endswith(f"-> model {heart_model}"), followed.stdout
+
+
+def test_upload_a_table_with_its_parse_options(service, tmp_path):
+    # before: --format took only libsvm or npz, and a table's label column could not be named
+    table = tmp_path / "table.txt"  # no extension to go by
+    table.write_text("a,b,target\n1,,1\n0,2,-1\n3,1,1\n")
+    dataset = as_json(margin(service, "datasets", "upload", str(table), "--format", "csv",
+                             "--label-column", "target", "--empty-cells", "zero", "--json"))
+    assert dataset["format"] == "csv" and dataset["feature_names"] == ["a", "b"]
+    assert dataset["n_rows"] == 3 and dataset["nnz"] == 4
+    assert {c["label"]: c["count"] for c in dataset["labels"]["classes"]} == {-1: 1, 1: 2}
+    refused = margin(service, "datasets", "upload", str(table), "--format", "csv")
+    assert refused.returncode == 1 and "line 2" in refused.stderr  # the empty cell, named
+
+
+def test_export_writes_the_binary_formats(service, heart_model, tmp_path):
+    # before: --format took only liblinear or json, though the service also exports onnx, skops
+    path = tmp_path / "heart.onnx"
+    written = as_json(margin(service, "models", "export", heart_model, "--format", "onnx",
+                             "-o", str(path), "--json"))
+    assert written == {"id": heart_model, "format": "onnx", "path": str(path)}
+    with Client(service.url) as client:  # the bytes the service sends (they load: test_client)
+        assert path.read_bytes() == client.models.export(heart_model, format="onnx")
+
+
+def test_predict_writes_probabilities(service, heart_dataset, tmp_path):
+    # before: margin predict had no way to ask for probabilities
+    with Client(service.url) as client:
+        job = client.jobs.create(heart_dataset, tol=1e-3, probability=True).wait(check=True)
+        expected = client.models.predict(job.model_id, HEART.read_text().splitlines(),
+                                         probabilities=True).probabilities
+    out = tmp_path / "p.csv"
+    result = margin(service, "predict", job.model_id, str(HEART), "--probabilities",
+                    "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = out.read_text().splitlines()
+    assert rows[0] == "row,label,decision_value,probability_-1,probability_1"
+    shown = [[float(v) for v in row.split(",")[3:]] for row in rows[1:]]
+    assert shown == expected.tolist()
 
 
 def test_a_train_file_argument_is_uploaded_first(service):
@@ -199,6 +252,17 @@ def test_following_a_job_that_did_not_succeed_exits_non_zero(service, slow_datas
         assert json.loads(result.stdout)["status"] == "cancelled"
 
 
+def test_cancelling_a_running_job_says_the_cancel_is_on_its_way(service, slow_dataset):
+    with Client(service.url) as client:
+        job = client.jobs.create(slow_dataset, params=SLOW_PARAMS)
+        wait_for(lambda: job.refresh().status == "running", 60, "the job to start")
+        result = margin(service, "jobs", "cancel", job.id)
+        # before: "job_... running after 1506 iterations", as if the cancel had not taken
+        assert result.returncode == 0, result.stderr
+        assert "cancel requested" in result.stdout or " cancelled" in result.stdout
+        assert job.wait().status == "cancelled"
+
+
 def test_local_file_errors_are_one_line_not_a_traceback(service, tmp_path):
     for args in (("datasets", "upload", str(tmp_path / "missing.svm")),
                  ("datasets", "upload", str(tmp_path))):  # fmt: skip
@@ -209,6 +273,10 @@ def test_local_file_errors_are_one_line_not_a_traceback(service, tmp_path):
     empty.write_text("\n")
     result = margin(service, "predict", "mdl_any", str(empty))  # before: AttributeError
     assert result.returncode == 1 and result.stderr == f"error: no instances in {empty}\n"
+    missing = tmp_path / "missing.csv"  # before: "404 Dataset not found: ... no dataset with id"
+    result = margin(service, "train", str(missing))  # evaluate reads its argument the same way
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == f"error: No such file (nor a dataset id): {missing}\n"
 
 
 def test_an_empty_or_path_like_id_names_no_other_resource(service, heart_dataset):

@@ -127,6 +127,36 @@ def test_jobs_and_models_listing_export_and_evaluate(client, heart_dataset, hear
     assert [abs(w["weight"]) for w in top["items"]] == pytest.approx(sorted(weights)[::-1][:3])
 
 
+def test_binary_exports_come_back_as_bytes_that_load(client, heart_model):
+    # before: an ONNX graph came back as text decoded from its bytes, which no runtime reads
+    import onnxruntime
+
+    X, _ = read_libsvm(str(HEART), n_features=13, zero_based=False)
+    expected = client.models.predict(heart_model, X).labels
+    graph = client.models.export(heart_model, format="onnx")
+    assert isinstance(graph, bytes)
+    session = onnxruntime.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    labels = session.run(["label"], {"input": X.toarray()})[0]
+    np.testing.assert_array_equal(labels.ravel(), expected)
+
+
+def test_predict_with_probabilities_follows_the_exported_calibration(
+    client, heart_dataset, heart_model
+):
+    # before: the client had no way to ask for probabilities
+    job = client.jobs.create(heart_dataset, C=0.5, tol=1e-3, probability=True).wait(check=True)
+    lines = HEART.read_text().splitlines()
+    result = client.models.predict(job.model_id, lines, batch_size=100, probabilities=True)
+    sigmoid = client.models.export(job.model_id, format="json")["calibration"]
+    d = result.decision_values[:, 0]
+    positive = 1.0 / (1.0 + np.exp(sigmoid["A"][0] * d + sigmoid["B"][0]))
+    np.testing.assert_allclose(result.probabilities, np.column_stack([1 - positive, positive]))
+    assert client.models.predict(job.model_id, lines).probabilities is None
+    with pytest.raises(MarginError) as info:
+        client.models.predict(heart_model, lines[:1], probabilities=True)
+    assert info.value.status == 422 and "calibration" in info.value.problem["detail"]
+
+
 def test_api_keys_from_arguments_and_environment(keyed_service, monkeypatch):
     with Client(keyed_service.url) as anonymous, pytest.raises(MarginError) as info:
         anonymous.datasets.list()

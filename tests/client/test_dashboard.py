@@ -71,6 +71,9 @@ def points(page, figure: str) -> int:
 def test_upload_train_and_use_a_model(page):
     open_ui(page)
     expect(page.locator("nav a[aria-current=page]")).to_have_text("Datasets")
+    # every format the service reads is named (before: "LIBSVM file ... or npz")
+    for fmt in ("LIBSVM", "CSV", "TSV", "Parquet", "npz"):
+        expect(page.locator("label[for=upload-file]")).to_contain_text(fmt)
     page.set_input_files("#upload-file", str(HEART))
     page.fill("#upload-name", "heart (browser)")
     page.click("#upload-submit")

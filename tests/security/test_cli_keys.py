@@ -60,6 +60,10 @@ def test_keys_commands(tmp_path, shared_parser):  # noqa: F811
     lines = created.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("mgn_")  # only the key on stdout
     key = lines[0]
+    # before: Alembic's INFO log of the upgrade (a dozen lines) came first
+    assert created.stderr.splitlines() == [
+        next(line for line in created.stderr.splitlines() if line.startswith("created key"))
+    ], created.stderr
     # DATA_DIR from the environment works the same as --data-dir
     listed = margin("keys", "list", env={"DATA_DIR": str(data)})
     assert listed.returncode == 0, listed.stderr

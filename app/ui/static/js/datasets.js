@@ -15,7 +15,7 @@ function uploadForm() {
   const form = h("form", { class: "panel", "aria-labelledby": "upload-title" },
     h("h2", { id: "upload-title" }, "Upload a dataset"),
     h("div", { class: "field" },
-      h("label", { for: "upload-file" }, "LIBSVM file (gzip, bzip2 or xz compressed is fine) or npz"),
+      h("label", { for: "upload-file" }, "LIBSVM, CSV or TSV (with a header row), Parquet or npz file; gzip, bzip2 or xz compressed is fine"),
       h("input", { id: "upload-file", name: "file", type: "file", required: true })),
     h("div", { class: "field" },
       h("label", { for: "upload-name" }, "Name (optional)"),
