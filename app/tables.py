@@ -254,6 +254,15 @@ class Model(Base):
 
     job: Mapped[Job | None] = relationship(back_populates="model", viewonly=True)
 
+    @property
+    def trained_params(self) -> dict[str, Any]:
+        """The parameters the weights were trained with: the job's, with the C a search chose
+        in place of the ``C`` it asked for (which the search does not use)."""
+        params = dict(self.params or {})
+        if self.selection:
+            params["C"] = self.selection["C"]
+        return params
+
 
 class RegisteredModel(Base):
     """A tenant's name for a line of model versions (services.registry)."""

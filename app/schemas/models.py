@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 class ModelOut(BaseModel):
@@ -17,7 +17,11 @@ class ModelOut(BaseModel):
     job_id: str | None
     dataset_id: str | None
     estimator: str
-    params: dict[str, Any]
+    params: dict[str, Any] = Field(
+        validation_alias=AliasChoices("trained_params", "params"),
+        description="the parameters the weights were trained with: the job's, with the C its "
+        "search chose",
+    )
     kind: Literal["classifier", "regressor"] | str
     classes: list[Any] | None = Field(description="labels in the order of decision_values columns")
     n_features: int = Field(description="the training file's feature count")

@@ -53,7 +53,7 @@ def view(session: Session, model: Model) -> dict[str, Any]:
         "model_id": model.id,
         "job_id": model.job_id,
         "estimator": model.estimator,
-        "params": model.params,
+        "params": model.trained_params,
         "dataset": dataset,
         "validation_dataset": stored.get("validation_dataset"),
         "package_version": stored.get("package_version"),

@@ -85,14 +85,6 @@ class ModelCache:
         return model_id in self._items
 
 
-def _trained_params(row) -> dict:
-    """The job's parameters, with the C a search chose in place of the ignored ``C``."""
-    params = dict(row.params or {})
-    if getattr(row, "selection", None):
-        params["C"] = row.selection["C"]
-    return params
-
-
 def model_from_row(row) -> LinearModel:
     """Unpack a ``tables.Model`` row for prediction."""
     from app.services.model_store import load_weights
@@ -107,7 +99,7 @@ def model_from_row(row) -> LinearModel:
         zero_based=bool(row.zero_based),
         coef=np.ascontiguousarray(weights.coef, dtype=np.float64),
         intercept=np.ascontiguousarray(weights.intercept, dtype=np.float64),
-        info={"estimator": row.estimator, "params": _trained_params(row), "tenant": row.tenant},
+        info={"estimator": row.estimator, "params": row.trained_params, "tenant": row.tenant},
         columns=weights.columns,
         feature_names=list(row.feature_names) if row.feature_names else None,
         calibration=row.calibration,

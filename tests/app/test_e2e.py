@@ -427,6 +427,10 @@ def test_a_search_job_reports_its_path_stores_its_table_and_predicts_probabiliti
     export = server.http.get(f"/v1/models/{job['model_id']}/export?format=json").json()
     assert export["calibration"] == model["calibration"]
     assert export["params"]["C"] == selection["C"]  # the chosen C, not the ignored one
+    # ... and so say the model's own view and its lineage (they showed the job's C = 1)
+    assert model["params"]["C"] == selection["C"] != 1.0
+    lineage = server.http.get(f"/v1/models/{job['model_id']}/lineage").json()
+    assert lineage["params"]["C"] == selection["C"]
 
     from sklearn.metrics import log_loss
 
