@@ -90,7 +90,8 @@ class BodySizeLimit:
             return
         limit = self.limits.for_path(scope["method"], scope["path"])
         declared = _content_length(scope)
-        receive = _paced(receive, self.limits.body_timeout_s, self.limits.min_body_rate)
+        if declared != 0 and scope["method"] not in ("GET", "HEAD"):  # a body to wait for
+            receive = _paced(receive, self.limits.body_timeout_s, self.limits.min_body_rate)
         if "\x00" in scope["path"] or b"%00" in scope["query_string"]:
             from app.errors import NUL_DETAIL
 
