@@ -20,6 +20,7 @@ row lock).
 from __future__ import annotations
 
 from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from app import tenancy
@@ -34,9 +35,21 @@ RUNS_RETRY_AFTER_S = 5
 
 def _limit(session: Session, principal: Principal, column: str, default: int | None) -> int | None:
     """The tenant's own limit in `column` of its row (locked first), else `default`."""
-    row = session.get(Tenant, principal.tenant, with_for_update=True)
-    own = getattr(row, column) if row is not None else None
+    own = getattr(locked_tenant(session, principal.tenant), column)
     return own if own is not None else default
+
+
+def locked_tenant(session: Session, tenant: str) -> Tenant:
+    """The tenant's row, locked until the transaction ends. A tenant without one (the local
+    tenant, or one whose keys were made before rows were) gets an empty row first: without a
+    row to lock, two of its requests could both pass a check on PostgreSQL."""
+    row = session.get(Tenant, tenant, with_for_update=True)
+    if row is None:
+        dialect = session.get_bind().dialect.name
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        session.execute(insert(Tenant).values(id=tenant).on_conflict_do_nothing())
+        row = session.get(Tenant, tenant, with_for_update=True, populate_existing=True)
+    return row
 
 
 def storage_used(session: Session, tenant: str) -> int:
