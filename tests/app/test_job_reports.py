@@ -43,13 +43,12 @@ def test_predicted_labels_keep_the_datasets_integer_type(app, client, heart):
 
 
 def test_a_model_stored_with_float_classes_predicts_integer_labels():
-    from types import SimpleNamespace
-
     from app.services.model_cache import model_from_row
     from app.services.model_store import pack_weights
     from app.services.prediction import predict_payload
+    from app.tables import Model
 
-    row = SimpleNamespace(
+    row = Model(  # a row as stored, not added to a session
         id="m", kind="classifier", classes=[-1.0, 1.0], n_features=2, zero_based=False,
         weights=pack_weights(np.array([[1.0, 0.0]]), np.array([0.0])),
         estimator="LinearSVC", params={}, tenant="local", feature_names=None, calibration=None,
