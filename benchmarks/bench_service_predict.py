@@ -81,6 +81,7 @@ def service_app():
             request.headers.get("content-type", ""),
             model,
             app.state.settings.max_predict_batch,
+            False,  # no probabilities, as the measured requests ask for none
         )
         return Response(content, media_type="application/json")
 
