@@ -95,10 +95,14 @@ def required_scope(method: str, path: str) -> str:
     return "train"
 
 
+KNOWN_KEYS_CACHED = 10_000
+UNKNOWN_KEYS_CACHED = 1_000
+
+
 class KeyCache:
     """LRU of verified key hashes → Principal (or None for unknown keys), each valid `ttl_s`."""
 
-    def __init__(self, ttl_s: float, size: int = 10_000):
+    def __init__(self, ttl_s: float, size: int):
         self.ttl_s = ttl_s
         self.size = size
         self._items: OrderedDict[str, tuple[Principal | None, float]] = OrderedDict()
@@ -133,7 +137,9 @@ class Authenticator:
         self.settings = settings
         self.db = db
         self.mode = effective_mode(settings)
-        self.cache = KeyCache(settings.auth_cache_s)
+        self.cache = KeyCache(settings.auth_cache_s, KNOWN_KEYS_CACHED)
+        # unknown keys apart: a flood of made-up keys must not push the live ones out
+        self.unknown = KeyCache(settings.auth_cache_s, UNKNOWN_KEYS_CACHED)
         self.local = self._principal(LOCAL_TENANT, SCOPES, None)
 
     def _principal(
@@ -162,7 +168,7 @@ class Authenticator:
             tenancy.reset_current(token)
         rate = tenant.rate_limit if tenant is not None else None
         principal = self._principal(row.tenant, row.scopes, row.id, rate) if row else None
-        self.cache.put(key_hash, principal)
+        (self.cache if principal is not None else self.unknown).put(key_hash, principal)
         return principal
 
     async def principal_for(self, authorization: str | None) -> Principal:
@@ -178,6 +184,8 @@ class Authenticator:
             raise unauthorized("expected 'Authorization: Bearer <key>'")
         key_hash = hash_key(token)
         found, principal = self.cache.get(key_hash)
+        if not found:
+            found, principal = self.unknown.get(key_hash)
         if not found:
             principal = await run_in_threadpool(self.lookup, key_hash)
         if principal is None:

@@ -181,3 +181,27 @@ def test_key_requests_are_validated(make_service):
         keys.create_key(db, "acme", "k", ["root"])
     with pytest.raises(keys.KeyRequestError, match="no key"):
         keys.revoke_key(db, "key_missing")
+
+
+def test_made_up_keys_do_not_push_live_ones_out_of_the_cache(make_service, monkeypatch):
+    """Unknown keys were cached in the same LRU as live ones: a flood of made-up keys evicted
+    every live key, whose next request then cost a database lookup again."""
+    from app import auth
+
+    monkeypatch.setattr(auth, "KNOWN_KEYS_CACHED", 4)
+    monkeypatch.setattr(auth, "UNKNOWN_KEYS_CACHED", 4)
+    client, app = make_service(auth_mode="required", auth_cache_s=60)
+    _, key = keys.create_key(app.state.db, "acme", "k", ["read"])
+    live = {"Authorization": f"Bearer {key}"}
+    assert client.get("/v1/datasets", headers=live).status_code == 200  # looked up, cached
+    for i in range(5):  # one more than either cache holds
+        made_up = {"Authorization": f"Bearer mk_made_up_{i}"}
+        assert client.get("/v1/datasets", headers=made_up).status_code == 401
+    lookups = []
+    lookup = app.state.auth.lookup
+    monkeypatch.setattr(app.state.auth, "lookup", lambda h: lookups.append(h) or lookup(h))
+    assert client.get("/v1/datasets", headers=live).status_code == 200
+    assert lookups == []  # still cached
+    assert client.get("/v1/datasets", headers={"Authorization": "Bearer mk_made_up_0"}
+                      ).status_code == 401  # fmt: skip
+    assert len(lookups) == 1  # the oldest made-up key left its own cache
