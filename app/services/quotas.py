@@ -103,24 +103,33 @@ def check_storage(session: Session, incoming_bytes: int) -> None:
         raise storage_exceeded(limit, used, incoming_bytes, principal.tenant)
 
 
-def check_active_jobs(session: Session) -> None:
-    """429 when the current tenant already has as many queued or running jobs as allowed."""
+def _at_limit(session: Session, table, column: str, default: str) -> tuple[str, int, int] | None:
+    """(tenant, active, limit) when the current tenant already has as many queued or running
+    rows of `table` (jobs, prediction runs) as allowed: its own `column` of its row, else the
+    principal's `default` quota; None when it may add one."""
     principal = tenancy.current()
     if principal is None:
-        return
-    limit = _limit(session, principal, "max_active_jobs", principal.quota_active_jobs)
+        return None
+    limit = _limit(session, principal, column, getattr(principal, default))
     if limit is None:
-        return
+        return None
     active = session.scalar(
         select(func.count())
-        .select_from(Job)
-        .where(Job.tenant == principal.tenant, Job.status.in_(ACTIVE_STATUSES))
+        .select_from(table)
+        .where(table.tenant == principal.tenant, table.status.in_(ACTIVE_STATUSES))
     )
-    if active >= limit:
+    return (principal.tenant, active, limit) if active >= limit else None
+
+
+def check_active_jobs(session: Session) -> None:
+    """429 when the current tenant already has as many queued or running jobs as allowed."""
+    over = _at_limit(session, Job, "max_active_jobs", "quota_active_jobs")
+    if over is not None:
+        tenant, active, limit = over
         raise ProblemError(
             429,
             "Job quota exceeded",
-            f"tenant {principal.tenant!r} has {active} queued or running jobs, its limit is "
+            f"tenant {tenant!r} has {active} queued or running jobs, its limit is "
             f"{limit}; retry when one ends",
             quota_active_jobs=limit,
             headers={"Retry-After": str(JOBS_RETRY_AFTER_S)},
@@ -130,26 +139,15 @@ def check_active_jobs(session: Session) -> None:
 def check_active_prediction_runs(session: Session) -> None:
     """429 when the current tenant already has as many queued or running prediction runs as
     allowed (its own `max_active_prediction_runs`, else QUOTA_ACTIVE_PREDICTION_RUNS)."""
-    principal = tenancy.current()
-    if principal is None:
-        return
-    default = principal.quota_active_prediction_runs
-    limit = _limit(session, principal, "max_active_prediction_runs", default)
-    if limit is None:
-        return
-    active = session.scalar(
-        select(func.count())
-        .select_from(PredictionRun)
-        .where(
-            PredictionRun.tenant == principal.tenant,
-            PredictionRun.status.in_(ACTIVE_STATUSES),  # queued, running: a run's too
-        )
+    over = _at_limit(
+        session, PredictionRun, "max_active_prediction_runs", "quota_active_prediction_runs"
     )
-    if active >= limit:
+    if over is not None:
+        tenant, active, limit = over
         raise ProblemError(
             429,
             "Prediction run quota exceeded",
-            f"tenant {principal.tenant!r} has {active} queued or running prediction runs, its "
+            f"tenant {tenant!r} has {active} queued or running prediction runs, its "
             f"limit is {limit}; retry when one ends, or cancel one",
             quota_active_prediction_runs=limit,
             headers={"Retry-After": str(RUNS_RETRY_AFTER_S)},
