@@ -1,6 +1,6 @@
 """What a running prediction run pays to notice a cancel: the status reads between chunks.
 
-A run's CSV is written by `prediction_runs.write_csv` over chunks of CHUNK_ROWS rows; the runner
+A run's CSV is written by `prediction_csv.write_csv` over chunks of CHUNK_ROWS rows; the runner
 wraps the chunks in `until_cancelled`, which reads the run's status (`still_running`) between
 chunks, at most every CANCEL_CHECK_S. This writes the CSV of a synthetic dataset (--rows rows,
 30 features, 20% dense) with the plain chunks and with the wrapped ones, alternating which goes
@@ -27,8 +27,10 @@ import scipy.sparse as sp
 from app import migrate
 from app.db import Database
 from app.services import prediction_runs as runs
+from app.services.dataset_source import CHUNK_ROWS, DatasetSource
 from app.services.model_cache import model_from_row
 from app.services.model_store import pack_weights
+from app.services.prediction_csv import write_csv
 from app.tables import Model, PredictionRun, new_id
 
 N_FEATURES = 30
@@ -49,12 +51,12 @@ def stored_run(db: Database) -> tuple[runs.RunClaim, object]:
     return runs.RunClaim(run_id, 1, "bench:0:0"), model_from_row(model)
 
 
-def dataset(directory: Path, rows: int) -> runs.DatasetSource:
+def dataset(directory: Path, rows: int) -> DatasetSource:
     X = sp.random(rows, N_FEATURES, density=0.2, format="csr", random_state=0)
     arrays = {"data": X.data, "indices": X.indices, "indptr": X.indptr, "y": np.ones(rows)}
     for name, array in arrays.items():
         np.save(directory / f"{name}.npy", array)
-    return runs.DatasetSource(lambda: directory, N_FEATURES, False)
+    return DatasetSource(lambda: directory, N_FEATURES, False)
 
 
 def measure(db, claim, model, source, out: Path, repeat: int) -> dict[str, float]:
@@ -67,10 +69,10 @@ def measure(db, claim, model, source, out: Path, repeat: int) -> dict[str, float
         return running
 
     def plain():
-        runs.write_csv(out, model, source.chunks(model))
+        write_csv(out, model, source.chunks(model))
 
     def checked():
-        runs.write_csv(out, model, runs.until_cancelled(source.chunks(model), read))
+        write_csv(out, model, runs.until_cancelled(source.chunks(model), read))
 
     times: dict = {plain: [], checked: []}
     for i in range(repeat):
@@ -95,7 +97,7 @@ def main() -> None:
         db = Database(url)
         claim, model = stored_run(db)
         source = dataset(Path(tmp), args.rows)
-        chunks = -(-args.rows // runs.CHUNK_ROWS)
+        chunks = -(-args.rows // CHUNK_ROWS)
         print(f"{url.split(':')[0]}, {args.rows} rows in {chunks} chunks, load {os.getloadavg()}")
         for every_s in (runs.CANCEL_CHECK_S, 0.0):
             runs.CANCEL_CHECK_S = every_s

@@ -19,7 +19,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import delete, select
 
 from app.api.model_lookup import ModelNotFound, load_model, model_cache
-from app.api.prediction_runs import dataset_or_404, deleted_meanwhile
+from app.api.prediction_runs import deleted_meanwhile
 from app.auth import authenticate
 from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
 from app.errors import ProblemError
@@ -36,6 +36,9 @@ from app.services import export as export_service
 from app.services import lineage as lineage_service
 from app.services import prediction_runs as runs
 from app.services import registry
+from app.services.dataset_scores import check_labels, evaluate
+from app.services.dataset_source import DatasetMismatch, DatasetSource
+from app.services.datasets import named_dataset
 from app.services.model_cache import model_from_row
 from app.services.prediction import InvalidInstances, dumps, predict_body
 from app.tables import Model, PredictionRun
@@ -224,15 +227,15 @@ def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: Set
 def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, settings: SettingsDep):
     """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
     dataset."""
-    dataset = dataset_or_404(session, body.dataset_id)
+    dataset = named_dataset(session, body.dataset_id)
     session.close()  # no connection held while it computes
     loaded = model_from_row(model)
     try:
-        runs.check_labels(loaded, dataset)
-        source = runs.DatasetSource.of(settings, dataset)
+        check_labels(loaded, dataset)
+        source = DatasetSource.of(settings, dataset)
         source.check(loaded)
-        report = runs.evaluate(loaded, source)
-    except runs.DatasetMismatch as exc:
+        report = evaluate(loaded, source)
+    except DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
     except FileNotFoundError:
         raise deleted_meanwhile(dataset.id) from None

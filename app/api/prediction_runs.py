@@ -20,10 +20,12 @@ from app.errors import ProblemError
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, keyset_page
 from app.schemas.models import DatasetRef, PredictionRunOut
 from app.services import prediction_runs as runs
+from app.services.dataset_source import DatasetMismatch, DatasetSource
+from app.services.datasets import named_dataset
 from app.services.model_cache import model_from_row
 from app.services.prediction_runner import PredictionRunner
 from app.storage import get_storage, prediction_key
-from app.tables import Dataset, PredictionRun
+from app.tables import PredictionRun
 
 
 @asynccontextmanager
@@ -51,16 +53,6 @@ def prediction_runner(app) -> PredictionRunner:
         return runner
 
     return app_singleton(app, "prediction_runner", started)
-
-
-def dataset_or_404(session, dataset_id: str) -> Dataset:
-    """The dataset a request body names (its `dataset_id`), or 404."""
-    dataset = session.get(Dataset, dataset_id)
-    if dataset is None:
-        raise ProblemError(
-            404, "Dataset not found", f"dataset_id: no dataset with id {dataset_id!r}"
-        )
-    return dataset
 
 
 def deleted_meanwhile(dataset_id: str) -> ProblemError:
@@ -94,15 +86,15 @@ def create_prediction_run(
     """Predict every row of a stored dataset in the background; GET the returned location for
     the run's status, and for the CSV once it has succeeded. 429 with Retry-After while the
     tenant has QUOTA_ACTIVE_PREDICTION_RUNS runs queued or running."""
-    dataset = dataset_or_404(session, body.dataset_id)
+    dataset = named_dataset(session, body.dataset_id)
     loaded = model_from_row(model)
     runs.check_room(session, dataset.n_rows, len(loaded.intercept))
     session.close()  # give its connection back: one request never holds two
     try:
-        source = runs.DatasetSource.of(settings, dataset)
+        source = DatasetSource.of(settings, dataset)
         source.check(loaded)
         run = runs.create_run(db, model.id, dataset.id)
-    except runs.DatasetMismatch as exc:
+    except DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
     except (FileNotFoundError, IntegrityError):  # the dataset was deleted meanwhile
         raise deleted_meanwhile(dataset.id) from None

@@ -383,6 +383,14 @@ def _remove_objects(storage: Storage, prefix: str) -> None:
         log.warning("could not remove %s from storage (%s); the sweep will", prefix, exc)
 
 
+def named_dataset(session, dataset_id: str, field: str = "dataset_id") -> Dataset:
+    """The dataset a request body names in ``field``, or 404 saying which field named it."""
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        raise ProblemError(404, "Dataset not found", f"{field}: no dataset with id {dataset_id!r}")
+    return dataset
+
+
 def list_datasets(
     session: Session, limit: int, cursor: str | None
 ) -> tuple[list[Dataset], str | None]:

@@ -18,6 +18,7 @@ from app.schemas.common import decimal, keyset_page
 from app.schemas.jobs import JobCreate
 from app.schemas.params import ESTIMATORS, EstimatorSpec
 from app.services import idempotency, quotas
+from app.services.datasets import named_dataset
 from app.tables import Dataset, Job, JobProgress, new_id, utcnow
 
 MAX_PROGRESS_ID = 2**63 - 1  # progress ids are 64-bit integers (migration 0012)
@@ -175,13 +176,6 @@ def check_validation_labels(spec: EstimatorSpec, dataset: Dataset, valid: Datase
         )
 
 
-def _dataset_or_404(session: Session, dataset_id: str, field: str) -> Dataset:
-    dataset = session.get(Dataset, dataset_id)
-    if dataset is None:
-        raise ProblemError(404, "Dataset not found", f"{field}: no dataset with id {dataset_id!r}")
-    return dataset
-
-
 def _checked_datasets(
     session: Session,
     body: JobCreate,
@@ -192,12 +186,12 @@ def _checked_datasets(
 ) -> Dataset:
     """The job's training dataset, once it and the validation dataset (if any) fit the request
     and the tenant may queue one more job; 404, 422 or 429 otherwise."""
-    dataset = _dataset_or_404(session, body.dataset_id, "dataset_id")
+    dataset = named_dataset(session, body.dataset_id)
     check_dataset_fits(spec, params, dataset, max_weights)
     check_distributed(body, params, dataset, dask_address)
     quotas.check_active_jobs(session)
     if body.validation_dataset_id is not None:
-        valid = _dataset_or_404(session, body.validation_dataset_id, "validation_dataset_id")
+        valid = named_dataset(session, body.validation_dataset_id, "validation_dataset_id")
         if valid.zero_based and not dataset.zero_based:
             raise _invalid(
                 "validation_dataset_id",

@@ -1,15 +1,10 @@
-"""Predictions over stored datasets: evaluation scores, and background runs that write a CSV.
+"""Background prediction runs: a model's predictions over a stored dataset, written as a CSV.
 
-A stored dataset's arrays are in its own file's numbering (its ``zero_based``); they are mapped to
-the model's columns through the raw file indices both share, so a stored file predicts the same as
-its lines sent to ``predict``.
-
-A run's CSV is written to ``DATA_DIR/tmp/<run id>.csv.part``, renamed when complete and then put
-in storage at ``predictions/<run id>.csv`` (STORAGE_URL), so a stored CSV is whole. A run is
-a row, `queued` until a runner thread of an API process
-claims it (`app.services.prediction_runner`), `running` with a heartbeat, then `succeeded`,
-`failed` or `cancelled`; every write compares (run, attempt, status), so a run recovered from a
-silent process is never finished twice.
+A run is a row, `queued` until a runner thread of an API process claims it
+(`app.services.prediction_runner`), `running` with a heartbeat, then `succeeded`, `failed` or
+`cancelled`; every write compares (run, attempt, status), so a run recovered from a silent process
+is never finished twice. Its CSV (`app.services.prediction_csv`) is put in storage at
+``predictions/<run id>.csv`` (STORAGE_URL) once whole.
 
 Runs are claimed fairly across tenants: the queued run of the tenant with the fewest running runs,
 the oldest first among equals, so one tenant's burst does not hold back another's single run. A
@@ -22,245 +17,31 @@ CSV; a cancel that comes after the last read finds the CSV deleted at the run's 
 
 from __future__ import annotations
 
-import csv
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
-import scipy.sparse as sp
 from sqlalchemy import func, select, update
 
 from app.db import is_disk_full, is_unavailable
 from app.errors import ProblemError
 from app.jobs.workers import dead_here
-from app.services.dataset_files import align_columns
-from app.services.evaluation import classification_report, regression_report
-from app.services.prediction import (
-    LinearModel,
-    decision_function,
-    labels_from_decision,
-    probabilities_of,
-)
+from app.services.dataset_source import DatasetMismatch, DatasetSource
+from app.services.prediction import LinearModel
+from app.services.prediction_csv import csv_estimate, staging_path, write_csv
 from app.storage import StorageUnavailable, get_storage, prediction_key
 from app.tables import Dataset, Model, PredictionRun, new_id, utcnow
 
 log = logging.getLogger("margin.predictions")
 
-CHUNK_ROWS = 8192
 CANCEL_CHECK_S = 0.5  # a running run reads its status at most this often (between chunks)
 END_DEADLINE_S = 300.0
 ACTIVE = ("queued", "running")
 
 
-class DatasetMismatch(ValueError):
-    """A stored dataset that cannot be read in the model's feature space."""
-
-
 class RunCancelled(Exception):
     """The run being written is no longer this runner's: cancelled (or deleted) meanwhile."""
-
-
-class DatasetSource:
-    """Where a stored dataset's arrays are (a local directory, found when first needed: the
-    storage's own, or the local copy of an object-stored dataset), and their numbering."""
-
-    def __init__(self, locate: Callable[[], Path], n_features: int, zero_based: bool):
-        self._locate, self._directory = locate, None
-        self.n_features, self.zero_based = n_features, zero_based
-
-    @classmethod
-    def of(cls, settings, dataset) -> DatasetSource:
-        """From a ``tables.Dataset`` row."""
-        from app.services.datasets import dataset_arrays
-
-        return cls(
-            lambda: dataset_arrays(settings, dataset), dataset.n_features, dataset.zero_based
-        )
-
-    @property
-    def directory(self) -> Path:
-        if self._directory is None:
-            self._directory = Path(self._locate())
-        return self._directory
-
-    def check(self, model: LinearModel) -> None:
-        """Raise DatasetMismatch if the dataset cannot be read in the model's columns: a raw
-        index 0 (a zero-based file's column 0) has no column in a one-based model."""
-        if self.zero_based and not model.zero_based:
-            indices = np.load(self.directory / "indices.npy", mmap_mode="r")
-            if indices.size and int(indices.min()) == 0:
-                raise DatasetMismatch(
-                    "the dataset uses feature index 0, but the model's training file is one-based"
-                )
-
-    def features_beyond(self, model: LinearModel) -> int:
-        """How many of the dataset's features the model does not have (ignored, as LIBLINEAR's
-        predict ignores them): its columns past the model's, in the model's numbering."""
-        shift = (0 if self.zero_based else 1) - (0 if model.zero_based else 1)
-        return max(0, self.n_features + shift - model.n_features)
-
-    def chunks(self, model: LinearModel, rows: int | None = None):
-        """Yield (first row, X chunk in the model's columns, y chunk) over the dataset, `rows`
-        rows at a time (default CHUNK_ROWS).
-
-        The arrays are memory-mapped and read a chunk at a time, so a prediction over a large
-        dataset does not hold it in the API process's memory."""
-        arrays = {
-            name: np.load(self.directory / f"{name}.npy", mmap_mode="r")
-            for name in ("data", "indices", "indptr", "y")
-        }
-        indptr = arrays["indptr"]
-        n_rows = len(indptr) - 1
-        rows = rows or CHUNK_ROWS
-        for start in range(0, n_rows, rows):
-            stop = min(start + rows, n_rows)
-            lo, hi = int(indptr[start]), int(indptr[stop])
-            X = sp.csr_matrix(
-                (
-                    np.asarray(arrays["data"][lo:hi]),
-                    np.asarray(arrays["indices"][lo:hi]),
-                    np.asarray(indptr[start : stop + 1]) - lo,
-                ),
-                shape=(stop - start, self.n_features),
-            )
-            try:
-                X = align_columns(X, self.zero_based, model.zero_based, model.n_features)
-            except ValueError as exc:
-                raise DatasetMismatch(str(exc)) from None
-            yield start, X, np.asarray(arrays["y"][start:stop], dtype=np.float64)
-
-
-def check_labels(model: LinearModel, dataset) -> None:
-    """DatasetMismatch unless a ``tables.Dataset``'s labels can score a classifier: the dataset
-    must have class labels, one of them at least a class of the model (an unrelated dataset
-    would otherwise score an accuracy of 0 without a word). Regressors take any target."""
-    if model.is_regressor:
-        return
-    if dataset.label_kind != "classes":
-        raise DatasetMismatch(
-            f"dataset {dataset.id!r} has real-valued targets; a classifier is evaluated on a "
-            "dataset whose labels are classes"
-        )
-    labels = [c["label"] for c in dataset.classes or []]
-    known = {float(c) for c in model.classes}
-    if not any(float(label) in known for label in labels):
-        raise DatasetMismatch(
-            f"none of dataset {dataset.id!r}'s labels ({_listed(labels)}) is a class of the "
-            f"model ({_listed(model.classes)}): it is not a test set of this model"
-        )
-
-
-def _listed(values: list, limit: int = 10) -> str:
-    text = ", ".join(str(v) for v in values[:limit])
-    return text + (f", ... ({len(values)} in all)" if len(values) > limit else "")
-
-
-def evaluate(model: LinearModel, source: DatasetSource) -> dict:
-    """Scores of the model on a stored dataset: accuracy and confusion matrix for classifiers
-    (with log loss and Brier score when the model is calibrated), MSE and R² for regressors."""
-    truth, predicted = [], []
-    scores = ProbabilityScores(model) if model.calibration and not model.is_regressor else None
-    for _, X, y in source.chunks(model):
-        D = decision_function(model, X)
-        truth.append(y)
-        if model.is_regressor:
-            predicted.append(D[:, 0])
-        else:
-            predicted.append(np.asarray(labels_from_decision(model, D), dtype=np.float64))
-        if scores is not None:
-            scores.add(D, y)
-    y_true = np.concatenate(truth) if truth else np.empty(0)
-    y_pred = np.concatenate(predicted) if predicted else np.empty(0)
-    if model.is_regressor:
-        return regression_report(y_true, y_pred)
-    report = classification_report(y_true, y_pred, model.classes)
-    if scores is not None:
-        report.update(scores.report())
-    return report
-
-
-class ProbabilityScores:
-    """Log loss and Brier score of a calibrated model's probabilities, summed chunk by chunk
-    over the rows whose true label is one of the model's classes (the others have no column)."""
-
-    EPS = 1e-15  # probabilities are clipped here, as scikit-learn's log_loss did
-
-    def __init__(self, model: LinearModel):
-        self.model = model
-        self.classes = np.asarray(model.classes, dtype=np.float64)
-        self.n = 0
-        self.log_loss = 0.0
-        self.brier = 0.0
-
-    def add(self, D: np.ndarray, y: np.ndarray) -> None:
-        P = probabilities_of(self.model, D)
-        y = np.asarray(y, dtype=np.float64)
-        index = np.searchsorted(self.classes, y).clip(0, len(self.classes) - 1)
-        known = self.classes[index] == y
-        P, index = P[known], index[known]
-        rows = np.arange(len(index))
-        self.n += len(index)
-        self.log_loss -= float(np.sum(np.log(np.clip(P[rows, index], self.EPS, 1.0))))
-        target = np.zeros_like(P)
-        target[rows, index] = 1.0
-        self.brier += float(np.sum((P - target) ** 2))
-
-    def report(self) -> dict:
-        if self.n == 0:
-            return {"log_loss": None, "brier_score": None}
-        return {"log_loss": self.log_loss / self.n, "brier_score": self.brier / self.n}
-
-
-def staging_path(data_dir: Path, run_id: str) -> Path:
-    """Where a run's CSV is written on this machine before it goes to storage."""
-    return Path(data_dir) / "tmp" / f"{run_id}.csv"
-
-
-def csv_header(model: LinearModel) -> list[str]:
-    if model.is_regressor:
-        return ["row", "value"]
-    if model.coef.shape[0] == 1:
-        return ["row", "label", "decision_value"]
-    return ["row", "label", *(f"decision_value_{c}" for c in model.classes)]
-
-
-def write_csv(path: Path, model: LinearModel, chunks) -> int:
-    """Write the predictions of every chunk of ``(first row, X, y)`` to ``path`` (atomically);
-    returns the row count."""
-    part = path.with_suffix(".csv.part")
-    part.parent.mkdir(parents=True, exist_ok=True)
-    n_rows = 0
-    try:
-        with open(part, "w", newline="") as fh:
-            out = csv.writer(fh)
-            out.writerow(csv_header(model))
-            for start, X, _ in chunks:
-                D = decision_function(model, X)
-                rows = range(start, start + D.shape[0])
-                n_rows += D.shape[0]
-                if model.is_regressor:
-                    out.writerows(zip(rows, map(repr, D[:, 0].tolist()), strict=True))
-                    continue
-                labels = labels_from_decision(model, D)
-                values = [[repr(v) for v in r] for r in D.tolist()]
-                out.writerows([r, lab, *v] for r, lab, v in zip(rows, labels, values, strict=True))
-        os.replace(part, path)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-    return n_rows
-
-
-CSV_FIELD_BYTES = 24  # a row index, a label or a float64's repr, with its comma: at most about
-
-
-def csv_estimate(n_rows: int, outputs: int) -> int:
-    """An upper estimate of a run's CSV: a row index, a label and the decision values a row."""
-    return n_rows * CSV_FIELD_BYTES * (2 + outputs)
 
 
 def check_room(session, n_rows: int, outputs: int) -> None:

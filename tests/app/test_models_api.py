@@ -13,7 +13,9 @@ import pytest
 import scipy.sparse as sp
 from sqlalchemy import event, func, select
 
+from app.services import dataset_source, prediction_csv
 from app.services.dataset_files import summarize_labels
+from app.services.dataset_source import DatasetSource
 from app.services.model_store import pack_weights
 from app.tables import Dataset, Model, PredictionRun, new_id
 from tests.app.conftest import finished_run
@@ -566,7 +568,7 @@ def test_cancel_a_running_run_stops_it_between_chunks(service, binary, monkeypat
     from app.services import prediction_runs as runs
     from app.storage import get_storage, prediction_key
 
-    monkeypatch.setattr(runs, "CHUNK_ROWS", 4)  # 20 rows: five chunks
+    monkeypatch.setattr(dataset_source, "CHUNK_ROWS", 4)  # 20 rows: five chunks
     monkeypatch.setattr(runs, "CANCEL_CHECK_S", 0.0)  # a status read after every chunk
     at_check, release, outcomes = threading.Event(), threading.Event(), queue.Queue()
     checked, executed = runs.still_running, runs.execute_run
@@ -589,7 +591,7 @@ def test_cancel_a_running_run_stops_it_between_chunks(service, binary, monkeypat
     run_id = service.client.post(url, json={"dataset_id": dataset_id}).json()["id"]
     try:
         assert at_check.wait(30), "the runner did not write the first chunk"
-        staging = runs.staging_path(service.settings.data_dir, run_id)
+        staging = prediction_csv.staging_path(service.settings.data_dir, run_id)
         part = staging.with_suffix(".csv.part")
         assert part.exists()  # the first chunk is written, the rest not
         assert service.client.get(f"{url}/{run_id}?format=json").json()["status"] == "running"
@@ -844,7 +846,6 @@ def test_starting_the_api_recovers_runs_a_previous_process_left_active(service, 
 
 
 def test_datasets_are_read_in_chunks_with_the_same_result(service, binary, tmp_path):
-    from app.services import prediction_runs as runs
     from app.services.model_cache import ModelCache, fetch_model
 
     model_id, coef, intercept = binary
@@ -852,14 +853,14 @@ def test_datasets_are_read_in_chunks_with_the_same_result(service, binary, tmp_p
     y = np.where(np.arange(50) % 3 == 0, 1.0, -1.0)
     dataset_id = service.add_dataset(X, y)
     with service.db.session() as session:
-        source = runs.DatasetSource.of(service.settings, session.get(Dataset, dataset_id))
+        source = DatasetSource.of(service.settings, session.get(Dataset, dataset_id))
     model = fetch_model(service.db, ModelCache(1), model_id)
     chunks = list(source.chunks(model, rows=7))
     assert [start for start, _, _ in chunks] == list(range(0, 50, 7))
     stacked = sp.vstack([c for _, c, _ in chunks]).toarray()
     np.testing.assert_array_equal(stacked, X.toarray())
     np.testing.assert_array_equal(np.concatenate([t for _, _, t in chunks]), y)
-    n = runs.write_csv(tmp_path / "out.csv", model, source.chunks(model, rows=7))
+    n = prediction_csv.write_csv(tmp_path / "out.csv", model, source.chunks(model, rows=7))
     rows = list(csv.reader(io.StringIO((tmp_path / "out.csv").read_text())))
     assert n == 50 and len(rows) == 51
     np.testing.assert_allclose(
@@ -913,7 +914,7 @@ def test_a_dataset_deleted_while_it_is_read_is_404(service, binary, monkeypatch)
     X = rng_problem(n=30, seed=4)
     gone_files = service.add_dataset(X, np.where(np.arange(30) % 2, 1.0, -1.0))
     gone_row = service.add_dataset(X, np.where(np.arange(30) % 2, 1.0, -1.0))
-    of, create_run = runs.DatasetSource.of, runs.create_run
+    of, create_run = DatasetSource.of, runs.create_run
 
     def files_deleted_meanwhile(settings, dataset):
         if dataset.id == gone_files:
@@ -925,7 +926,7 @@ def test_a_dataset_deleted_while_it_is_read_is_404(service, binary, monkeypatch)
             session.delete(session.get(Dataset, dataset_id))
         return create_run(db, model, dataset_id)
 
-    monkeypatch.setattr(runs.DatasetSource, "of", staticmethod(files_deleted_meanwhile))
+    monkeypatch.setattr(DatasetSource, "of", staticmethod(files_deleted_meanwhile))
     monkeypatch.setattr(runs, "create_run", row_deleted_meanwhile)
     for path, dataset_id in (("evaluate", gone_files), ("predictions", gone_row)):
         response = service.client.post(f"/v1/models/{model_id}/{path}",

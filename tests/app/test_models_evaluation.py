@@ -43,8 +43,8 @@ def test_r2_is_null_for_constant_targets():
 def test_probability_scores_match_scikit_learn_chunk_by_chunk():
     from sklearn.metrics import brier_score_loss, log_loss
 
+    from app.services.dataset_scores import ProbabilityScores
     from app.services.prediction import LinearModel
-    from app.services.prediction_runs import ProbabilityScores
     from solvers.selection import fit_calibration
 
     rng = np.random.default_rng(2)

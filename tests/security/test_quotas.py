@@ -106,7 +106,7 @@ def test_default_prediction_run_quota_from_settings(make_service, fake_trainer):
 
 def test_prediction_runs_are_refused_where_their_csvs_may_not_fit(make_service, fake_trainer):
     from app.jobs.runner import RunContext, run_job
-    from app.services.prediction_runs import csv_estimate
+    from app.services.prediction_csv import csv_estimate
     from app.services.quotas import storage_used
 
     fake_trainer()

@@ -1,0 +1,94 @@
+"""A stored dataset read in a model's columns, a chunk of rows at a time.
+
+A stored dataset's arrays are in its own file's numbering (its ``zero_based``); they are mapped to
+the model's columns through the raw file indices both share, so a stored file predicts the same as
+its lines sent to ``predict``. The arrays are memory-mapped and read a chunk at a time, so a
+prediction over a large dataset does not hold it in the API process's memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from app.services.dataset_files import align_columns
+from app.services.prediction import LinearModel
+
+CHUNK_ROWS = 8192
+
+
+class DatasetMismatch(ValueError):
+    """A stored dataset that cannot be read in the model's feature space."""
+
+
+class DatasetSource:
+    """Where a stored dataset's arrays are (a local directory, found when first needed: the
+    storage's own, or the local copy of an object-stored dataset), and their numbering."""
+
+    def __init__(self, locate: Callable[[], Path], n_features: int, zero_based: bool):
+        self._locate, self._directory = locate, None
+        self.n_features, self.zero_based = n_features, zero_based
+
+    @classmethod
+    def of(cls, settings, dataset) -> DatasetSource:
+        """From a ``tables.Dataset`` row."""
+        from app.services.datasets import dataset_arrays
+
+        return cls(
+            lambda: dataset_arrays(settings, dataset), dataset.n_features, dataset.zero_based
+        )
+
+    @property
+    def directory(self) -> Path:
+        if self._directory is None:
+            self._directory = Path(self._locate())
+        return self._directory
+
+    def check(self, model: LinearModel) -> None:
+        """Raise DatasetMismatch if the dataset cannot be read in the model's columns: a raw
+        index 0 (a zero-based file's column 0) has no column in a one-based model."""
+        if self.zero_based and not model.zero_based:
+            indices = np.load(self.directory / "indices.npy", mmap_mode="r")
+            if indices.size and int(indices.min()) == 0:
+                raise DatasetMismatch(
+                    "the dataset uses feature index 0, but the model's training file is one-based"
+                )
+
+    def features_beyond(self, model: LinearModel) -> int:
+        """How many of the dataset's features the model does not have (ignored, as LIBLINEAR's
+        predict ignores them): its columns past the model's, in the model's numbering."""
+        shift = (0 if self.zero_based else 1) - (0 if model.zero_based else 1)
+        return max(0, self.n_features + shift - model.n_features)
+
+    def chunks(self, model: LinearModel, rows: int | None = None):
+        """Yield (first row, X chunk in the model's columns, y chunk) over the dataset, `rows`
+        rows at a time (default CHUNK_ROWS).
+
+        The arrays are memory-mapped and read a chunk at a time, so a prediction over a large
+        dataset does not hold it in the API process's memory."""
+        arrays = {
+            name: np.load(self.directory / f"{name}.npy", mmap_mode="r")
+            for name in ("data", "indices", "indptr", "y")
+        }
+        indptr = arrays["indptr"]
+        n_rows = len(indptr) - 1
+        rows = rows or CHUNK_ROWS
+        for start in range(0, n_rows, rows):
+            stop = min(start + rows, n_rows)
+            lo, hi = int(indptr[start]), int(indptr[stop])
+            X = sp.csr_matrix(
+                (
+                    np.asarray(arrays["data"][lo:hi]),
+                    np.asarray(arrays["indices"][lo:hi]),
+                    np.asarray(indptr[start : stop + 1]) - lo,
+                ),
+                shape=(stop - start, self.n_features),
+            )
+            try:
+                X = align_columns(X, self.zero_based, model.zero_based, model.n_features)
+            except ValueError as exc:
+                raise DatasetMismatch(str(exc)) from None
+            yield start, X, np.asarray(arrays["y"][start:stop], dtype=np.float64)

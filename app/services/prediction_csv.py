@@ -1,0 +1,62 @@
+"""The CSV of a background prediction run: its header, its rows written chunk by chunk, and an
+upper estimate of its size (checked against the tenant's storage quota before the run starts).
+
+A run's CSV is written to ``DATA_DIR/tmp/<run id>.csv.part`` and renamed when complete, so a
+stored CSV is whole.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+from app.services.prediction import LinearModel, decision_function, labels_from_decision
+
+
+def staging_path(data_dir: Path, run_id: str) -> Path:
+    """Where a run's CSV is written on this machine before it goes to storage."""
+    return Path(data_dir) / "tmp" / f"{run_id}.csv"
+
+
+def csv_header(model: LinearModel) -> list[str]:
+    if model.is_regressor:
+        return ["row", "value"]
+    if model.coef.shape[0] == 1:
+        return ["row", "label", "decision_value"]
+    return ["row", "label", *(f"decision_value_{c}" for c in model.classes)]
+
+
+def write_csv(path: Path, model: LinearModel, chunks) -> int:
+    """Write the predictions of every chunk of ``(first row, X, y)`` to ``path`` (atomically);
+    returns the row count."""
+    part = path.with_suffix(".csv.part")
+    part.parent.mkdir(parents=True, exist_ok=True)
+    n_rows = 0
+    try:
+        with open(part, "w", newline="") as fh:
+            out = csv.writer(fh)
+            out.writerow(csv_header(model))
+            for start, X, _ in chunks:
+                D = decision_function(model, X)
+                rows = range(start, start + D.shape[0])
+                n_rows += D.shape[0]
+                if model.is_regressor:
+                    out.writerows(zip(rows, map(repr, D[:, 0].tolist()), strict=True))
+                    continue
+                labels = labels_from_decision(model, D)
+                values = [[repr(v) for v in r] for r in D.tolist()]
+                out.writerows([r, lab, *v] for r, lab, v in zip(rows, labels, values, strict=True))
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    return n_rows
+
+
+CSV_FIELD_BYTES = 24  # a row index, a label or a float64's repr, with its comma: at most about
+
+
+def csv_estimate(n_rows: int, outputs: int) -> int:
+    """An upper estimate of a run's CSV: a row index, a label and the decision values a row."""
+    return n_rows * CSV_FIELD_BYTES * (2 + outputs)
