@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from margin_client import output
+
 UPLOAD_FORMATS = ("libsvm", "csv", "tsv", "parquet", "npz")
 COMMANDS = ("datasets", "train", "jobs", "models", "runs", "predict", "evaluate")
 TRAIN_FLAGS = {  # flag -> (parameter, type)
@@ -164,107 +166,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------
-# Output
-
-
-def _emit(args: argparse.Namespace, value: Any, human: Callable[[Any], None]) -> None:
-    if args.json:
-        sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
-    else:
-        human(value)
-
-
-def _console():
-    from rich.console import Console
-
-    # piped output keeps whole lines (rich would otherwise cut it at 80 columns), so that
-    # grep and cut see every id
-    return Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
-
-
-PIPE_WIDTH = 10_000
-ID_COLUMNS = ("id", "dataset", "model")  # never cut: an id with an ellipsis names nothing
-
-
-def _table(rows: list[dict], columns: list[tuple[str, Callable[[dict], Any]]]) -> None:
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold")
-    for title, _ in columns:
-        # an id too long for a narrow terminal folds onto a second line instead of losing
-        # its end to an ellipsis
-        table.add_column(title, overflow="fold" if title in ID_COLUMNS else "ellipsis")
-    for row in rows:
-        table.add_row(*(_text(get(row)) for _, get in columns))
-    _console().print(table)
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, dict | list):
-        return json.dumps(value)
-    return str(value)
-
-
-def _fields(record: dict) -> None:
-    from rich.table import Table
-
-    table = Table(box=None, show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
-    for key, value in record.items():
-        table.add_row(key, _text(value))
-    _console().print(table)
-
-
-def _labels(dataset: dict) -> str:
-    labels = dataset.get("labels") or {}
-    if labels.get("kind") == "classes":
-        return " ".join(f"{_text(c['label'])}:{c['count']}" for c in labels.get("classes", []))
-    return f"real [{_text(labels.get('min'))}, {_text(labels.get('max'))}]"
-
-
-DATASET_COLUMNS = [
-    ("id", lambda d: d["id"]),
-    ("name", lambda d: d["name"]),
-    ("rows", lambda d: d["n_rows"]),
-    ("features", lambda d: d["n_features"]),
-    ("nnz", lambda d: d["nnz"]),
-    ("labels", _labels),
-]
-JOB_COLUMNS = [
-    ("id", lambda j: j["id"]),
-    ("status", lambda j: j["status"]),
-    ("estimator", lambda j: j["estimator"]),
-    ("dataset", lambda j: j.get("dataset_id")),
-    ("gap", lambda j: (j.get("progress") or {}).get("gap")),
-    ("%", lambda j: None if j.get("percent") is None else round(j["percent"])),
-    ("model", lambda j: j.get("model_id")),
-]
-MODEL_COLUMNS = [
-    ("id", lambda m: m["id"]),
-    ("estimator", lambda m: m["estimator"]),
-    ("dataset", lambda m: m.get("dataset_id")),
-    ("status", lambda m: m["status"]),
-    ("gap", lambda m: m.get("gap")),
-    ("train acc.", lambda m: m.get("train_accuracy")),
-    ("created", lambda m: str(m.get("created_at", ""))[:19]),
-]
-
-RUN_COLUMNS = [
-    ("id", lambda r: r["id"]),
-    ("status", lambda r: r["status"]),
-    ("dataset", lambda r: r.get("dataset_id")),
-    ("rows", lambda r: r.get("n_rows")),
-    ("created", lambda r: str(r.get("created_at", ""))[:19]),
-    ("error", lambda r: r.get("error")),
-]
-
-
-# ------------------------------------------------------------------------------------------
 # Commands
 
 
@@ -290,21 +191,21 @@ def _dataset_ref(client, args, ref: str) -> str:
 def cmd_datasets_upload(client, args) -> None:
     dataset = _upload(client, args, args.file, name=args.name, format=args.format,
                       label_column=args.label_column, empty_cells=args.empty_cells)
-    _emit(args, dataset, _fields)
+    output.emit(args, dataset, output.fields)
 
 
 def cmd_datasets_list(client, args) -> None:
     items = client.datasets.list(limit=args.limit)
-    _emit(args, items, lambda rows: _table(rows, DATASET_COLUMNS))
+    output.emit(args, items, lambda rows: output.table(rows, output.DATASET_COLUMNS))
 
 
 def cmd_datasets_show(client, args) -> None:
-    _emit(args, client.datasets.get(args.id), _fields)
+    output.emit(args, client.datasets.get(args.id), output.fields)
 
 
 def cmd_datasets_rm(client, args) -> None:
     client.datasets.delete(args.id)
-    _emit(args, {"id": args.id, "deleted": True}, lambda _: print(f"removed {args.id}"))
+    output.emit(args, {"id": args.id, "deleted": True}, lambda _: print(f"removed {args.id}"))
 
 
 def _train_params(args) -> dict[str, Any]:
@@ -330,25 +231,26 @@ def cmd_train(client, args) -> int:
         dataset, args.estimator, _train_params(args), validation_dataset=args.validation
     )
     if not args.follow:
-        _emit(args, job.info, _fields)
+        output.emit(args, job.info, output.fields)
         return 0
     return _follow(args, job)
 
 
 def _follow(args, job) -> int:
     job.wait(progress=True)
-    _emit(args, job.info, _job_summary)
+    output.emit(args, job.info, _job_summary)
     return 0 if job.status == "succeeded" else 1
 
 
 def _job_summary(job: dict) -> None:
-    console = _console()
+    console = output.console()
     progress = job.get("progress") or {}
     line = f"{job['id']} {job['status']}"
     if job.get("cancel_requested") and job["status"] == "running":
         line += " (cancel requested: it stops within one iteration)"
     if progress:
-        line += f" after {progress.get('iteration')} iterations, gap {_text(progress.get('gap'))}"
+        gap = output.text(progress.get("gap"))
+        line += f" after {progress.get('iteration')} iterations, gap {gap}"
     if job.get("model_id"):
         line += f" -> model {job['model_id']}"
     console.print(line, soft_wrap=True)  # the model id stays on the line that names it
@@ -358,16 +260,16 @@ def _job_summary(job: dict) -> None:
 
 def cmd_jobs_list(client, args) -> None:
     items = client.jobs.list(status=args.status, limit=args.limit)
-    _emit(args, items, lambda rows: _table(rows, JOB_COLUMNS))
+    output.emit(args, items, lambda rows: output.table(rows, output.JOB_COLUMNS))
 
 
 def cmd_jobs_show(client, args) -> None:
-    _emit(args, client.jobs.get(args.id).info, _fields)
+    output.emit(args, client.jobs.get(args.id).info, output.fields)
 
 
 def cmd_jobs_cancel(client, args) -> None:
     job = client.jobs.get(args.id).cancel()
-    _emit(args, job.info, _job_summary)
+    output.emit(args, job.info, _job_summary)
 
 
 def cmd_jobs_follow(client, args) -> int:
@@ -376,22 +278,22 @@ def cmd_jobs_follow(client, args) -> int:
 
 def cmd_models_list(client, args) -> None:
     items = client.models.list(limit=args.limit)
-    _emit(args, items, lambda rows: _table(rows, MODEL_COLUMNS))
+    output.emit(args, items, lambda rows: output.table(rows, output.MODEL_COLUMNS))
 
 
 def cmd_models_show(client, args) -> None:
-    _emit(args, client.models.get(args.id), _fields)
+    output.emit(args, client.models.get(args.id), output.fields)
 
 
 def cmd_models_rm(client, args) -> None:
     client.models.delete(args.id)
-    _emit(args, {"id": args.id, "deleted": True}, lambda _: print(f"removed {args.id}"))
+    output.emit(args, {"id": args.id, "deleted": True}, lambda _: print(f"removed {args.id}"))
 
 
 def cmd_models_export(client, args) -> None:
     path = client.models.export(args.id, format=args.format, path=args.output)
     result = {"id": args.id, "format": args.format, "path": str(path)}
-    _emit(args, result, lambda r: print(f"wrote {r['path']}", file=sys.stderr))
+    output.emit(args, result, lambda r: print(f"wrote {r['path']}", file=sys.stderr))
 
 
 def _run_summary(run: dict) -> None:
@@ -400,27 +302,27 @@ def _run_summary(run: dict) -> None:
         line += f", {run['n_rows']} rows"
     if run.get("result"):
         line += f" -> {run['result']}"
-    _console().print(line)
+    output.console().print(line)
     if run.get("error"):
-        _console().print(f"error: {run['error']}")
+        output.console().print(f"error: {run['error']}")
 
 
 def cmd_runs_start(client, args) -> None:
     run = client.runs.start(args.model, _dataset_ref(client, args, args.dataset))
-    _emit(args, run, _run_summary)
+    output.emit(args, run, _run_summary)
 
 
 def cmd_runs_list(client, args) -> None:
     items = client.runs.list(args.model, limit=args.limit)
-    _emit(args, items, lambda rows: _table(rows, RUN_COLUMNS))
+    output.emit(args, items, lambda rows: output.table(rows, output.RUN_COLUMNS))
 
 
 def cmd_runs_show(client, args) -> None:
-    _emit(args, client.runs.get(args.model, args.id), _fields)
+    output.emit(args, client.runs.get(args.model, args.id), output.fields)
 
 
 def cmd_runs_cancel(client, args) -> None:
-    _emit(args, client.runs.cancel(args.model, args.id), _run_summary)
+    output.emit(args, client.runs.cancel(args.model, args.id), _run_summary)
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -450,7 +352,7 @@ def cmd_predict(client, args) -> int | None:
     result = client.models.predict(args.model, lines, batch_size=args.batch_size,
                                    probabilities=args.probabilities)
     if args.json:
-        _emit(args, _prediction_json(result), print)
+        output.emit(args, _prediction_json(result), print)
         return
     rows = _prediction_rows(result, client.models.get(args.model).get("classes") or [])
     text = "\n".join(",".join(row) for row in rows) + "\n"
@@ -496,7 +398,7 @@ def _prediction_rows(result, classes: list) -> list[list[str]]:
 def cmd_evaluate(client, args) -> None:
     dataset = _dataset_ref(client, args, args.dataset)
     report = client.models.evaluate(args.model, dataset)
-    _emit(args, report, _fields)
+    output.emit(args, report, output.fields)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,110 @@
+"""How the `margin` client commands print: JSON with ``--json``, else tables and fields (rich).
+
+Piped output keeps whole lines (rich would otherwise cut it at the terminal's width), so that
+grep and cut see every id; id columns fold rather than lose their end to an ellipsis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def emit(args: argparse.Namespace, value: Any, human: Callable[[Any], None]) -> None:
+    if args.json:
+        sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    else:
+        human(value)
+
+
+def console():
+    from rich.console import Console
+
+    # piped output keeps whole lines (rich would otherwise cut it at 80 columns), so that
+    # grep and cut see every id
+    return Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
+
+
+PIPE_WIDTH = 10_000
+ID_COLUMNS = ("id", "dataset", "model")  # never cut: an id with an ellipsis names nothing
+
+
+def table(rows: list[dict], columns: list[tuple[str, Callable[[dict], Any]]]) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for title, _ in columns:
+        # an id too long for a narrow terminal folds onto a second line instead of losing
+        # its end to an ellipsis
+        table.add_column(title, overflow="fold" if title in ID_COLUMNS else "ellipsis")
+    for row in rows:
+        table.add_row(*(text(get(row)) for _, get in columns))
+    console().print(table)
+
+
+def text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return str(value)
+
+
+def fields(record: dict) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in record.items():
+        table.add_row(key, text(value))
+    console().print(table)
+
+
+def labels(dataset: dict) -> str:
+    labels = dataset.get("labels") or {}
+    if labels.get("kind") == "classes":
+        return " ".join(f"{text(c['label'])}:{c['count']}" for c in labels.get("classes", []))
+    return f"real [{text(labels.get('min'))}, {text(labels.get('max'))}]"
+
+
+DATASET_COLUMNS = [
+    ("id", lambda d: d["id"]),
+    ("name", lambda d: d["name"]),
+    ("rows", lambda d: d["n_rows"]),
+    ("features", lambda d: d["n_features"]),
+    ("nnz", lambda d: d["nnz"]),
+    ("labels", labels),
+]
+JOB_COLUMNS = [
+    ("id", lambda j: j["id"]),
+    ("status", lambda j: j["status"]),
+    ("estimator", lambda j: j["estimator"]),
+    ("dataset", lambda j: j.get("dataset_id")),
+    ("gap", lambda j: (j.get("progress") or {}).get("gap")),
+    ("%", lambda j: None if j.get("percent") is None else round(j["percent"])),
+    ("model", lambda j: j.get("model_id")),
+]
+MODEL_COLUMNS = [
+    ("id", lambda m: m["id"]),
+    ("estimator", lambda m: m["estimator"]),
+    ("dataset", lambda m: m.get("dataset_id")),
+    ("status", lambda m: m["status"]),
+    ("gap", lambda m: m.get("gap")),
+    ("train acc.", lambda m: m.get("train_accuracy")),
+    ("created", lambda m: str(m.get("created_at", ""))[:19]),
+]
+
+RUN_COLUMNS = [
+    ("id", lambda r: r["id"]),
+    ("status", lambda r: r["status"]),
+    ("dataset", lambda r: r.get("dataset_id")),
+    ("rows", lambda r: r.get("n_rows")),
+    ("created", lambda r: str(r.get("created_at", ""))[:19]),
+    ("error", lambda r: r.get("error")),
+]
