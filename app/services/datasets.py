@@ -36,7 +36,13 @@ from app.services import dataset_files, formats, idempotency, quotas
 from app.services.array_cache import ArrayCache
 from app.services.formats.delimited import EMPTY_POLICIES
 from app.services.sweep import sweep_partial_uploads  # noqa: F401 - part of this interface
-from app.services.uploads import UploadSink, check_declared_length, receive_into, temp_name
+from app.services.uploads import (
+    DigestSink,
+    UploadSink,
+    check_declared_length,
+    receive_into,
+    temp_name,
+)
 from app.storage import Storage, dataset_prefix, get_storage
 from app.tables import ACTIVE_STATUSES, Dataset, Job, new_id
 
@@ -190,11 +196,12 @@ async def create_dataset(
     (dataset, how): "created"; "replayed" when the Idempotency-Key had already created it;
     "duplicate" when the tenant already stores the same bytes parsed the same way (that dataset
     is returned, nothing is stored twice)."""
+    options = options or UploadOptions()
     if idempotency_key:
         existing = _replay(db, idempotency_key)
         if existing is not None:
+            await _check_replayed_body(request, existing, options, settings.max_upload_bytes)
             return existing, "replayed"
-    options = options or UploadOptions()
     tmp = settings.data_dir / "tmp"
     check_declared_length(request, settings.max_upload_bytes)
     room = await asyncio.to_thread(_storage_room, db)
@@ -329,6 +336,27 @@ def _discard(task: asyncio.Future, out_dir: Path, sink: UploadSink) -> None:
     shutil.rmtree(out_dir, ignore_errors=True)
 
 
+async def _check_replayed_body(
+    request: Request, existing: Dataset, options: UploadOptions, limit: int
+) -> None:
+    """422 unless a retried upload sends the file and parse options its Idempotency-Key first
+    came with. The body is hashed as it arrives and nothing is kept or parsed."""
+    sink = DigestSink(limit)
+    await receive_into(
+        request, sink, lambda name, fields: options.complete(fields, name), UploadOptions.FIELDS
+    )
+    sha256 = sink.hash.hexdigest()
+    _check_same_upload(existing, sha256, content_key(sha256, options.key_options()))
+
+
+def _check_same_upload(existing: Dataset, sha256: str, key: str) -> None:
+    """422 when a dataset found by Idempotency-Key holds other bytes, or the same bytes parsed
+    with other options, than the upload that named the key again."""
+    same = existing.content_key == key if existing.content_key else existing.sha256 == sha256
+    if not same:
+        raise idempotency.reused()
+
+
 def _replay(db: Database, key: str) -> Dataset | None:
     with db.session() as session:
         resource_id = idempotency.lookup(session, "datasets", key, None)
@@ -364,6 +392,7 @@ def _commit(
         _remove_objects(storage, prefix)
         existing = _replay(db, key) if key else None
         if existing is not None:
+            _check_same_upload(existing, dataset.sha256, dataset.content_key)
             return existing, "replayed"
         existing = _same_content(db, dataset.content_key) if dataset.content_key else None
         if existing is None:

@@ -48,12 +48,16 @@ def lookup(session: Session, scope: str, key: str, body_hash: str | None) -> str
     if row is None:
         return None
     if body_hash is not None and row.request_hash is not None and row.request_hash != body_hash:
-        raise ProblemError(
-            422,
-            "Idempotency-Key reused",
-            "Idempotency-Key: this key was already used with a different request body",
-        )
+        raise reused()
     return row.resource_id
+
+
+def reused() -> ProblemError:
+    return ProblemError(
+        422,
+        "Idempotency-Key reused",
+        "Idempotency-Key: this key was already used with a different request body",
+    )
 
 
 def remember(session: Session, scope: str, key: str, body_hash: str | None, resource_id: str):

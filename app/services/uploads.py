@@ -89,6 +89,25 @@ class UploadSink:
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
 
+class DigestSink:
+    """An `UploadSink` that keeps nothing: it hashes and counts the file part, within the size
+    limit (a replayed upload's body is only compared with the first one's)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.size = 0
+        self.hash = hashlib.sha256()
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise too_large(self.limit)
+        self.hash.update(data)
+
+    def close(self) -> None:
+        pass
+
+
 def _write_marker(path: Path, suffix: str, text: str) -> None:
     marker = Path(f"{path}{suffix}")
     staging = Path(f"{path}{suffix}.tmp")

@@ -139,6 +139,27 @@ def test_idempotency_key_returns_the_first_dataset(client, settings, db):
     assert stored(settings, db)[0] == 2
 
 
+def test_idempotency_key_with_another_file_or_options_is_422(client, settings, db):
+    first = upload(client, HEART.read_bytes(), headers={"Idempotency-Key": "abc"})
+    assert first.status_code == 201, first.text
+    other_file = (HEART.read_bytes() + b"\n", {})
+    other_options = (HEART.read_bytes(), {"format": "csv"})
+    for content, params in (other_file, other_options):
+        again = client.post(
+            "/v1/datasets", params=params, headers={"Idempotency-Key": "abc"},
+            files={"file": ("heart_scale", content)},
+        )  # fmt: skip
+        assert again.status_code == 422, again.text
+        assert again.json()["title"] == "Idempotency-Key reused"
+    assert stored(settings, db) == (1, [first.json()["id"]], [])
+    # the same file as a raw body, not multipart: the same upload, replayed
+    raw = client.post(
+        "/v1/datasets", content=HEART.read_bytes(),
+        headers={"Idempotency-Key": "abc", "content-type": "application/octet-stream"},
+    )  # fmt: skip
+    assert raw.status_code == 201 and raw.json()["id"] == first.json()["id"]
+
+
 def test_list_pages_newest_first(client):
     ids = [upload(client, f"1 {i + 1}:1\n-1 1:1\n".encode()).json()["id"] for i in range(3)]
     page = client.get("/v1/datasets?limit=2").json()
