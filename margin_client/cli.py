@@ -77,6 +77,20 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--param", action="append", default=[], metavar="NAME=VALUE",
         help="any other parameter (VALUE read as JSON when it parses), e.g. shrinking=false",
     )
+    search = train.add_argument_group(
+        "choosing C", "any of these makes the job a search: k-fold cross-validation along a "
+        "warm-started path of C values; its model is calibrated unless --calibration none")
+    search.add_argument("--search", action="store_true",
+                        help="search C on the default grid (from LIBLINEAR's start value upward)")
+    search.add_argument("--Cs", type=_positive_floats, metavar="C1,C2,...",
+                        help="the values of C to try")
+    search.add_argument("--cv", type=int, metavar="K", help="folds (default 5)")
+    search.add_argument("--scoring",
+                        choices=("accuracy", "balanced_accuracy", "f1_macro", "roc_auc"))
+    train.add_argument("--probability", action="store_true",
+                       help="calibrate probabilities by an internal 5-fold at this C")
+    train.add_argument("--calibration",
+                       choices=("auto", "sigmoid", "softmax", "isotonic", "none"))
     train.add_argument("--validation", help="a validation dataset id")
     train.add_argument("--follow", action="store_true", help="draw the progress until it ends")
 
@@ -222,7 +236,30 @@ def _train_params(args) -> dict[str, Any]:
             params[name] = json.loads(raw)
         except ValueError:
             params[name] = raw
+    search = {
+        name: value
+        for name, value in (("Cs", args.Cs), ("cv", args.cv), ("scoring", args.scoring))
+        if value is not None
+    }
+    if search or args.search:
+        params["search"] = {**(params.get("search") or {}), **search}
+    if args.probability:
+        params["probability"] = True
+    if args.calibration:
+        params["calibration"] = args.calibration
     return params
+
+
+def _positive_floats(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, got {text!r}"
+        ) from None
+    if not all(v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"every C must be > 0, got {text!r}")
+    return values
 
 
 def cmd_train(client, args) -> int:

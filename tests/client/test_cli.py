@@ -168,6 +168,24 @@ def test_predict_writes_probabilities(service, heart_dataset, tmp_path):
     assert shown == expected.tolist()
 
 
+def test_train_searches_C_and_calibrates(service, heart_dataset):
+    # before: a search could only be asked for by --param 'search={...}' in JSON
+    job = as_json(margin(service, "train", heart_dataset, "--Cs", "0.01,0.1,1", "--cv", "3",
+                         "--scoring", "balanced_accuracy", "--follow", "--json"))
+    assert job["status"] == "succeeded"
+    assert job["params"]["search"] == {"Cs": [0.01, 0.1, 1.0], "cv": 3,
+                                       "scoring": "balanced_accuracy"}
+    model = as_json(margin(service, "models", "show", job["model_id"], "--json"))
+    assert model["params"]["C"] in (0.01, 0.1, 1.0)
+    assert model["selection"]["C"] == model["params"]["C"] and model["calibration"]
+    plain = as_json(margin(service, "train", heart_dataset, "--probability", "--calibration",
+                           "isotonic", "--json"))
+    assert plain["params"]["probability"] is True and plain["params"]["search"] is None
+    assert plain["params"]["calibration"] == "isotonic"
+    refused = margin(service, "train", heart_dataset, "--Cs", "0.1,-1")
+    assert refused.returncode == 2 and "every C must be > 0" in refused.stderr
+
+
 def test_a_train_file_argument_is_uploaded_first(service):
     job = as_json(margin(service, "train", str(HEART), "--tol", "0.01", "--json"))
     assert job["status"] in ("queued", "running", "succeeded")
