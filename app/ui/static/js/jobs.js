@@ -1,8 +1,10 @@
-// Jobs: the list (refreshed while open) and a job's page with the live convergence plots.
+// Jobs: the list (refreshed while open) and a job's page with the live convergence plots; a
+// search job's page also follows its fold and C, and shows the cross-validation table once done.
 
 import { api, streamEvents } from "./api.js";
 import { clock, errorBox, facts, fmt, h, statusBadge, table, when } from "./dom.js";
 import { ConvergencePlots } from "./plot.js";
+import { searchProgressRows, selectionSection } from "./selection.js";
 
 const ACTIVE = ["queued", "running"];
 
@@ -48,6 +50,7 @@ function jobFacts(job, last) {
     ["Done", job.percent === null || job.percent === undefined ? "–" : `${Math.round(job.percent)} %`],
     ["ETA", clock(job.eta_s)],
   ];
+  rows.push(...searchProgressRows(job, job.progress));  // the stream's records lack these fields
   for (const key of ["duality_gap", "pg_range", "max_violation", "primal", "dual"]) {
     if (p[key] !== undefined && p[key] !== null) rows.push([key, fmt(p[key])]);
   }
@@ -57,20 +60,33 @@ function jobFacts(job, last) {
   return facts(rows);
 }
 
+// The search's outcome, from the model the job produced.
+async function showSelection(modelId, holder) {
+  const model = await api(`/v1/models/${modelId}`);
+  const section = selectionSection(model.selection);
+  if (section) holder.replaceChildren(section);
+}
+
 export async function show(main, id) {
   let job = await api(`/v1/jobs/${id}`);
   const summary = h("div", { id: "job-summary" });
   const cancel = h("button", { type: "button", class: "danger", id: "job-cancel" }, "Cancel job");
   const message = h("div", { role: "status" });
   const plots = h("div", { class: "plots", id: "job-plots" });
-  main.append(h("h1", {}, `Job ${id}`), summary, h("p", {}, cancel), message,
+  const selection = h("div", { id: "job-selection" });
+  main.append(h("h1", {}, `Job ${id}`), summary, h("p", {}, cancel), message, selection,
               h("h2", {}, "Convergence"), plots);
   const plot = new ConvergencePlots(plots);
   let last = null;
+  let shownFor = null;
   const render = () => {
     summary.replaceChildren(jobFacts(job, last));
     main.dataset.status = job.status;
     cancel.disabled = !ACTIVE.includes(job.status) || job.cancel_requested;
+    if (job.model_id && job.params.search && shownFor !== job.model_id) {
+      shownFor = job.model_id;
+      showSelection(job.model_id, selection).catch((error) => message.replaceChildren(errorBox(error)));
+    }
   };
   render();
   cancel.addEventListener("click", async () => {
