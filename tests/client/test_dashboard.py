@@ -2,8 +2,9 @@
 never a downloaded browser). Upload through the page (a table with its parse options too),
 train (a search, probabilities), watch the plot gain points while the job runs, cancel one,
 open the model card, export (ONNX, skops), predict with probabilities, evaluate, and start,
-download and cancel background predictions; keys asked once; keyboard use and labelled fields;
-/docs and /redoc offline. Screenshots go to test-artifacts/ui/."""
+download and cancel background predictions, register a model under a name and alias; keys
+asked once; keyboard use and labelled fields; /docs and /redoc offline. Screenshots go to
+test-artifacts/ui/."""
 
 from __future__ import annotations
 
@@ -256,7 +257,7 @@ def test_a_search_models_card_shows_the_table_the_chosen_C_and_probabilities(pag
     shot(page, "model-search")
 
 
-def test_names_holding_markup_are_shown_as_text(page, tmp_path):
+def test_names_holding_markup_are_shown_as_text(page, tmp_path, heart_model):
     """A dataset named with an <img onerror> and a <script> is shown literally on the list and
     on its page (the pages build text nodes, never HTML); nothing of it runs."""
     hostile = '<img src=x onerror="document.title=\'ran\'"><script>document.title="ran"</script>'
@@ -268,6 +269,9 @@ def test_names_holding_markup_are_shown_as_text(page, tmp_path):
     expect(page.get_by_text(hostile).first).to_be_visible()
     open_ui(page, f"#/datasets/{dataset}")
     expect(page.get_by_text(hostile).first).to_be_visible()
+    assert page.title() != "ran" and page.locator("main img").count() == 0
+    open_ui(page, f"#/models/{heart_model}")  # the dataset selects of evaluate and runs
+    expect(page.locator("#runs-dataset option", has_text=hostile)).to_have_count(1)
     assert page.title() != "ran" and page.locator("main img").count() == 0
 
 
@@ -447,3 +451,21 @@ def test_evaluate_and_background_predictions(page, heart_model, heart_dataset):
     expect(page.locator("#runs-title ~ [role=status] .error")).to_contain_text(
         "409 Prediction run already ended")
     page.unroute(re.compile(r".*/predictions\?limit=100$"))
+
+
+def test_register_a_model_with_an_alias_and_open_it_by_the_alias(page, heart_model):
+    open_ui(page, f"#/models/{heart_model}")
+    page.fill("#register-name", "heart-svm")
+    page.fill("#register-alias", "production")
+    page.click("#register-submit")
+    expect(page.locator("#registry-output")).to_contain_text("Registered as heart-svm version 1")
+    with Client(page.service.url) as client:
+        alias = client.get_json("/v1/registered-models/heart-svm/aliases/production")
+    assert alias["model_id"] == heart_model and alias["version"] == 1
+    open_ui(page, "#/models")
+    registry = page.locator("section[aria-labelledby=registry-title]")
+    expect(registry).to_contain_text("heart-svm")
+    registry.get_by_role("link", name="heart-svm@production").click()
+    page.wait_for_url(re.compile(r"#/models/heart-svm%40production$"))
+    expect(page.locator("#model-status")).to_have_text("converged")
+    expect(page.locator("h1")).to_have_text("Model heart-svm@production")

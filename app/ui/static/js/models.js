@@ -1,9 +1,11 @@
 // Models: the list, and a model card (parameters, solver outcome, metrics, the search's
 // cross-validation table and score-against-C plot when there is one, the largest weights,
-// export links, a predict box, evaluation on a stored dataset and background predictions).
+// export links, a predict box, evaluation on a stored dataset, the registry and background
+// predictions). A model is opened by id, `name@alias` or `name@vN`.
 
 import { api, download } from "./api.js";
 import { bars, datasetSelect, errorBox, facts, fmt, h, table, when } from "./dom.js";
+import { registryBox, registryTable } from "./registry.js";
 import { predictionRuns } from "./runs.js";
 import { selectionSection } from "./selection.js";
 
@@ -20,6 +22,8 @@ export async function list(main) {
     ["Validation accuracy", (m) => fmt(m.validation_accuracy), { num: true }],
     ["Created", (m) => when(m.created_at)],
   ], "Stored models, newest first") : h("p", { class: "muted" }, "No models yet: train one from a dataset's page."));
+  const registry = await registryTable();
+  if (registry) main.append(registry);
 }
 
 // The export route's formats (app/api/models.py): [format, button text, file suffix].
@@ -97,6 +101,7 @@ function predictBox(model) {
 export async function show(main, id) {
   const [model, top] = await Promise.all([api(`/v1/models/${id}`), api(`/v1/models/${id}/coefficients?top=20`)]);
   main.append(h("h1", {}, `Model ${id}`), facts([
+    ["Id", model.id],
     ["Estimator", model.estimator],
     ["Kind", model.kind],
     ["Classes", model.classes ? model.classes.map((c) => fmt(c)).join(", ") : "–"],
@@ -133,6 +138,6 @@ export async function show(main, id) {
     h("p", {}, EXPORTS.flatMap((e) => [exportButton(e), " "]), remove),
     message, predictBox(model));
   const datasets = (await api("/v1/datasets?limit=100")).items;
-  main.append(evaluateBox(model, datasets));
+  main.append(evaluateBox(model, datasets), await registryBox(model));
   return predictionRuns(main, model, datasets);
 }
