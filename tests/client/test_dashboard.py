@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from margin_client import Client
+from margin_client import Client, MarginError
 from tests.client.conftest import HEART, artifact_dir
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -462,6 +462,12 @@ def test_register_a_model_with_an_alias_and_open_it_by_the_alias(page, heart_mod
     with Client(page.service.url) as client:
         alias = client.get_json("/v1/registered-models/heart-svm/aliases/production")
     assert alias["model_id"] == heart_model and alias["version"] == 1
+    page.reload()
+    page.wait_for_selector("main[data-view=models-page][data-ready=true]")
+    expect(page.locator("#lineage-registered")).to_have_text("heart-svm@v1 (production)")
+    with Client(page.service.url) as client:
+        dataset = client.datasets.get(client.models.get(heart_model)["dataset_id"])
+    expect(page.locator("#lineage")).to_contain_text(dataset["sha256"])
     open_ui(page, "#/models")
     registry = page.locator("section[aria-labelledby=registry-title]")
     expect(registry).to_contain_text("heart-svm")
@@ -469,3 +475,22 @@ def test_register_a_model_with_an_alias_and_open_it_by_the_alias(page, heart_mod
     page.wait_for_url(re.compile(r"#/models/heart-svm%40production$"))
     expect(page.locator("#model-status")).to_have_text("converged")
     expect(page.locator("h1")).to_have_text("Model heart-svm@production")
+
+
+def test_a_jobs_history_and_delete(page, heart_dataset):
+    with Client(page.service.url) as client:
+        job = client.jobs.create(heart_dataset, C=2.0, tol=1e-3).wait(check=True)
+        history = client.get_json(f"/v1/jobs/{job.id}/history")["items"]
+    open_ui(page, f"#/jobs/{job.id}")
+    rows = page.locator("#job-history tbody tr")
+    expect(rows).to_have_count(len(history))
+    assert [rows.nth(i).locator("td").nth(3).inner_text() for i in range(len(history))] == [
+        e["to_status"] for e in history]
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#job-delete")
+    page.wait_for_url(re.compile(r"#/jobs$"))
+    with Client(page.service.url) as client:
+        with pytest.raises(MarginError) as gone:
+            client.jobs.get(job.id)
+        assert gone.value.status == 404
+        assert client.models.get(job.model_id)["job_id"] is None  # the model stays

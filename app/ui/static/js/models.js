@@ -30,6 +30,26 @@ export async function list(main) {
 const EXPORTS = [["liblinear", "LIBLINEAR", "model"], ["json", "JSON", "json"], ["onnx", "ONNX", "onnx"],
                  ["skops", "skops (scikit-learn)", "skops"]];
 
+const modelLink = (ref) => h("a", { href: `#/models/${encodeURIComponent(ref)}` }, ref);
+
+// Where the model came from (GET /v1/models/{id}/lineage), and the names it is registered under.
+function lineageSection(lineage) {
+  const data = (d) => (d ? [h("a", { href: `#/datasets/${d.id}` }, d.name),
+    ` (${d.format || "–"}, ${fmt(d.n_rows)} rows, sha256 `, h("code", {}, d.sha256), ")"] : "–");
+  return h("section", { "aria-labelledby": "lineage-title", id: "lineage" },
+    h("h2", { id: "lineage-title" }, "Lineage"),
+    facts([
+      ["Training dataset", data(lineage.dataset)],
+      ["Validation dataset", data(lineage.validation_dataset)],
+      ["Package version", lineage.package_version || "–"],
+      ["Commit", lineage.commit ? h("code", {}, lineage.commit) : "–"],
+      ["Registered as", h("span", { id: "lineage-registered" }, lineage.registered.length
+        ? lineage.registered.flatMap((r, i) => [i ? ", " : "", modelLink(`${r.name}@v${r.version}`),
+                                                r.aliases.length ? ` (${r.aliases.join(", ")})` : ""])
+        : "–")],
+    ]));
+}
+
 function evaluationView(result) {
   if (result.mse !== undefined) {
     return facts([["Rows", fmt(result.n)], ["MSE", h("span", { id: "evaluate-mse" }, fmt(result.mse))],
@@ -99,7 +119,8 @@ function predictBox(model) {
 }
 
 export async function show(main, id) {
-  const [model, top] = await Promise.all([api(`/v1/models/${id}`), api(`/v1/models/${id}/coefficients?top=20`)]);
+  const [model, top, lineage] = await Promise.all([api(`/v1/models/${id}`), api(`/v1/models/${id}/coefficients?top=20`),
+                                                   api(`/v1/models/${id}/lineage`)]);
   main.append(h("h1", {}, `Model ${id}`), facts([
     ["Id", model.id],
     ["Estimator", model.estimator],
@@ -120,6 +141,7 @@ export async function show(main, id) {
   main.append(h("h2", {}, "Parameters"), facts(Object.entries(model.params).map(([k, v]) => [k, fmt(v)])));
   const search = selectionSection(model.selection);
   if (search) main.append(search);
+  main.append(lineageSection(lineage));
   main.append(h("h2", {}, "Largest weights"),
     h("p", { class: "muted" }, `intercept ${top.intercept.map((v) => fmt(v)).join(", ")}`),
     bars(top.items.map((w) => ({ label: `feature ${w.feature}${w.output === null ? "" : ` (class ${fmt(w.output)})`}`,
