@@ -1,7 +1,10 @@
 """The dashboard in a real browser: Playwright driving Debian's Chromium (/usr/bin/chromium,
-never a downloaded browser). Upload through the page, train, watch the plot gain points while
-the job runs, cancel one, open the model card, export and predict; keys asked once; keyboard
-use and labelled fields; /docs and /redoc offline. Screenshots go to test-artifacts/ui/."""
+never a downloaded browser). Upload through the page (a table with its parse options too),
+train (a search, probabilities), watch the plot gain points while the job runs, cancel one,
+open the model card, export (ONNX, skops), predict with probabilities, evaluate, and start,
+download and cancel background predictions, register a model under a name and alias; keys
+asked once; keyboard use and labelled fields; /docs and /redoc offline. Screenshots go to
+test-artifacts/ui/."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from margin_client import Client
+from margin_client import Client, MarginError
 from tests.client.conftest import HEART, artifact_dir
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -241,7 +244,8 @@ def test_a_search_models_card_shows_the_table_the_chosen_C_and_probabilities(pag
     section = page.locator("section[aria-labelledby=cv-title]")
     expect(section.locator("table:not(.u-legend) > tbody > tr")).to_have_count(len(Cs))
     assert model["selection"]["C"] in Cs
-    expect(section.locator("p")).to_contain_text("Chosen C: ")
+    assert float(section.locator("#cv-chosen-C").inner_text()) == pytest.approx(
+        model["selection"]["C"], rel=1e-5)
     expect(page.locator("dl.facts").first).to_contain_text("calibrated (sigmoid)")
     lines = HEART.read_text().splitlines()[:3]
     page.fill("#predict-input", "\n".join(lines))
@@ -253,7 +257,7 @@ def test_a_search_models_card_shows_the_table_the_chosen_C_and_probabilities(pag
     shot(page, "model-search")
 
 
-def test_names_holding_markup_are_shown_as_text(page, tmp_path):
+def test_names_holding_markup_are_shown_as_text(page, tmp_path, heart_model):
     """A dataset named with an <img onerror> and a <script> is shown literally on the list and
     on its page (the pages build text nodes, never HTML); nothing of it runs."""
     hostile = '<img src=x onerror="document.title=\'ran\'"><script>document.title="ran"</script>'
@@ -266,3 +270,227 @@ def test_names_holding_markup_are_shown_as_text(page, tmp_path):
     open_ui(page, f"#/datasets/{dataset}")
     expect(page.get_by_text(hostile).first).to_be_visible()
     assert page.title() != "ran" and page.locator("main img").count() == 0
+    open_ui(page, f"#/models/{heart_model}")  # the dataset selects of evaluate and runs
+    expect(page.locator("#runs-dataset option", has_text=hostile)).to_have_count(1)
+    assert page.title() != "ran" and page.locator("main img").count() == 0
+
+
+def test_upload_a_table_with_its_options(page, tmp_path):
+    """A CSV whose label column is the third, named .txt (so the format is the one chosen) and
+    with an empty cell (read as 0): the stored dataset has its rows, classes and columns."""
+    rows = [(0.5 * i, i % 4, (0, 1, 2)[i % 3], "" if i == 4 else 1.0 - 0.1 * i) for i in range(12)]
+    table = tmp_path / "table.txt"
+    table.write_text("f1,f2,target,f3\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    open_ui(page)
+    page.set_input_files("#upload-file", str(table))
+    page.select_option("#upload-format", "csv")
+    page.fill("#upload-label-column", "target")
+    page.select_option("#upload-empty-cells", "zero")
+    page.click("#upload-submit")
+    page.wait_for_url(re.compile(r"#/datasets/ds_"))
+    page.wait_for_selector("main[data-view=datasets-page][data-ready=true]")
+    dataset_id = page.url.rsplit("/", 1)[-1]
+    with Client(page.service.url) as client:
+        stored = client.datasets.get(dataset_id)
+    assert stored["format"] == "csv" and stored["n_rows"] == 12
+    assert stored["feature_names"] == ["f1", "f2", "f3"]
+    assert {c["label"]: c["count"] for c in stored["labels"]["classes"]} == {0: 4, 1: 4, 2: 4}
+    expect(page.locator("#dataset-columns")).to_have_text("f1, f2, f3")
+    histogram = page.locator("[aria-label='Label histogram'] [role=listitem]")
+    expect(histogram).to_have_text(["0", "1", "2"])
+    shot(page, "dataset-table")
+
+
+def test_a_search_job_from_the_form_shows_its_progress_and_table(page, heart_dataset):
+    open_ui(page, f"#/datasets/{heart_dataset}")
+    expect(page.locator("#search-details")).to_be_hidden()
+    page.check("#search-enabled")
+    expect(page.locator("#param-C")).to_be_disabled()
+    page.select_option("#search-cs-kind", "list")
+    page.fill("#search-cs", "0.01, 0.1, 1")
+    page.fill("#search-cv", "3")
+    page.select_option("#search-scoring", "balanced_accuracy")
+    page.select_option("#param-calibration", "none")
+    page.fill("#param-tol", "0.001")
+    shot(page, "train-search")
+    page.click("#train-submit")
+    page.wait_for_url(re.compile(r"#/jobs/job_"))
+    page.wait_for_selector("main[data-status=succeeded]")
+    expect(page.locator("#cv-chosen-C")).to_be_visible()
+    job_id = page.url.rsplit("/", 1)[-1]
+    with Client(page.service.url) as client:
+        raw = client.get_json(f"/v1/jobs/{job_id}")
+        model = client.models.get(raw["model_id"])
+    asked = {"Cs": [0.01, 0.1, 1], "cv": 3, "scoring": "balanced_accuracy"}
+    assert raw["params"]["search"] == asked
+    assert raw["params"]["calibration"] == "none" and model["calibration"] is None
+    chosen = model["selection"]["C"]
+    assert model["params"]["C"] == chosen  # the trained parameters carry the chosen C
+    assert float(page.locator("#cv-chosen-C").inner_text()) == pytest.approx(chosen, rel=1e-5)
+    section = page.locator("#cv-section")
+    expect(section.locator("table:not(.u-legend) > tbody > tr")).to_have_count(3)
+    expect(section.locator("tbody strong")).to_have_count(1)
+    progress = raw["progress"]
+    expect(page.locator("#job-solves")).to_have_text(
+        f"{progress['solves_done']} of {progress['solves_total']}")
+    expect(page.locator("#job-stage")).to_contain_text("refit" if progress["stage"] == "refit"
+                                                      else "path")
+    shot(page, "job-search")
+
+
+def test_a_search_over_a_log_grid_from_the_form(page, heart_dataset):
+    open_ui(page, f"#/datasets/{heart_dataset}")
+    page.select_option("#train-estimator", "LinearSVR")
+    expect(page.locator("#search-fields")).to_be_hidden()  # a search is for LinearSVC only
+    page.select_option("#train-estimator", "LinearSVC")
+    page.check("#search-enabled")
+    page.fill("#search-num", "4")
+    page.fill("#search-min", "0.01")
+    page.fill("#search-max", "10")
+    page.fill("#search-cv", "2")
+    page.click("#train-submit")
+    page.wait_for_url(re.compile(r"#/jobs/job_"))
+    page.wait_for_selector("main[data-status=succeeded]")
+    expect(page.locator("#cv-section table:not(.u-legend) > tbody > tr")).to_have_count(4)
+    with Client(page.service.url) as client:
+        job = client.get_json(f"/v1/jobs/{page.url.rsplit('/', 1)[-1]}")
+        selection = client.models.get(job["model_id"])["selection"]
+    assert job["params"]["search"] == {"Cs": {"num": 4, "min": 0.01, "max": 10}, "cv": 2,
+                                       "scoring": "accuracy"}
+    assert [r["C"] for r in selection["table"]] == pytest.approx([0.01, 0.1, 1, 10])
+    shown = page.locator("#cv-section table:not(.u-legend) > tbody > tr td:first-child")
+    assert [float(c) for c in shown.all_inner_texts()] == pytest.approx([0.01, 0.1, 1, 10])
+
+
+def test_probability_from_the_form_and_predict_with_or_without_probabilities(page, heart_dataset):
+    open_ui(page, f"#/datasets/{heart_dataset}")
+    page.check("#param-probability")
+    page.fill("#param-C", "0.25")
+    page.click("#train-submit")
+    page.wait_for_url(re.compile(r"#/jobs/job_"))
+    page.wait_for_selector("main[data-status=succeeded]")
+    page.click("#job-model")
+    page.wait_for_selector("main[data-view=models-page][data-ready=true]")
+    model_id = page.url.rsplit("/", 1)[-1]
+    lines = HEART.read_text().splitlines()[:5]
+    with Client(page.service.url) as client:
+        assert client.models.get(model_id)["params"]["probability"] is True
+        expected = client.models.predict(model_id, lines, probabilities=True).probabilities
+    expect(page.locator("#predict-probabilities")).to_be_checked()
+    page.fill("#predict-input", "\n".join(lines))
+    page.click("#predict-submit")
+    rows = page.locator("#predict-output tbody tr")
+    expect(rows).to_have_count(5)
+    expect(page.locator("#predict-output thead")).to_contain_text("Probabilities")
+    for i in range(5):
+        shown = [float(x) for x in rows.nth(i).locator("td").nth(3).inner_text().split(", ")]
+        assert sum(shown) == pytest.approx(1.0, abs=1e-3)
+        assert shown == pytest.approx(list(expected[i]), abs=1e-3)
+    page.uncheck("#predict-probabilities")
+    page.click("#predict-submit")
+    expect(page.locator("#predict-output thead")).not_to_contain_text("Probabilities")
+    expect(page.locator("#predict-output thead th")).to_have_count(3)
+
+
+def test_onnx_and_skops_exports_download_the_files(page, heart_model):
+    open_ui(page, f"#/models/{heart_model}")
+    with page.expect_download() as download:
+        page.click("#export-onnx")
+    graph = Path(download.value.path()).read_bytes()
+    assert download.value.suggested_filename == f"{heart_model}.onnx"
+    onnx = pytest.importorskip("onnx")
+    loaded = onnx.load_from_string(graph)
+    assert [o.name for o in loaded.graph.output][:2] == ["label", "decision_values"]
+    with page.expect_download() as download:
+        page.click("#export-skops")
+    assert Path(download.value.path()).read_bytes()[:2] == b"PK"  # a skops file is a zip
+    assert page.locator("main .error[role=alert]").count() == 0
+
+
+def test_evaluate_and_background_predictions(page, heart_model, heart_dataset):
+    open_ui(page, f"#/models/{heart_model}")
+    page.select_option("#evaluate-dataset", heart_dataset)
+    page.click("#evaluate-submit")
+    with Client(page.service.url) as client:
+        report = client.models.evaluate(heart_model, heart_dataset)
+    expect(page.locator("#evaluate-accuracy")).not_to_have_text("")
+    assert float(page.locator("#evaluate-accuracy").inner_text()) == pytest.approx(
+        report["accuracy"], abs=5e-4)
+    confusion = page.locator("#evaluate-output table tbody tr")
+    expect(confusion).to_have_count(2)
+    shown = [[int(c) for c in row.locator("td.num").all_inner_texts()] for row in confusion.all()]
+    assert shown == report["confusion_matrix"]
+
+    page.select_option("#runs-dataset", heart_dataset)
+    page.click("#runs-submit")
+    download_button = page.locator("#runs-list button[data-run]", has_text="Download CSV")
+    expect(download_button).to_have_count(1)
+    run_id = download_button.get_attribute("data-run")
+    with page.expect_download() as download:
+        download_button.click()
+    with Client(page.service.url) as client:
+        expected = client.request("GET", f"/v1/models/{heart_model}/predictions/{run_id}").content
+        assert client.runs.get(heart_model, run_id)["n_rows"] == 270
+    assert Path(download.value.path()).read_bytes() == expected
+    expect(page.locator("#runs-list tbody tr").first).to_contain_text("270")
+    shot(page, "model-runs")
+
+    # a run reported active gets a Cancel button; this one has ended by the time it is clicked,
+    # so the service's 409 is what the page shows
+    def as_running(route):
+        response = route.fetch()
+        body = response.json()
+        for item in body["items"]:
+            item["status"] = "running"
+        route.fulfill(response=response, json=body)
+
+    page.route(re.compile(r".*/predictions\?limit=100$"), as_running)
+    page.reload()
+    page.wait_for_selector("main[data-view=models-page][data-ready=true]")
+    page.locator(f"#runs-list button[data-run={run_id}]", has_text="Cancel").click()
+    expect(page.locator("#runs-title ~ [role=status] .error")).to_contain_text(
+        "409 Prediction run already ended")
+    page.unroute(re.compile(r".*/predictions\?limit=100$"))
+
+
+def test_register_a_model_with_an_alias_and_open_it_by_the_alias(page, heart_model):
+    open_ui(page, f"#/models/{heart_model}")
+    page.fill("#register-name", "heart-svm")
+    page.fill("#register-alias", "production")
+    page.click("#register-submit")
+    expect(page.locator("#registry-output")).to_contain_text("Registered as heart-svm version 1")
+    with Client(page.service.url) as client:
+        alias = client.get_json("/v1/registered-models/heart-svm/aliases/production")
+    assert alias["model_id"] == heart_model and alias["version"] == 1
+    page.reload()
+    page.wait_for_selector("main[data-view=models-page][data-ready=true]")
+    expect(page.locator("#lineage-registered")).to_have_text("heart-svm@v1 (production)")
+    with Client(page.service.url) as client:
+        dataset = client.datasets.get(client.models.get(heart_model)["dataset_id"])
+    expect(page.locator("#lineage")).to_contain_text(dataset["sha256"])
+    open_ui(page, "#/models")
+    registry = page.locator("section[aria-labelledby=registry-title]")
+    expect(registry).to_contain_text("heart-svm")
+    registry.get_by_role("link", name="heart-svm@production").click()
+    page.wait_for_url(re.compile(r"#/models/heart-svm%40production$"))
+    expect(page.locator("#model-status")).to_have_text("converged")
+    expect(page.locator("h1")).to_have_text("Model heart-svm@production")
+
+
+def test_a_jobs_history_and_delete(page, heart_dataset):
+    with Client(page.service.url) as client:
+        job = client.jobs.create(heart_dataset, C=2.0, tol=1e-3).wait(check=True)
+        history = client.get_json(f"/v1/jobs/{job.id}/history")["items"]
+    open_ui(page, f"#/jobs/{job.id}")
+    rows = page.locator("#job-history tbody tr")
+    expect(rows).to_have_count(len(history))
+    assert [rows.nth(i).locator("td").nth(3).inner_text() for i in range(len(history))] == [
+        e["to_status"] for e in history]
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#job-delete")
+    page.wait_for_url(re.compile(r"#/jobs$"))
+    with Client(page.service.url) as client:
+        with pytest.raises(MarginError) as gone:
+            client.jobs.get(job.id)
+        assert gone.value.status == 404
+        assert client.models.get(job.model_id)["job_id"] is None  # the model stays

@@ -142,9 +142,12 @@ function parseEvent(block) {
   return event;
 }
 
-// Upload a file as the raw request body; `onProgress(sent, total)` as it goes.
-export function upload(file, name, onProgress) {
+// Upload a file as the raw request body; `onProgress(sent, total)` as it goes. `options` are
+// the parse options the upload route takes in its query string (format, label_column,
+// empty_cells); empty ones are left out, so that the service's defaults apply.
+export function upload(file, name, onProgress, options = {}) {
   const query = new URLSearchParams({ name: name || file.name, filename: file.name });
+  for (const [key, value] of Object.entries(options)) if (value) query.set(key, value);
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open("POST", `/v1/datasets?${query}`);
@@ -157,7 +160,7 @@ export function upload(file, name, onProgress) {
       let body = null;
       try { body = JSON.parse(xhr.responseText); } catch { body = { title: xhr.statusText }; }
       if (xhr.status === 401) {
-        askKey(body.detail).then(() => upload(file, name, onProgress)).then(resolve, reject);
+        askKey(body.detail).then(() => upload(file, name, onProgress, options)).then(resolve, reject);
       } else if (xhr.status >= 400) reject(new ApiError(xhr.status, body));
       else resolve(body);
     };

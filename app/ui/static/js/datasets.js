@@ -2,11 +2,36 @@
 
 import { api, upload } from "./api.js";
 import { bars, errorBox, facts, fmt, h, table, when } from "./dom.js";
+import { searchFields } from "./selection.js";
 
 function labelSummary(d) {
   const labels = d.labels || {};
   if (labels.kind === "classes") return labels.classes.map((c) => `${c.label}: ${c.count}`).join(", ");
   return `real, ${fmt(labels.min)} to ${fmt(labels.max)}`;
+}
+
+// The upload route's `format` values (app/api/datasets.py).
+const FORMATS = ["libsvm", "csv", "tsv", "parquet", "npz"];
+
+// The parse options of tables (CSV, TSV, Parquet): the label column and empty cells.
+function tableOptions() {
+  return h("fieldset", { id: "upload-table-options" },
+    h("legend", {}, "CSV, TSV and Parquet"),
+    h("div", { class: "field" },
+      h("label", { for: "upload-label-column" }, "Label column (default: label, else the first column)"),
+      h("input", { id: "upload-label-column", name: "label_column", type: "text", maxlength: 255 })),
+    h("div", { class: "field" },
+      h("label", { for: "upload-empty-cells" }, "Empty cells"),
+      h("select", { id: "upload-empty-cells", name: "empty_cells" },
+        h("option", { value: "" }, "are an error"), h("option", { value: "zero" }, "read as 0"))));
+}
+
+function uploadOptions(form) {
+  return {
+    format: form.querySelector("#upload-format").value,
+    label_column: form.querySelector("#upload-label-column").value.trim(),
+    empty_cells: form.querySelector("#upload-empty-cells").value,
+  };
 }
 
 function uploadForm() {
@@ -20,6 +45,12 @@ function uploadForm() {
     h("div", { class: "field" },
       h("label", { for: "upload-name" }, "Name (optional)"),
       h("input", { id: "upload-name", name: "name", type: "text", maxlength: 255 })),
+    h("div", { class: "field" },
+      h("label", { for: "upload-format" }, "Format"),
+      h("select", { id: "upload-format", name: "format" },
+        h("option", { value: "" }, "from the file's name or first bytes"),
+        FORMATS.map((f) => h("option", { value: f }, f)))),
+    tableOptions(),
     h("div", {}, h("button", { type: "submit", id: "upload-submit" }, "Upload"), " ", bar, " ", status));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -32,7 +63,7 @@ function uploadForm() {
         (sent, total) => {
           bar.value = total ? (100 * sent) / total : 0;
           if (sent >= total) status.textContent = "parsing…";
-        });
+        }, uploadOptions(form));
       bar.value = 100;
       status.textContent = `stored as ${dataset.id}`;
       location.hash = `#/datasets/${dataset.id}`;
@@ -60,44 +91,84 @@ export async function list(main) {
   ], "Stored datasets, newest first") : h("p", { class: "muted" }, "No datasets yet: upload one above."));
 }
 
+// The estimator's parameters the form asks for (the others keep their defaults).
+const SHOWN = ["C", "loss", "multi_class", "tol", "max_iter", "epsilon", "time_limit", "probability",
+               "calibration"];
+
+function paramInput(p) {
+  const id = `param-${p.name}`;
+  let input;
+  if (p.type === "boolean") {
+    input = h("input", { id, name: p.name, type: "checkbox", checked: p.default === true });
+    input.dataset.kind = "boolean";
+    return h("div", { class: "field inline" }, input, h("label", { for: id }, p.name));
+  }
+  input = p.enum
+    ? h("select", { id, name: p.name }, p.enum.filter((v) => v !== null).map((v) =>
+        h("option", { value: v, selected: v === p.default }, v)))
+    : h("input", { id, name: p.name, type: "number", step: "any",
+                   value: p.default ?? "", placeholder: p.default === null ? "none" : null });
+  input.dataset.kind = Array.isArray(p.type) ? p.type.join(",") : p.type;
+  return h("div", { class: "field" }, h("label", { for: id }, p.name), input);
+}
+
+function paramValues(params) {
+  const values = {};
+  for (const input of params.querySelectorAll("input, select")) {
+    if (input.dataset.kind === "boolean") { values[input.name] = input.checked; continue; }
+    if (input.value === "") continue;
+    const numeric = input.type === "number";
+    values[input.name] = numeric && /integer/.test(input.dataset.kind) && !/number/.test(input.dataset.kind)
+      ? parseInt(input.value, 10) : numeric ? parseFloat(input.value) : input.value;
+  }
+  return values;
+}
+
+function validationSelect(datasets, own) {
+  return h("div", { class: "field" },
+    h("label", { for: "train-validation" }, "Validation dataset (optional)"),
+    h("select", { id: "train-validation", name: "validation_dataset_id" },
+      h("option", { value: "" }, "none"),
+      datasets.filter((d) => d.id !== own).map((d) => h("option", { value: d.id }, `${d.name} (${d.id})`))));
+}
+
 async function trainForm(dataset) {
-  const solvers = (await api("/v1/solvers")).items.filter((s) => s.available);
+  const [solverList, datasetPage] = await Promise.all([api("/v1/solvers"), api("/v1/datasets?limit=100")]);
+  const solvers = solverList.items.filter((s) => s.available);
   const estimator = h("select", { id: "train-estimator", name: "estimator" },
     solvers.map((s) => h("option", { value: s.name }, s.name)));
   const params = h("div", { id: "train-params" });
+  const search = searchFields();
   const showParams = () => {
     const spec = solvers.find((s) => s.name === estimator.value);
-    const shown = ["C", "loss", "multi_class", "tol", "max_iter", "epsilon", "time_limit"];
-    params.replaceChildren(...spec.params.filter((p) => shown.includes(p.name)).map((p) => {
-      const id = `param-${p.name}`;
-      const input = p.enum
-        ? h("select", { id, name: p.name }, p.enum.filter((v) => v !== null).map((v) =>
-            h("option", { value: v, selected: v === p.default }, v)))
-        : h("input", { id, name: p.name, type: "number", step: "any",
-                       value: p.default ?? "", placeholder: p.default === null ? "none" : null });
-      input.dataset.kind = Array.isArray(p.type) ? p.type.join(",") : p.type;
-      return h("div", { class: "field" }, h("label", { for: id }, p.name), input);
-    }));
+    params.replaceChildren(...spec.params.filter((p) => SHOWN.includes(p.name)).map(paramInput));
+    search.fieldset.hidden = !spec.params.some((p) => p.name === "search");
+    ignoreC();
+  };
+  const ignoreC = () => {  // a search chooses C itself
+    const C = params.querySelector("#param-C");
+    if (C) C.disabled = search.enabled.checked && !search.fieldset.hidden;
   };
   estimator.addEventListener("change", showParams);
+  search.enabled.addEventListener("change", ignoreC);
   showParams();
+  const validation = validationSelect(datasetPage.items, dataset.id);
   const message = h("div", { role: "status" });
   const form = h("form", { class: "panel", "aria-labelledby": "train-title" },
     h("h2", { id: "train-title" }, "Train a model"),
     h("div", { class: "field" }, h("label", { for: "train-estimator" }, "Estimator"), estimator),
-    params, h("div", {}, h("button", { type: "submit", id: "train-submit" }, "Start training")), message);
+    validation, params, search.fieldset,
+    h("div", {}, h("button", { type: "submit", id: "train-submit" }, "Start training")), message);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const values = {};
-    for (const input of params.querySelectorAll("input, select")) {
-      if (input.value === "") continue;
-      const numeric = input.type === "number";
-      values[input.name] = numeric && /integer/.test(input.dataset.kind) && !/number/.test(input.dataset.kind)
-        ? parseInt(input.value, 10) : numeric ? parseFloat(input.value) : input.value;
-    }
+    const values = paramValues(params);
+    const chosen = search.fieldset.hidden ? null : search.read();
+    if (chosen) { values.search = chosen; delete values.C; }
+    const body = { dataset_id: dataset.id, estimator: estimator.value, params: values };
+    const other = validation.querySelector("select").value;
+    if (other) body.validation_dataset_id = other;
     try {
-      const job = await api("/v1/jobs", { method: "POST",
-        json: { dataset_id: dataset.id, estimator: estimator.value, params: values } });
+      const job = await api("/v1/jobs", { method: "POST", json: body });
       location.hash = `#/jobs/${job.id}`;
     } catch (error) {
       message.replaceChildren(errorBox(error));
@@ -114,7 +185,10 @@ export async function show(main, id) {
     ["Features", fmt(stats.n_features)],
     ["Non-zeros", fmt(stats.nnz)],
     ["Density", `${fmt(100 * stats.density, 3)} %`],
-    ["Index base", dataset.zero_based ? "zero-based" : "one-based"],
+    ["Format", h("span", { id: "dataset-format" }, dataset.format || "–")],
+    ...(dataset.feature_names ? [["Feature columns", h("span", { id: "dataset-columns" },
+      dataset.feature_names.slice(0, 50).join(", ") + (dataset.feature_names.length > 50 ? ", …" : ""))]]
+      : [["Index base", dataset.zero_based ? "zero-based" : "one-based"]]),
     ["Size", `${fmt(dataset.size_bytes)} bytes`],
     ["Created", when(dataset.created_at)],
   ]));

@@ -68,3 +68,11 @@ export function bars(items, label) {
 export function errorBox(error) {
   return h("p", { class: "error", role: "alert" }, error.message || String(error));
 }
+
+// A labelled select of stored datasets (evaluation, background predictions); `chosen` first
+// selected.
+export function datasetSelect(id, label, datasets, chosen) {
+  return h("div", { class: "field" }, h("label", { for: id }, label),
+    h("select", { id, name: "dataset_id", required: true },
+      datasets.map((d) => h("option", { value: d.id, selected: d.id === chosen }, `${d.name} (${d.id})`))));
+}

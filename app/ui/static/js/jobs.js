@@ -1,8 +1,11 @@
-// Jobs: the list (refreshed while open) and a job's page with the live convergence plots.
+// Jobs: the list (refreshed while open) and a job's page with the live convergence plots, its
+// status history, cancel and delete; a search job's page also follows its fold and C, and shows
+// the cross-validation table once done.
 
 import { api, streamEvents } from "./api.js";
 import { clock, errorBox, facts, fmt, h, statusBadge, table, when } from "./dom.js";
 import { ConvergencePlots } from "./plot.js";
+import { searchProgressRows, selectionSection } from "./selection.js";
 
 const ACTIVE = ["queued", "running"];
 
@@ -48,6 +51,7 @@ function jobFacts(job, last) {
     ["Done", job.percent === null || job.percent === undefined ? "–" : `${Math.round(job.percent)} %`],
     ["ETA", clock(job.eta_s)],
   ];
+  rows.push(...searchProgressRows(job, job.progress));  // the stream's records lack these fields
   for (const key of ["duality_gap", "pg_range", "max_violation", "primal", "dual"]) {
     if (p[key] !== undefined && p[key] !== null) rows.push([key, fmt(p[key])]);
   }
@@ -57,22 +61,61 @@ function jobFacts(job, last) {
   return facts(rows);
 }
 
+// The job's status changes, oldest first (GET /v1/jobs/{id}/history).
+async function showHistory(id, holder) {
+  const events = (await api(`/v1/jobs/${id}/history`)).items;
+  holder.replaceChildren(table(events, [
+    ["At", (e) => when(e.at)],
+    ["Attempt", (e) => fmt(e.attempt), { num: true }],
+    ["From", (e) => e.from_status || "–"],
+    ["To", (e) => statusBadge(e.to_status)],
+    ["By", (e) => e.by || "–"],
+    ["Reason", (e) => e.reason || ""],
+  ], "Status changes, oldest first"));
+}
+
+// The search's outcome, from the model the job produced.
+async function showSelection(modelId, holder) {
+  const model = await api(`/v1/models/${modelId}`);
+  const section = selectionSection(model.selection);
+  if (section) holder.replaceChildren(section);
+}
+
 export async function show(main, id) {
   let job = await api(`/v1/jobs/${id}`);
   const summary = h("div", { id: "job-summary" });
   const cancel = h("button", { type: "button", class: "danger", id: "job-cancel" }, "Cancel job");
+  const remove = h("button", { type: "button", class: "danger", id: "job-delete" }, "Delete job");
+  const history = h("div", { id: "job-history" });
   const message = h("div", { role: "status" });
   const plots = h("div", { class: "plots", id: "job-plots" });
-  main.append(h("h1", {}, `Job ${id}`), summary, h("p", {}, cancel), message,
-              h("h2", {}, "Convergence"), plots);
+  const selection = h("div", { id: "job-selection" });
+  main.append(h("h1", {}, `Job ${id}`), summary, h("p", {}, cancel, " ", remove), message, selection,
+              h("h2", {}, "Convergence"), plots, h("h2", {}, "History"), history);
   const plot = new ConvergencePlots(plots);
   let last = null;
+  let shownFor = null;
+  let shownStatus = null;
   const render = () => {
     summary.replaceChildren(jobFacts(job, last));
     main.dataset.status = job.status;
     cancel.disabled = !ACTIVE.includes(job.status) || job.cancel_requested;
+    remove.disabled = ACTIVE.includes(job.status);
+    if (job.status !== shownStatus) {
+      shownStatus = job.status;
+      showHistory(id, history).catch(() => {});
+    }
+    if (job.model_id && job.params.search && shownFor !== job.model_id) {
+      shownFor = job.model_id;
+      showSelection(job.model_id, selection).catch((error) => message.replaceChildren(errorBox(error)));
+    }
   };
   render();
+  remove.addEventListener("click", async () => {
+    if (!confirm(`Delete job ${id}? Its model stays.`)) return;
+    try { await api(`/v1/jobs/${id}`, { method: "DELETE" }); location.hash = "#/jobs"; }
+    catch (error) { message.replaceChildren(errorBox(error)); }
+  });
   cancel.addEventListener("click", async () => {
     try { job = await api(`/v1/jobs/${id}/cancel`, { method: "POST" }); render(); }
     catch (error) { message.replaceChildren(errorBox(error)); }

@@ -1,10 +1,13 @@
 // Models: the list, and a model card (parameters, solver outcome, metrics, the search's
 // cross-validation table and score-against-C plot when there is one, the largest weights,
-// export links and a predict box).
+// export links, a predict box, evaluation on a stored dataset, the registry and background
+// predictions). A model is opened by id, `name@alias` or `name@vN`.
 
 import { api, download } from "./api.js";
-import { bars, errorBox, facts, fmt, h, table, when } from "./dom.js";
-import { scorePlot } from "./plot.js";
+import { bars, datasetSelect, errorBox, facts, fmt, h, table, when } from "./dom.js";
+import { registryBox, registryTable } from "./registry.js";
+import { predictionRuns } from "./runs.js";
+import { selectionSection } from "./selection.js";
 
 export async function list(main) {
   main.append(h("h1", {}, "Models"));
@@ -19,46 +22,85 @@ export async function list(main) {
     ["Validation accuracy", (m) => fmt(m.validation_accuracy), { num: true }],
     ["Created", (m) => when(m.created_at)],
   ], "Stored models, newest first") : h("p", { class: "muted" }, "No models yet: train one from a dataset's page."));
+  const registry = await registryTable();
+  if (registry) main.append(registry);
 }
 
-// The search's table, under whichever name the service gives it (model selection jobs).
-function searchOf(model) {
-  const search = model.selection || model.search || model.cv || {};
-  const rows = model.cv_results || search.cv_results || search.results || search.table;
-  if (!Array.isArray(rows) || !rows.length) return null;
-  const score = (r) => r.mean_score ?? r.mean_test_score ?? r.score ?? r.mean ?? null;
-  return { rows, score, bestC: model.C_ ?? model.best_C ?? search.best_C ?? search.C ?? null };
+// The export route's formats (app/api/models.py): [format, button text, file suffix].
+const EXPORTS = [["liblinear", "LIBLINEAR", "model"], ["json", "JSON", "json"], ["onnx", "ONNX", "onnx"],
+                 ["skops", "skops (scikit-learn)", "skops"]];
+
+const modelLink = (ref) => h("a", { href: `#/models/${encodeURIComponent(ref)}` }, ref);
+
+// Where the model came from (GET /v1/models/{id}/lineage), and the names it is registered under.
+function lineageSection(lineage) {
+  const data = (d) => (d ? [h("a", { href: `#/datasets/${d.id}` }, d.name),
+    ` (${d.format || "–"}, ${fmt(d.n_rows)} rows, sha256 `, h("code", {}, d.sha256), ")"] : "–");
+  return h("section", { "aria-labelledby": "lineage-title", id: "lineage" },
+    h("h2", { id: "lineage-title" }, "Lineage"),
+    facts([
+      ["Training dataset", data(lineage.dataset)],
+      ["Validation dataset", data(lineage.validation_dataset)],
+      ["Package version", lineage.package_version || "–"],
+      ["Commit", lineage.commit ? h("code", {}, lineage.commit) : "–"],
+      ["Registered as", h("span", { id: "lineage-registered" }, lineage.registered.length
+        ? lineage.registered.flatMap((r, i) => [i ? ", " : "", modelLink(`${r.name}@v${r.version}`),
+                                                r.aliases.length ? ` (${r.aliases.join(", ")})` : ""])
+        : "–")],
+    ]));
 }
 
-function searchSection(model) {
-  const search = searchOf(model);
-  if (!search) return null;
-  const keys = Object.keys(search.rows[0]).filter((k) => typeof search.rows[0][k] !== "object");
-  const section = h("section", { "aria-labelledby": "cv-title" },
-    h("h2", { id: "cv-title" }, "Cross-validation"),
-    search.bestC !== null ? h("p", {}, `Chosen C: ${fmt(search.bestC)}`) : null,
-    table(search.rows, keys.map((k) => [k, (r) => fmt(r[k]), { num: typeof search.rows[0][k] === "number" }])));
-  const fig = h("figure", { id: "plot-score", role: "img", "aria-label": "Score against C" },
-                h("figcaption", {}, "Mean cross-validation score against C (log scale)"));
-  section.append(fig);
-  const points = search.rows.filter((r) => r.C > 0 && search.score(r) !== null)
-    .sort((a, b) => a.C - b.C);
-  requestAnimationFrame(() => scorePlot(fig, points.map((r) => r.C), points.map(search.score)));
-  return section;
+function evaluationView(result) {
+  if (result.mse !== undefined) {
+    return facts([["Rows", fmt(result.n)], ["MSE", h("span", { id: "evaluate-mse" }, fmt(result.mse))],
+                  ["R²", fmt(result.r2)], ["Ignored features", fmt(result.ignored_features)]]);
+  }
+  const rows = [["Rows", fmt(result.n)], ["Accuracy", h("span", { id: "evaluate-accuracy" }, fmt(result.accuracy))]];
+  if (result.log_loss !== null && result.log_loss !== undefined) rows.push(["Log loss", fmt(result.log_loss)]);
+  if (result.brier_score !== null && result.brier_score !== undefined) rows.push(["Brier score", fmt(result.brier_score)]);
+  rows.push(["Ignored features", fmt(result.ignored_features)]);
+  const matrix = result.labels.map((label, i) => ({ label, counts: result.confusion_matrix[i] }));
+  return h("div", {}, facts(rows), table(matrix, [
+    ["True label", (r) => fmt(r.label)],
+    ...result.labels.map((label, j) => [fmt(label), (r) => fmt(r.counts[j]), { num: true }]),
+  ], "Confusion matrix: rows are the true labels, columns the predicted ones"));
+}
+
+function evaluateBox(model, datasets) {
+  const output = h("div", { id: "evaluate-output", role: "status" });
+  const form = h("form", { class: "panel", "aria-labelledby": "evaluate-title" },
+    h("h2", { id: "evaluate-title" }, "Evaluate on a stored dataset"),
+    datasetSelect("evaluate-dataset", "Dataset", datasets, model.dataset_id),
+    h("div", {}, h("button", { type: "submit", id: "evaluate-submit" }, "Evaluate")), output);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const result = await api(`/v1/models/${model.id}/evaluate`, { method: "POST",
+        json: { dataset_id: form.querySelector("#evaluate-dataset").value } });
+      output.replaceChildren(evaluationView(result));
+    } catch (error) {
+      output.replaceChildren(errorBox(error));
+    }
+  });
+  return form;
 }
 
 function predictBox(model) {
   const input = h("textarea", { id: "predict-input", name: "instances", spellcheck: "false",
                                 placeholder: "+1 1:0.5 3:1\n2:0.25 7:1" });
   const output = h("div", { id: "predict-output", role: "status" });
+  const probabilities = model.calibration
+    ? h("input", { type: "checkbox", id: "predict-probabilities", name: "probabilities", checked: true }) : null;
   const form = h("form", { class: "panel", "aria-labelledby": "predict-title" },
     h("h2", { id: "predict-title" }, "Predict"),
     h("label", { for: "predict-input" }, "LIBSVM lines, one instance each (a leading label is ignored)"),
-    input, h("p", {}, h("button", { type: "submit", id: "predict-submit" }, "Predict")), output);
+    input, probabilities ? h("div", { class: "field inline" }, probabilities,
+      h("label", { for: "predict-probabilities" }, "with probabilities (calibrated model)")) : null,
+    h("p", {}, h("button", { type: "submit", id: "predict-submit" }, "Predict")), output);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     try {
-      const query = model.calibration ? "?probabilities=true" : "";
+      const query = probabilities && probabilities.checked ? "?probabilities=true" : "";
       const result = await api(`/v1/models/${model.id}/predict${query}`, { method: "POST", body: input.value,
                                                                   headers: { "content-type": "text/plain" } });
       const rows = (result.labels || result.values).map((v, i) => ({ i, v, d: result.decision_values?.[i],
@@ -77,8 +119,10 @@ function predictBox(model) {
 }
 
 export async function show(main, id) {
-  const [model, top] = await Promise.all([api(`/v1/models/${id}`), api(`/v1/models/${id}/coefficients?top=20`)]);
+  const [model, top, lineage] = await Promise.all([api(`/v1/models/${id}`), api(`/v1/models/${id}/coefficients?top=20`),
+                                                   api(`/v1/models/${id}/lineage`)]);
   main.append(h("h1", {}, `Model ${id}`), facts([
+    ["Id", model.id],
     ["Estimator", model.estimator],
     ["Kind", model.kind],
     ["Classes", model.classes ? model.classes.map((c) => fmt(c)).join(", ") : "–"],
@@ -95,16 +139,17 @@ export async function show(main, id) {
     ["Created", when(model.created_at)],
   ]));
   main.append(h("h2", {}, "Parameters"), facts(Object.entries(model.params).map(([k, v]) => [k, fmt(v)])));
-  const search = searchSection(model);
+  const search = selectionSection(model.selection);
   if (search) main.append(search);
+  main.append(lineageSection(lineage));
   main.append(h("h2", {}, "Largest weights"),
     h("p", { class: "muted" }, `intercept ${top.intercept.map((v) => fmt(v)).join(", ")}`),
     bars(top.items.map((w) => ({ label: `feature ${w.feature}${w.output === null ? "" : ` (class ${fmt(w.output)})`}`,
                                  value: w.weight })), "Largest weights by magnitude"));
   const message = h("div", { role: "status" });
-  const exportButton = (format, name) => h("button", { type: "button", class: "secondary", id: `export-${format}`,
-    onclick: () => download(`/v1/models/${id}/export?format=${format}`, name)
-      .catch((error) => message.replaceChildren(errorBox(error))) }, `Export ${format === "json" ? "JSON" : "LIBLINEAR"}`);
+  const exportButton = ([format, title, suffix]) => h("button", { type: "button", class: "secondary",
+    id: `export-${format}`, onclick: () => download(`/v1/models/${id}/export?format=${format}`, `${id}.${suffix}`)
+      .catch((error) => message.replaceChildren(errorBox(error))) }, `Export ${title}`);
   const remove = h("button", { type: "button", class: "danger", id: "model-delete" }, "Delete model");
   remove.addEventListener("click", async () => {
     if (!confirm(`Delete model ${id}?`)) return;
@@ -112,6 +157,9 @@ export async function show(main, id) {
     catch (error) { message.replaceChildren(errorBox(error)); }
   });
   main.append(h("h2", {}, "Export"),
-    h("p", {}, exportButton("liblinear", `${id}.model`), " ", exportButton("json", `${id}.json`), " ", remove),
+    h("p", {}, EXPORTS.flatMap((e) => [exportButton(e), " "]), remove),
     message, predictBox(model));
+  const datasets = (await api("/v1/datasets?limit=100")).items;
+  main.append(evaluateBox(model, datasets), await registryBox(model));
+  return predictionRuns(main, model, datasets);
 }

@@ -1,0 +1,113 @@
+// Model selection: the search options of the train form (`params.search`, see
+// app/schemas/params.py SearchSpec), a search job's progress, and the cross-validation table
+// with the chosen C of the model it produced (`model.selection`).
+
+import { facts, fmt, h, table } from "./dom.js";
+import { scorePlot } from "./plot.js";
+
+// Mirrors SearchSpec.scoring (GET /v1/solvers describes `search` as one object, not its fields).
+const SCORINGS = ["accuracy", "balanced_accuracy", "f1_macro", "roc_auc"];
+
+function field(id, label, input) {
+  input.id = id;
+  return h("div", { class: "field" }, h("label", { for: id }, label), input);
+}
+
+// The fieldset that asks for a search; `read()` gives params.search, or null when unticked.
+export function searchFields() {
+  const enabled = h("input", { type: "checkbox", id: "search-enabled", name: "search" });
+  const kind = h("select", { name: "search-cs-kind" },
+    h("option", { value: "grid" }, "log grid"), h("option", { value: "list" }, "list"));
+  const list = h("input", { name: "search-cs", type: "text", placeholder: "0.01, 0.1, 1, 10" });
+  const num = h("input", { name: "search-num", type: "number", min: 1, max: 50, step: 1, value: 10 });
+  const min = h("input", { name: "search-min", type: "number", step: "any", min: 0, placeholder: "auto" });
+  const max = h("input", { name: "search-max", type: "number", step: "any", min: 0, placeholder: "auto" });
+  const cv = h("input", { name: "search-cv", type: "number", min: 2, max: 20, step: 1, value: 5 });
+  const scoring = h("select", { name: "search-scoring" }, SCORINGS.map((s) => h("option", { value: s }, s)));
+  const grid = h("span", {}, field("search-num", "Number of C values", num),
+                 field("search-min", "Smallest C (optional)", min), field("search-max", "Largest C (optional)", max));
+  const listed = h("span", { hidden: true }, field("search-cs", "C values, comma separated", list));
+  const details = h("div", { id: "search-details", hidden: true },
+    field("search-cs-kind", "C values from", kind), grid, listed,
+    field("search-cv", "Folds", cv), field("search-scoring", "Scoring", scoring));
+  const sync = () => {
+    details.hidden = !enabled.checked;
+    grid.hidden = kind.value !== "grid";
+    listed.hidden = kind.value !== "list";
+  };
+  enabled.addEventListener("change", sync);
+  kind.addEventListener("change", sync);
+  const fieldset = h("fieldset", { id: "search-fields" },
+    h("legend", {}, "Model selection"),
+    h("div", { class: "field inline" }, enabled,
+      h("label", { for: "search-enabled" }, "Choose C by cross-validation (C above is then ignored)")),
+    details);
+  const read = () => {
+    if (!enabled.checked) return null;
+    const number = (input) => (input.value === "" ? null : Number(input.value));
+    let Cs;
+    if (kind.value === "list") {
+      Cs = list.value.split(/[\s,;]+/).filter(Boolean).map(Number);
+    } else {
+      Cs = { num: parseInt(num.value || "10", 10) };
+      if (number(min) !== null) Cs.min = number(min);
+      if (number(max) !== null) Cs.max = number(max);
+    }
+    return { Cs, cv: parseInt(cv.value || "5", 10), scoring: scoring.value };
+  };
+  return { fieldset, read, enabled };
+}
+
+// How many C values a search asks for (null for the library's own grid, which may stop early).
+function pathLength(search) {
+  if (!search) return null;
+  if (Array.isArray(search.Cs)) return search.Cs.length;
+  return search.Cs && search.Cs.min != null && search.Cs.max != null ? search.Cs.num ?? 10 : null;
+}
+
+const outOf = (i, n) => (i === null || i === undefined ? "–" : n ? `${i + 1} of ${n}` : String(i + 1));
+
+// The fact rows of a search job's latest progress record (none for a plain job).
+export function searchProgressRows(job, p) {
+  if (!p || !p.stage) return [];
+  const search = (job.params || {}).search;
+  return [
+    ["Search stage", h("span", { id: "job-stage" }, p.stage === "refit" ? "refit at the chosen C" : "cross-validation path")],
+    ["Fold", h("span", { id: "job-fold" }, outOf(p.fold, search && search.cv))],
+    ["C index", h("span", { id: "job-c-index" }, outOf(p.c_index, pathLength(search)))],
+    ["C", fmt(p.C)],
+    ["Solves", h("span", { id: "job-solves" }, `${fmt(p.solves_done)} of ${fmt(p.solves_total)}`)],
+  ];
+}
+
+const list = (values) => values.map((v) => fmt(v)).join(", ");
+
+// The cross-validation table, the chosen C and the score-against-C plot, or null.
+export function selectionSection(selection) {
+  if (!selection || !Array.isArray(selection.table) || !selection.table.length) return null;
+  const rows = [...selection.table].sort((a, b) => a.C - b.C);
+  const chosen = (r) => r.C === selection.C;
+  const section = h("section", { "aria-labelledby": "cv-title", id: "cv-section" },
+    h("h2", { id: "cv-title" }, "Cross-validation"),
+    facts([
+      ["Chosen C", h("span", { id: "cv-chosen-C" }, fmt(selection.C, 6))],
+      [`Best mean ${selection.scoring}`, fmt(selection.best_score)],
+      ["Folds", fmt(selection.cv)],
+    ]),
+    table(rows, [
+      ["C", (r) => h(chosen(r) ? "strong" : "span", {}, fmt(r.C, 6)), { num: true }],
+      [`Mean ${selection.scoring}`, (r) => fmt(r.mean_score), { num: true }],
+      ["Std", (r) => fmt(r.std_score), { num: true }],
+      ["Fold scores", (r) => list(r.fold_scores || [])],
+      ["Iterations", (r) => list(r.n_iter || [])],
+      ["Seconds", (r) => list(r.fit_time_s || [])],
+      ["Solver status", (r) => [...new Set(r.status || [])].join(", ")],
+      ["Duality gap", (r) => list(r.duality_gap || [])],
+    ], "Cross-validation table: one row per C, the chosen one in bold"));
+  const fig = h("figure", { id: "plot-score", role: "img", "aria-label": "Score against C" },
+                h("figcaption", {}, `Mean cross-validation ${selection.scoring} against C (log scale)`));
+  section.append(fig);
+  const points = rows.filter((r) => r.C > 0 && typeof r.mean_score === "number");
+  requestAnimationFrame(() => scorePlot(fig, points.map((r) => r.C), points.map((r) => r.mean_score)));
+  return section;
+}
