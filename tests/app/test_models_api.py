@@ -501,6 +501,34 @@ def test_active_prediction_runs_are_bounded_per_tenant(service):
     assert start().status_code == 202
 
 
+def test_starting_a_run_writes_nothing_in_the_requests_read_transaction(
+    service, binary, monkeypatch
+):
+    """The storage check of a new run locks the tenant's row, and first inserts one for a tenant
+    without (the local tenant of a database from before rows were made for it). In the request's
+    read transaction, on SQLite, that insert failed at once (503) when another connection had
+    written since the request's first read; the check belongs to the run's write transaction."""
+    from app.api import prediction_runs as api
+    from app.tables import Tenant
+
+    service.app.state.prediction_runner.stop()
+    with service.db.write() as session:
+        session.query(Tenant).delete()
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    loaded = api.model_from_row
+
+    def written_meanwhile(row):
+        with service.db.write() as session:  # another request or a worker commits a write
+            session.get(Dataset, dataset_id).name = "renamed"
+        return loaded(row)
+
+    monkeypatch.setattr(api, "model_from_row", written_meanwhile)
+    r = service.client.post(f"/v1/models/{binary[0]}/predictions", json={"dataset_id": dataset_id})
+    assert r.status_code == 202, r.text
+    with service.db.session() as session:
+        assert session.get(Tenant, "local") is not None  # the run's transaction made the row
+
+
 def test_runs_are_claimed_fairly_across_tenants(service, binary):
     """Tenant a queues five runs, then tenant b one: b's run is claimed second, not sixth."""
     from app.services.prediction_runs import claim_next
@@ -921,10 +949,10 @@ def test_a_dataset_deleted_while_it_is_read_is_404(service, binary, monkeypatch)
             shutil.rmtree(settings.data_dir / "datasets" / dataset.id)
         return of(settings, dataset)
 
-    def row_deleted_meanwhile(db, model, dataset_id):
+    def row_deleted_meanwhile(db, model, dataset_id, *size):
         with db.write() as session:
             session.delete(session.get(Dataset, dataset_id))
-        return create_run(db, model, dataset_id)
+        return create_run(db, model, dataset_id, *size)
 
     monkeypatch.setattr(DatasetSource, "of", staticmethod(files_deleted_meanwhile))
     monkeypatch.setattr(runs, "create_run", row_deleted_meanwhile)
