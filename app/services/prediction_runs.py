@@ -123,6 +123,7 @@ def claim_next(db, worker: str) -> RunClaim | None:
             worker=worker,
             started_at=now,
             heartbeat_at=now,
+            error=None,  # a re-queued run's reason: this attempt ends with its own
         )
     return RunClaim(row.id, row.attempt + 1, worker) if moved else None
 
@@ -243,7 +244,9 @@ def cancel_run(db, model_id: str, run_id: str) -> PredictionRun:
                 f"prediction run {run_id!r} already ended {run.status}",
             )
         # the row is locked (PostgreSQL) or the database is (SQLite): the status read holds
-        _move(session, run.id, run.attempt, run.status, "cancelled", finished_at=utcnow())
+        _move(
+            session, run.id, run.attempt, run.status, "cancelled", finished_at=utcnow(), error=None
+        )
     with db.session() as session:
         return session.get(PredictionRun, run_id)
 

@@ -844,6 +844,33 @@ def test_interrupted_runs_are_recovered_like_jobs(service, binary, retries):
     assert (a.worker is None) if retries else (a.finished_at is not None)
 
 
+def test_a_requeued_runs_error_is_not_its_outcome(service, binary):
+    """A run put back in the queue notes why ("interrupted ...; re-queued"). Cancelled next, its
+    409 said it was interrupted, not cancelled; run again, it succeeded with that error."""
+    import socket
+
+    from app.services.prediction_runs import claim_next, execute_run, recover_runs
+
+    service.app.state.prediction_runner.stop()
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    dead = f"{socket.gethostname()}:999999999:0"  # a process of this host that is gone
+    with service.db.write() as session:
+        for run_id in ("pred_a", "pred_b"):
+            session.add(
+                PredictionRun(id=run_id, model_id=binary[0], dataset_id=dataset_id,
+                              status="running", worker=dead, attempt=1)
+            )  # fmt: skip
+    assert recover_runs(service.db, 1) == {"pred_a": "queued", "pred_b": "queued"}
+    url = f"/v1/models/{binary[0]}/predictions"
+    assert service.client.post(f"{url}/pred_a/cancel").status_code == 200
+    cancelled = service.client.get(f"{url}/pred_a")
+    assert cancelled.status_code == 409
+    assert "interrupted" not in cancelled.json()["detail"], cancelled.text
+    claim = claim_next(service.db, "w:1:0")
+    assert execute_run(service.db, service.settings, claim) == "succeeded"
+    assert service.client.get(f"{url}/pred_b?format=json").json()["error"] is None
+
+
 def test_starting_the_api_recovers_runs_a_previous_process_left_active(service, binary, settings):
     import socket
 
