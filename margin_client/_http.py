@@ -53,8 +53,10 @@ def resource_id(kind: str, value: Any) -> str:
 
 
 def segment(ident: str) -> str:
-    """An id as one path segment, percent-encoded: ``../jobs`` must name no other resource."""
-    return quote(ident, safe="")
+    """An id as one path segment, percent-encoded: ``../jobs`` must name no other resource. The
+    dots of a ``.`` or ``..`` id are encoded too, or httpx would resolve them as the parent."""
+    encoded = quote(ident, safe="")
+    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
 
 
 class Client:

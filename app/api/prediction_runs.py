@@ -88,12 +88,11 @@ def create_prediction_run(
     tenant has QUOTA_ACTIVE_PREDICTION_RUNS runs queued or running."""
     dataset = named_dataset(session, body.dataset_id)
     loaded = model_from_row(model)
-    runs.check_room(session, dataset.n_rows, len(loaded.intercept))
     session.close()  # give its connection back: one request never holds two
     try:
         source = DatasetSource.of(settings, dataset)
         source.check(loaded)
-        run = runs.create_run(db, model.id, dataset.id)
+        run = runs.create_run(db, model.id, dataset.id, dataset.n_rows, len(loaded.intercept))
     except DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
     except (FileNotFoundError, IntegrityError):  # the dataset was deleted meanwhile

@@ -384,7 +384,7 @@ def _commit(
             quotas.check_storage(session, dataset.stored_bytes)
             session.add(dataset)
             if key:
-                idempotency.remember(session, "datasets", key, None, dataset.id)
+                idempotency.remember(session, "datasets", key, None, dataset.id, Dataset)
             session.flush()
             if local:
                 storage.store_dir(out_dir, prefix)

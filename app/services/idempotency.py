@@ -10,6 +10,7 @@ import hashlib
 import json
 from typing import Any
 
+from sqlalchemy import delete, exists
 from sqlalchemy.orm import Session
 
 from app import tenancy
@@ -60,7 +61,17 @@ def reused() -> ProblemError:
     )
 
 
-def remember(session: Session, scope: str, key: str, body_hash: str | None, resource_id: str):
+def remember(
+    session: Session, scope: str, key: str, body_hash: str | None, resource_id: str, table
+):
+    """Record the resource (a row of `table`) created under this key. A key whose resource was
+    deleted since names nothing any more: this one takes it over."""
+    session.execute(
+        delete(IdempotencyKey)
+        .where(IdempotencyKey.scope == tenant_scope(scope), IdempotencyKey.key == key)
+        .where(~exists().where(table.id == IdempotencyKey.resource_id))
+        .execution_options(synchronize_session=False)
+    )
     session.add(
         IdempotencyKey(
             scope=tenant_scope(scope), key=key, request_hash=body_hash, resource_id=resource_id

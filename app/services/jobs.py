@@ -217,8 +217,9 @@ def create_job(
     if key:
         with db.session() as session:
             existing = idempotency.lookup(session, "jobs", key, body_hash)
-            if existing:
-                return session.get(Job, existing), False
+            job = session.get(Job, existing) if existing else None
+            if job is not None:  # else deleted since: the key is free again
+                return job, False
     try:
         with db.write() as session:
             dataset = _checked_datasets(session, body, spec, params, dask_address, max_weights)
@@ -232,7 +233,7 @@ def create_job(
             )
             lifecycle.submit(session, queue, job)
             if key:
-                idempotency.remember(session, "jobs", key, body_hash, job.id)
+                idempotency.remember(session, "jobs", key, body_hash, job.id, Job)
     except IntegrityError:
         if not key:
             raise

@@ -58,13 +58,16 @@ def check_room(session, n_rows: int, outputs: int) -> None:
     quotas.check_storage(session, csv_estimate(n_rows, outputs) + csv_estimate(active_rows, 1))
 
 
-def create_run(db, model_id: str, dataset_id: str) -> PredictionRun:
-    """Insert a queued run, unless the tenant already has as many active runs as allowed (429);
-    a `PredictionRunner` picks it up."""
+def create_run(db, model_id: str, dataset_id: str, n_rows: int, outputs: int) -> PredictionRun:
+    """Insert a queued run, unless the tenant already has as many active runs as allowed, or
+    its CSV of `n_rows` x `outputs` may not fit in the storage quota (429); a
+    `PredictionRunner` picks it up."""
     from app.services import quotas
 
     with db.write() as session:
-        quotas.check_active_prediction_runs(session)  # in this transaction: no two slip under
+        # in this transaction, the tenant's row locked (or first made): no two slip under
+        quotas.check_active_prediction_runs(session)
+        check_room(session, n_rows, outputs)
         run = PredictionRun(
             id=new_id("pred"), model_id=model_id, dataset_id=dataset_id, status="queued"
         )
@@ -120,6 +123,7 @@ def claim_next(db, worker: str) -> RunClaim | None:
             worker=worker,
             started_at=now,
             heartbeat_at=now,
+            error=None,  # a re-queued run's reason: this attempt ends with its own
         )
     return RunClaim(row.id, row.attempt + 1, worker) if moved else None
 
@@ -240,7 +244,9 @@ def cancel_run(db, model_id: str, run_id: str) -> PredictionRun:
                 f"prediction run {run_id!r} already ended {run.status}",
             )
         # the row is locked (PostgreSQL) or the database is (SQLite): the status read holds
-        _move(session, run.id, run.attempt, run.status, "cancelled", finished_at=utcnow())
+        _move(
+            session, run.id, run.attempt, run.status, "cancelled", finished_at=utcnow(), error=None
+        )
     with db.session() as session:
         return session.get(PredictionRun, run_id)
 

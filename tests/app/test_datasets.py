@@ -160,6 +160,21 @@ def test_idempotency_key_with_another_file_or_options_is_422(client, settings, d
     assert raw.status_code == 201 and raw.json()["id"] == first.json()["id"]
 
 
+def test_an_idempotency_key_whose_dataset_was_deleted_creates_it_again(client, settings, db):
+    """Deleting the dataset left its key naming nothing: the key's next upload was a 500 (its
+    insert hit the stale key)."""
+    key = {"Idempotency-Key": "abc"}
+    first = upload(client, HEART.read_bytes(), headers=key)
+    assert client.delete(f"/v1/datasets/{first.json()['id']}").status_code == 204
+    again = upload(client, HEART.read_bytes(), headers=key)
+    assert again.status_code == 201, again.text
+    assert "idempotent-replayed" not in again.headers
+    replayed = upload(client, HEART.read_bytes(), headers=key)  # the key names the new one
+    assert replayed.headers["idempotent-replayed"] == "true"
+    assert stored(settings, db) == (1, [again.json()["id"]], [])
+    assert replayed.json()["id"] == again.json()["id"]
+
+
 def test_list_pages_newest_first(client):
     ids = [upload(client, f"1 {i + 1}:1\n-1 1:1\n".encode()).json()["id"] for i in range(3)]
     page = client.get("/v1/datasets?limit=2").json()

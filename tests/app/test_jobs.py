@@ -104,6 +104,22 @@ def test_job_idempotency_key(client, db, heart, fake_trainer):
     assert count(db, Job) == 1
 
 
+def test_an_idempotency_key_whose_job_was_deleted_creates_it_again(client, db, heart, fake_trainer):
+    """Deleting the job left its key naming nothing: the key's next request was a 500."""
+    fake_trainer()
+    body, key = {"dataset_id": heart["id"]}, {"Idempotency-Key": "k1"}
+    first = client.post("/v1/jobs", json=body, headers=key).json()
+    assert client.post(f"/v1/jobs/{first['id']}/cancel").status_code == 200
+    assert client.delete(f"/v1/jobs/{first['id']}").status_code == 204
+    again = client.post("/v1/jobs", json=body, headers=key)
+    assert again.status_code == 202, again.text
+    assert "idempotent-replayed" not in again.headers
+    replayed = client.post("/v1/jobs", json=body, headers=key)
+    assert replayed.headers["idempotent-replayed"] == "true"
+    assert replayed.json()["id"] == again.json()["id"] != first["id"]
+    assert count(db, Job) == 1
+
+
 def test_run_job_records_progress_and_stores_the_model(app, client, db, heart, fake_trainer):
     fake = fake_trainer(n_iter=6)
     job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 2e-4}}).json()

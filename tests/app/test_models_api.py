@@ -501,6 +501,34 @@ def test_active_prediction_runs_are_bounded_per_tenant(service):
     assert start().status_code == 202
 
 
+def test_starting_a_run_writes_nothing_in_the_requests_read_transaction(
+    service, binary, monkeypatch
+):
+    """The storage check of a new run locks the tenant's row, and first inserts one for a tenant
+    without (the local tenant of a database from before rows were made for it). In the request's
+    read transaction, on SQLite, that insert failed at once (503) when another connection had
+    written since the request's first read; the check belongs to the run's write transaction."""
+    from app.api import prediction_runs as api
+    from app.tables import Tenant
+
+    service.app.state.prediction_runner.stop()
+    with service.db.write() as session:
+        session.query(Tenant).delete()
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    loaded = api.model_from_row
+
+    def written_meanwhile(row):
+        with service.db.write() as session:  # another request or a worker commits a write
+            session.get(Dataset, dataset_id).name = "renamed"
+        return loaded(row)
+
+    monkeypatch.setattr(api, "model_from_row", written_meanwhile)
+    r = service.client.post(f"/v1/models/{binary[0]}/predictions", json={"dataset_id": dataset_id})
+    assert r.status_code == 202, r.text
+    with service.db.session() as session:
+        assert session.get(Tenant, "local") is not None  # the run's transaction made the row
+
+
 def test_runs_are_claimed_fairly_across_tenants(service, binary):
     """Tenant a queues five runs, then tenant b one: b's run is claimed second, not sixth."""
     from app.services.prediction_runs import claim_next
@@ -816,6 +844,33 @@ def test_interrupted_runs_are_recovered_like_jobs(service, binary, retries):
     assert (a.worker is None) if retries else (a.finished_at is not None)
 
 
+def test_a_requeued_runs_error_is_not_its_outcome(service, binary):
+    """A run put back in the queue notes why ("interrupted ...; re-queued"). Cancelled next, its
+    409 said it was interrupted, not cancelled; run again, it succeeded with that error."""
+    import socket
+
+    from app.services.prediction_runs import claim_next, execute_run, recover_runs
+
+    service.app.state.prediction_runner.stop()
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    dead = f"{socket.gethostname()}:999999999:0"  # a process of this host that is gone
+    with service.db.write() as session:
+        for run_id in ("pred_a", "pred_b"):
+            session.add(
+                PredictionRun(id=run_id, model_id=binary[0], dataset_id=dataset_id,
+                              status="running", worker=dead, attempt=1)
+            )  # fmt: skip
+    assert recover_runs(service.db, 1) == {"pred_a": "queued", "pred_b": "queued"}
+    url = f"/v1/models/{binary[0]}/predictions"
+    assert service.client.post(f"{url}/pred_a/cancel").status_code == 200
+    cancelled = service.client.get(f"{url}/pred_a")
+    assert cancelled.status_code == 409
+    assert "interrupted" not in cancelled.json()["detail"], cancelled.text
+    claim = claim_next(service.db, "w:1:0")
+    assert execute_run(service.db, service.settings, claim) == "succeeded"
+    assert service.client.get(f"{url}/pred_b?format=json").json()["error"] is None
+
+
 def test_starting_the_api_recovers_runs_a_previous_process_left_active(service, binary, settings):
     import socket
 
@@ -921,10 +976,10 @@ def test_a_dataset_deleted_while_it_is_read_is_404(service, binary, monkeypatch)
             shutil.rmtree(settings.data_dir / "datasets" / dataset.id)
         return of(settings, dataset)
 
-    def row_deleted_meanwhile(db, model, dataset_id):
+    def row_deleted_meanwhile(db, model, dataset_id, *size):
         with db.write() as session:
             session.delete(session.get(Dataset, dataset_id))
-        return create_run(db, model, dataset_id)
+        return create_run(db, model, dataset_id, *size)
 
     monkeypatch.setattr(DatasetSource, "of", staticmethod(files_deleted_meanwhile))
     monkeypatch.setattr(runs, "create_run", row_deleted_meanwhile)

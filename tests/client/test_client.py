@@ -185,3 +185,12 @@ def test_ids_are_one_path_segment_and_redirects_are_errors(client, heart_dataset
     with pytest.raises(MarginError) as info:  # the API never redirects: a 3xx is an error
         client.request("GET", "/")
     assert info.value.status == 307
+
+
+@pytest.mark.parametrize("ident", [".", ".."])
+def test_a_dot_segment_id_names_no_other_resource(client, heart_dataset, ident):
+    """httpx resolves the dot segments of a path: ``/v1/datasets/.`` was the list of datasets,
+    answered as if it were one."""
+    with pytest.raises(MarginError) as info:
+        client.datasets.get(ident)
+    assert info.value.status == 404
