@@ -12,6 +12,7 @@ from fastapi import APIRouter, Header, Query, Request, Response, status
 from sqlalchemy import select
 from sse_starlette import EventSourceResponse
 
+from app import tenancy
 from app.db import Database
 from app.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
 from app.errors import ProblemError
@@ -122,15 +123,11 @@ async def job_events(
     last_event_id: Annotated[str | None, Header()] = None,
 ):
     """Progress records as Server-Sent Events (`progress`), then one `end` event with the job;
-    503 while this API process already serves MAX_EVENT_STREAMS streams."""
+    503 while this API process already serves MAX_EVENT_STREAMS streams, 429 while it serves
+    MAX_EVENT_STREAMS_PER_TENANT of the caller's tenant."""
     streams = _open_streams(request.app)
-    if len(streams) >= settings.max_event_streams:
-        raise ProblemError(
-            503, "Too many event streams",
-            f"this API process already serves {len(streams)} event streams "
-            "(MAX_EVENT_STREAMS); poll GET /v1/jobs/{id}/progress or retry later",
-            headers={"Retry-After": "5"},
-        )  # fmt: skip
+    tenant = tenancy.current_tenant()
+    _check_stream_room(streams, tenant, settings)
     start = _resume_after(last_event_id)
     feeds = getattr(request.app.state, "job_feeds", None)
     if feeds is None:
@@ -138,32 +135,53 @@ async def job_events(
         events = _polled_events(db, job.id, start, poll_s)
     else:
         events = _notified_events(db, feeds, job.id, start)
-    return EventSourceResponse(_counted(events, streams), ping=15)
+    return EventSourceResponse(_counted(events, streams, tenant), ping=15)
 
 
-def _open_streams(app) -> set:
-    """A token for each event stream this API process serves now."""
+def _open_streams(app) -> dict:
+    """The tenant of each event stream this API process serves now, by a token of the stream."""
     streams = getattr(app.state, "event_streams", None)
     if streams is None:
-        streams = app.state.event_streams = set()
+        streams = app.state.event_streams = {}
     return streams
 
 
-def _counted(events, streams: set):
+def _check_stream_room(streams: dict, tenant: str | None, settings) -> None:
+    """Refuse a stream beyond the process's bound (503), or beyond the tenant's share of it
+    (429), so that one tenant's watchers cannot take every stream from the others."""
+    if len(streams) >= settings.max_event_streams:
+        raise ProblemError(
+            503, "Too many event streams",
+            f"this API process already serves {len(streams)} event streams "
+            "(MAX_EVENT_STREAMS); poll GET /v1/jobs/{id}/progress or retry later",
+            headers={"Retry-After": "5"},
+        )  # fmt: skip
+    held = sum(1 for owner in streams.values() if owner == tenant)
+    if held >= settings.max_event_streams_per_tenant:
+        raise ProblemError(
+            429, "Too many event streams",
+            f"this API process already serves {held} event streams of your tenant "
+            "(MAX_EVENT_STREAMS_PER_TENANT); close one, poll GET /v1/jobs/{id}/progress "
+            "or retry later",
+            headers={"Retry-After": "5"},
+        )  # fmt: skip
+
+
+def _counted(events, streams: dict, tenant: str | None):
     """`events`, holding a token in `streams` until the stream ends, fails or is dropped
     unstarted (a client gone before the first event)."""
     token = object()
-    streams.add(token)
+    streams[token] = tenant
 
     async def counted():
         try:
             async for event in events:
                 yield event
         finally:
-            streams.discard(token)
+            streams.pop(token, None)
 
     stream = counted()
-    weakref.finalize(stream, streams.discard, token)
+    weakref.finalize(stream, streams.pop, token, None)
     return stream
 
 

@@ -332,7 +332,12 @@ def _discard(task: asyncio.Future, out_dir: Path, sink: UploadSink) -> None:
 def _replay(db: Database, key: str) -> Dataset | None:
     with db.session() as session:
         resource_id = idempotency.lookup(session, "datasets", key, None)
-        return session.get(Dataset, resource_id) if resource_id else None
+        if resource_id is None:
+            return None
+        dataset = session.get(Dataset, resource_id)
+        if dataset is None:  # deleted since
+            raise idempotency.deleted("dataset", resource_id)
+        return dataset
 
 
 def _commit(

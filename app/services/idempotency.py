@@ -56,6 +56,17 @@ def lookup(session: Session, scope: str, key: str, body_hash: str | None) -> str
     return row.resource_id
 
 
+def deleted(kind: str, resource_id: str) -> ProblemError:
+    """The answer to a key whose resource was deleted since: creating another one under the same
+    key would make a late retry of the first request create a second resource."""
+    return ProblemError(
+        409,
+        "Idempotency-Key of a deleted resource",
+        f"Idempotency-Key: the {kind} created with this key ({resource_id}) was deleted since; "
+        "send a new key to create another",
+    )
+
+
 def remember(session: Session, scope: str, key: str, body_hash: str | None, resource_id: str):
     session.add(
         IdempotencyKey(

@@ -224,7 +224,7 @@ def create_job(
         with db.session() as session:
             existing = idempotency.lookup(session, "jobs", key, body_hash)
             if existing:
-                return session.get(Job, existing), False
+                return _replayed(session, existing), False
     try:
         with db.write() as session:
             dataset = _checked_datasets(session, body, spec, params, dask_address, max_weights)
@@ -246,9 +246,17 @@ def create_job(
             existing = idempotency.lookup(session, "jobs", key, body_hash)
             if existing is None:
                 raise
-            return session.get(Job, existing), False
+            return _replayed(session, existing), False
     with db.session() as session:
         return session.get(Job, job.id), True
+
+
+def _replayed(session: Session, job_id: str) -> Job:
+    """The job an Idempotency-Key created; 409 once that job was deleted."""
+    job = session.get(Job, job_id)
+    if job is None:
+        raise idempotency.deleted("job", job_id)
+    return job
 
 
 def list_jobs(

@@ -33,7 +33,7 @@ QUOTA_MB = 8
 
 
 class Service:
-    def __init__(self, root: Path, database_url: str):
+    def __init__(self, root: Path, database_url: str, **settings: str):
         self.data = root / "data"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -50,6 +50,7 @@ class Service:
             "MALLOC_ARENA_MAX": "2",
             "PROGRESS_INTERVAL_S": "0.1",
             "PYTHONUNBUFFERED": "1",
+            **settings,
         }
         self.log = open(root / "serve.log", "ab")  # noqa: SIM115 - closed in stop()
         cli = [sys.executable, "-m", "app.cli"]
