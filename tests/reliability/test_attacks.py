@@ -223,6 +223,25 @@ def test_predict_bombs(service, name, body, content_type, status):
     assert response.status_code == status, response.text[:500]
 
 
+CSV_HEADER = b",".join(b"f%d" % i for i in range(13))  # heart_scale's 13 features
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "detail"),
+    [
+        ("a header of 20 million names", b"ab," * 20_000_000 + b"ab\n1\n", "more columns"),
+        ("a row of 30 million values", CSV_HEADER + b"\n" + b"0," * 30_000_000 + b"0\n", "a row"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " in v else "",
+)
+def test_invocations_csv_bombs(service, name, body, detail):
+    # before: the header split into 20 million names (+1.7 GB), or the row parsed whole (+1.4 GB)
+    url = f"/v1/models/{service.model}/invocations"
+    send = lambda: service.http.post(url, content=body, headers={"Content-Type": "text/csv"})  # noqa: E731
+    response = attack(service, send)
+    assert response.status_code == 400 and detail in response.json()["message"], response.text
+
+
 # ---------------------------------------------------------------------------------------------
 # Uploads (items 3, 4, 8)
 
