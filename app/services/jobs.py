@@ -176,7 +176,10 @@ def check_validation_labels(spec: EstimatorSpec, dataset: Dataset, valid: Datase
 
 
 def _dataset_or_404(session: Session, dataset_id: str, field: str) -> Dataset:
-    dataset = session.get(Dataset, dataset_id)
+    """The dataset a job names, locked against deletion until the job is committed (PostgreSQL:
+    FOR KEY SHARE, which a deletion's FOR UPDATE waits for; a deletion committed first leaves no
+    row, and 404): the job's insert otherwise met the deleted row's foreign key (500)."""
+    dataset = session.get(Dataset, dataset_id, with_for_update={"key_share": True})
     if dataset is None:
         raise ProblemError(404, "Dataset not found", f"{field}: no dataset with id {dataset_id!r}")
     return dataset

@@ -277,12 +277,19 @@ def check_room(session, n_rows: int, outputs: int) -> None:
     quotas.check_storage(session, csv_estimate(n_rows, outputs) + csv_estimate(active_rows, 1))
 
 
+class ModelDeleted(LookupError):
+    """The run's model was deleted while the run was being made."""
+
+
 def create_run(db, model_id: str, dataset_id: str) -> PredictionRun:
     """Insert a queued run, unless the tenant already has as many active runs as allowed (429);
     a `PredictionRunner` picks it up."""
     from app.services import quotas
 
     with db.write() as session:
+        # the model locked against its deletion until the run is committed (FOR KEY SHARE)
+        if session.get(Model, model_id, with_for_update={"key_share": True}) is None:
+            raise ModelDeleted(model_id)
         quotas.check_active_prediction_runs(session)  # in this transaction: no two slip under
         run = PredictionRun(
             id=new_id("pred"), model_id=model_id, dataset_id=dataset_id, status="queued"

@@ -5,6 +5,10 @@ job stays queued and its event stream stays open. RELIABILITY.md lists them with
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 
 import httpx
@@ -13,6 +17,7 @@ import pytest
 from app.db import Database
 from app.services import keys
 from tests.app.conftest import HEART, postgres_url_or_skip
+from tests.reliability.helpers import ROOT, wait_for
 from tests.reliability.test_attacks import Service, postgres_scratch  # noqa: F401
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
@@ -118,3 +123,94 @@ def test_an_idempotency_key_of_a_deleted_dataset_or_job_is_409(service):
     again = service.http.post("/v1/jobs", json=body, headers=key)
     assert again.status_code == 409 and job in again.json()["detail"], again.text
     assert jobs() == left  # no job made
+
+
+def race(service: Service, requests: dict[str, tuple]) -> dict[str, httpx.Response]:
+    """Send the requests ({name: (method, url, kwargs)}) at once, each on its own connection."""
+    start, answers = threading.Barrier(len(requests)), {}
+
+    def send(name, method, url, kwargs):
+        with httpx.Client(base_url=service.url, timeout=60, headers=service.auth) as http:
+            start.wait()
+            answers[name] = http.request(method, url, **kwargs)
+
+    threads = [threading.Thread(target=send, args=(n, *r)) for n, r in requests.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return answers
+
+
+def test_a_job_racing_the_deletion_of_its_dataset_is_404_or_409(service):
+    """Each round: a fresh dataset, then at once a job on it and its deletion. Either the job
+    comes first (202, the deletion 409) or the deletion (204, the job 404); never a 500."""
+    for round_ in range(40):
+        content = f"1 1:{round_}\n-1 2:{round_}\n".encode()  # new bytes: a new dataset each round
+        dataset = service.http.post("/v1/datasets", files={"file": ("r.svm", content)})
+        assert dataset.status_code == 201, dataset.text
+        dataset_id = dataset.json()["id"]
+        answers = race(service, {
+            "job": ("POST", "/v1/jobs", {"json": {"dataset_id": dataset_id}}),
+            "delete": ("DELETE", f"/v1/datasets/{dataset_id}", {}),
+        })  # fmt: skip
+        job, delete = answers["job"], answers["delete"]
+        # before: the job's insert met the deleted row's foreign key on PostgreSQL: 500
+        outcome = (job.status_code, delete.status_code)
+        assert outcome in ((202, 409), (404, 204)), (outcome, job.text, delete.text)
+        if job.status_code == 202:
+            service.http.post(f"/v1/jobs/{job.json()['id']}/cancel")
+            assert service.http.delete(f"/v1/datasets/{dataset_id}").status_code == 204
+
+
+@pytest.fixture
+def worker(service):
+    """A `margin worker` for the service while the test runs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "worker", "--workers", "1"],
+        env=service.env, cwd=ROOT, stdout=service.log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    yield proc
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(30)
+
+
+def trained_model(service: Service, dataset_id: str, tol: float) -> str:
+    job = service.http.post("/v1/jobs", json={"dataset_id": dataset_id, "params": {"tol": tol}})
+    job_id = job.json()["id"]
+    view = lambda: service.http.get(f"/v1/jobs/{job_id}").json()  # noqa: E731
+    wait_for(lambda: view()["status"] not in ("queued", "running"), 120, "a training job")
+    assert view()["status"] == "succeeded", view()
+    return view()["model_id"]
+
+
+def test_registry_and_prediction_runs_racing_a_model_deletion(service, worker):
+    """Each round: a fresh model with a registered version, then at once its deletion, a new
+    version of it, an alias moved onto it and a background prediction run of it. Each gets its
+    answer (never a 500), and a deleted model leaves no alias, version or run behind."""
+    dataset = service.http.post("/v1/datasets", files={"file": HEART.open("rb")}).json()["id"]
+    for round_ in range(25):
+        model = trained_model(service, dataset, 0.1 + round_ / 100)
+        name = f"race-{round_}"
+        assert service.http.post("/v1/registered-models", json={"name": name}).status_code == 201
+        versions = f"/v1/registered-models/{name}/versions"
+        assert service.http.post(versions, json={"model_id": model}).status_code == 201
+        answers = race(service, {
+            "delete": ("DELETE", f"/v1/models/{model}", {}),
+            "version": ("POST", versions, {"json": {"model_id": model}}),
+            "alias": ("PUT", f"{versions[:-9]}/aliases/prod", {"json": {"version": 1}}),
+            "run": ("POST", f"/v1/models/{model}/predictions", {"json": {"dataset_id": dataset}}),
+        })  # fmt: skip
+        statuses = {name: r.status_code for name, r in answers.items()}
+        # before: a version's or a run's insert met the deleted model's foreign key (500), or
+        # the alias was moved onto a version the deletion took with it (an alias to nothing)
+        assert statuses["delete"] in (204, 409), (statuses, answers["delete"].text)
+        expected = {"version": (201, 404), "alias": (200, 404), "run": (202, 404)}
+        for request, allowed in expected.items():
+            assert statuses[request] in allowed, (statuses, answers[request].text)
+        if statuses["delete"] == 204:
+            assert service.http.get(f"/v1/models/{model}").status_code == 404
+            alias = service.http.get(f"/v1/registered-models/{name}/aliases/prod")
+            assert alias.status_code == 404, (statuses, alias.text)
+            assert service.http.get(versions).json()["items"] == [], statuses
