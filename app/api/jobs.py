@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import weakref
 from collections.abc import Iterator
 from typing import Annotated
@@ -11,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from sqlalchemy import select
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
 
 from app import tenancy
 from app.db import Database
@@ -31,6 +33,7 @@ from app.services.idempotency import check_key
 from app.tables import TERMINAL_STATUSES, Job, JobProgress
 
 router = APIRouter(tags=["jobs"])
+log = logging.getLogger("margin.api")
 FEED_SAFETY_S = 15.0  # a watcher reads the database itself after this long without a notice
 PAGE_ROWS = 1000  # progress rows read from the database at once
 
@@ -135,7 +138,20 @@ async def job_events(
         events = _polled_events(db, job.id, start, poll_s)
     else:
         events = _notified_events(db, feeds, job.id, start)
-    return EventSourceResponse(_counted(events, streams, tenant), ping=15)
+    stream = _counted(events, streams, tenant)
+    return _EventStream(stream, ping=15, send_timeout=settings.event_send_timeout_s)
+
+
+class _EventStream(EventSourceResponse):
+    """An event stream closed when its client has read nothing for EVENT_SEND_TIMEOUT_S (its
+    buffers full): such a client otherwise held the stream, and its tenant's share, for as long
+    as it kept the connection open."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            log.info("event stream closed: its client read nothing for %s s", self.send_timeout)
 
 
 def _open_streams(app) -> dict:

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 
 import httpx
 import pytest
+from sqlalchemy import insert
 
 from app.db import Database
 from app.services import keys
+from app.tables import JobProgress
 from tests.app.conftest import HEART, postgres_url_or_skip
 from tests.reliability.helpers import ROOT, wait_for
 from tests.reliability.test_attacks import Service, postgres_scratch  # noqa: F401
@@ -35,6 +38,7 @@ def service(tmp_path_factory, request):
         WORKER_BACKEND="procrastinate",
         MAX_EVENT_STREAMS=str(STREAMS),
         MAX_EVENT_STREAMS_PER_TENANT=str(TENANT_STREAMS),
+        EVENT_SEND_TIMEOUT_S="5",
     )
     try:
         db = Database(scratch)
@@ -183,6 +187,50 @@ def trained_model(service: Service, dataset_id: str, tol: float) -> str:
     wait_for(lambda: view()["status"] not in ("queued", "running"), 120, "a training job")
     assert view()["status"] == "succeeded", view()
     return view()["model_id"]
+
+
+def stalled_stream(service: Service, job_id: str, headers: dict) -> socket.socket:
+    """A connection asking for the job's events that reads nothing (its receive window tiny)."""
+    conn = socket.socket()
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    conn.connect(("127.0.0.1", service.port))
+    auth = headers["Authorization"]
+    conn.sendall(f"GET /v1/jobs/{job_id}/events HTTP/1.1\r\nHost: x\r\n"
+                 f"Authorization: {auth}\r\n\r\n".encode())  # fmt: skip
+    return conn
+
+
+def test_a_client_that_reads_nothing_loses_its_event_stream(service, postgres_scratch):  # noqa: F811
+    job = queued_job(service, service.other)
+    assert service.http.post(f"/v1/jobs/{job}/cancel", headers=service.other).status_code == 200
+    # an ended job with 20,000 progress records: 7 MB of events, more than the socket buffers
+    # hold (a training job writes them as fast as the database takes them)
+    measures = ("gap", "pg_max", "pg_min", "pg_range", "max_violation", "primal", "dual",
+                "duality_gap", "lower_bound", "upper_bound")  # fmt: skip
+    record = dict.fromkeys(measures, 1 / 3)
+    db = Database(postgres_scratch)
+    with db.write() as session:
+        session.execute(insert(JobProgress), [
+            {"job_id": job, "attempt": 1, "iteration": i, "elapsed_s": i / 7, "active": i, **record}
+            for i in range(1, 20_001)
+        ])  # fmt: skip
+    db.dispose()
+    stalled = [stalled_stream(service, job, service.other) for _ in range(TENANT_STREAMS)]
+
+    def answer() -> int:  # the status of another stream of the tenant, closed unread
+        with service.http.stream("GET", f"/v1/jobs/{job}/events", headers=service.other) as r:
+            return r.status_code
+
+    try:
+        for conn in stalled:  # each served: its stream holds one of the tenant's places
+            conn.settimeout(30)
+            assert conn.recv(15, socket.MSG_PEEK) == b"HTTP/1.1 200 OK"
+        # before: each stalled stream held its place for as long as its connection was open,
+        # and the tenant's share stayed full (429)
+        wait_for(lambda: answer() == 200, 60, "the stalled streams to be closed")
+    finally:
+        for conn in stalled:
+            conn.close()
 
 
 def test_registry_and_prediction_runs_racing_a_model_deletion(service, worker):
