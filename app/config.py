@@ -87,6 +87,12 @@ class Settings(BaseSettings):
     max_event_streams: int = Field(
         200, ge=1, description="open job event streams per API process; beyond, 503"
     )
+    max_event_streams_per_tenant: int = Field(
+        50, ge=1, description="open job event streams of one tenant per API process; beyond, 429"
+    )
+    event_send_timeout_s: float = Field(
+        60, gt=0, description="seconds an event stream waits for a client that reads nothing"
+    )
     rate_limit: str | None = Field(
         None,
         description="default per-key request rate, e.g. '100/second;2000/minute' (unset: none)",

@@ -20,7 +20,7 @@ RECONNECTS = 5
 
 
 def retry_after(response: httpx.Response) -> float:
-    """Seconds a 503 asks the client to wait (its Retry-After), between 1 and 30."""
+    """Seconds a 503 or 429 asks the client to wait (its Retry-After), between 1 and 30."""
     try:
         return min(30.0, max(1.0, float(response.headers.get("Retry-After", 5))))
     except ValueError:
@@ -100,7 +100,7 @@ class Job:
                 with connect_sse(
                     self._client.http, "GET", f"/v1/jobs/{self.id}/events", headers=headers
                 ) as source:
-                    if source.response.status_code == 503:  # streams at their cap: wait
+                    if source.response.status_code in (429, 503):  # streams at a cap: wait
                         time.sleep(retry_after(source.response))
                         continue
                     if source.response.status_code >= 400:

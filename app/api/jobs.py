@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import weakref
 from collections.abc import Iterator
 from typing import Annotated
@@ -11,7 +12,9 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from sqlalchemy import select
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
 
+from app import tenancy
 from app.db import Database
 from app.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
 from app.errors import ProblemError
@@ -30,6 +33,7 @@ from app.services.idempotency import check_key
 from app.tables import TERMINAL_STATUSES, Job, JobProgress
 
 router = APIRouter(tags=["jobs"])
+log = logging.getLogger("margin.api")
 FEED_SAFETY_S = 15.0  # a watcher reads the database itself after this long without a notice
 PAGE_ROWS = 1000  # progress rows read from the database at once
 
@@ -122,15 +126,11 @@ async def job_events(
     last_event_id: Annotated[str | None, Header()] = None,
 ):
     """Progress records as Server-Sent Events (`progress`), then one `end` event with the job;
-    503 while this API process already serves MAX_EVENT_STREAMS streams."""
+    503 while this API process already serves MAX_EVENT_STREAMS streams, 429 while it serves
+    MAX_EVENT_STREAMS_PER_TENANT of the caller's tenant."""
     streams = _open_streams(request.app)
-    if len(streams) >= settings.max_event_streams:
-        raise ProblemError(
-            503, "Too many event streams",
-            f"this API process already serves {len(streams)} event streams "
-            "(MAX_EVENT_STREAMS); poll GET /v1/jobs/{id}/progress or retry later",
-            headers={"Retry-After": "5"},
-        )  # fmt: skip
+    tenant = tenancy.current_tenant()
+    _check_stream_room(streams, tenant, settings)
     start = _resume_after(last_event_id)
     feeds = getattr(request.app.state, "job_feeds", None)
     if feeds is None:
@@ -138,32 +138,66 @@ async def job_events(
         events = _polled_events(db, job.id, start, poll_s)
     else:
         events = _notified_events(db, feeds, job.id, start)
-    return EventSourceResponse(_counted(events, streams), ping=15)
+    stream = _counted(events, streams, tenant)
+    return _EventStream(stream, ping=15, send_timeout=settings.event_send_timeout_s)
 
 
-def _open_streams(app) -> set:
-    """A token for each event stream this API process serves now."""
+class _EventStream(EventSourceResponse):
+    """An event stream closed when its client has read nothing for EVENT_SEND_TIMEOUT_S (its
+    buffers full): such a client otherwise held the stream, and its tenant's share, for as long
+    as it kept the connection open."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            log.info("event stream closed: its client read nothing for %s s", self.send_timeout)
+
+
+def _open_streams(app) -> dict:
+    """The tenant of each event stream this API process serves now, by a token of the stream."""
     streams = getattr(app.state, "event_streams", None)
     if streams is None:
-        streams = app.state.event_streams = set()
+        streams = app.state.event_streams = {}
     return streams
 
 
-def _counted(events, streams: set):
+def _check_stream_room(streams: dict, tenant: str | None, settings) -> None:
+    """Refuse a stream beyond the process's bound (503), or beyond the tenant's share of it
+    (429), so that one tenant's watchers cannot take every stream from the others."""
+    if len(streams) >= settings.max_event_streams:
+        raise ProblemError(
+            503, "Too many event streams",
+            f"this API process already serves {len(streams)} event streams "
+            "(MAX_EVENT_STREAMS); poll GET /v1/jobs/{id}/progress or retry later",
+            headers={"Retry-After": "5"},
+        )  # fmt: skip
+    held = sum(1 for owner in streams.values() if owner == tenant)
+    if held >= settings.max_event_streams_per_tenant:
+        raise ProblemError(
+            429, "Too many event streams",
+            f"this API process already serves {held} event streams of your tenant "
+            "(MAX_EVENT_STREAMS_PER_TENANT); close one, poll GET /v1/jobs/{id}/progress "
+            "or retry later",
+            headers={"Retry-After": "5"},
+        )  # fmt: skip
+
+
+def _counted(events, streams: dict, tenant: str | None):
     """`events`, holding a token in `streams` until the stream ends, fails or is dropped
     unstarted (a client gone before the first event)."""
     token = object()
-    streams.add(token)
+    streams[token] = tenant
 
     async def counted():
         try:
             async for event in events:
                 yield event
         finally:
-            streams.discard(token)
+            streams.pop(token, None)
 
     stream = counted()
-    weakref.finalize(stream, streams.discard, token)
+    weakref.finalize(stream, streams.pop, token, None)
     return stream
 
 

@@ -185,7 +185,9 @@ def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: Set
     with db.write() as session:
         ref = model_id
         model_id = registry.resolve(session, ref) if registry.is_reference(ref) else ref
-        model = session.get(Model, model_id) if model_id else None
+        # locked first: a version, an alias or a run made meanwhile waits for the deletion (and
+        # finds no model), or is seen by the checks below
+        model = session.get(Model, model_id, with_for_update=True) if model_id else None
         if model is None:
             raise not_found("Model", ref)
         aliases = registry.aliases_pointing_at(session, model_id)

@@ -95,6 +95,10 @@ def create_prediction_run(
         run = runs.create_run(db, model.id, dataset.id, dataset.n_rows, len(loaded.intercept))
     except DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
+    except runs.ModelDeleted:
+        raise ProblemError(
+            404, "Model not found", f"model {model.id!r} was deleted while the run was made"
+        ) from None
     except (FileNotFoundError, IntegrityError):  # the dataset was deleted meanwhile
         raise deleted_meanwhile(dataset.id) from None
     prediction_runner(request.app).wake()

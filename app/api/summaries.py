@@ -68,9 +68,10 @@ def get_model_coefficients(
     best = best[np.argsort(-flat[best], kind="stable")]
     rows, cols = np.unravel_index(best, coef.shape)
     one_output = coef.shape[0] == 1
+    columns = loaded.columns  # a sparse model's coef holds only these columns
     items = [
         {
-            "feature": int(col) + loaded.offset,
+            "feature": int(col if columns is None else columns[col]) + loaded.offset,
             "output": None if one_output else loaded.classes[row] if loaded.classes else None,
             "weight": float(coef[row, col]),
         }

@@ -360,7 +360,12 @@ def _check_same_upload(existing: Dataset, sha256: str, key: str) -> None:
 def _replay(db: Database, key: str) -> Dataset | None:
     with db.session() as session:
         resource_id = idempotency.lookup(session, "datasets", key, None)
-        return session.get(Dataset, resource_id) if resource_id else None
+        if resource_id is None:
+            return None
+        dataset = session.get(Dataset, resource_id)
+        if dataset is None:  # deleted since
+            raise idempotency.deleted("dataset", resource_id)
+        return dataset
 
 
 def _commit(
@@ -384,7 +389,7 @@ def _commit(
             quotas.check_storage(session, dataset.stored_bytes)
             session.add(dataset)
             if key:
-                idempotency.remember(session, "datasets", key, None, dataset.id, Dataset)
+                idempotency.remember(session, "datasets", key, None, dataset.id)
             session.flush()
             if local:
                 storage.store_dir(out_dir, prefix)
@@ -412,9 +417,15 @@ def _remove_objects(storage: Storage, prefix: str) -> None:
         log.warning("could not remove %s from storage (%s); the sweep will", prefix, exc)
 
 
-def named_dataset(session, dataset_id: str, field: str = "dataset_id") -> Dataset:
-    """The dataset a request body names in ``field``, or 404 saying which field named it."""
-    dataset = session.get(Dataset, dataset_id)
+def named_dataset(
+    session, dataset_id: str, field: str = "dataset_id", *, lock: bool = False
+) -> Dataset:
+    """The dataset a request body names in ``field``, or 404 saying which field named it. With
+    ``lock``, it is locked against deletion until the transaction ends (PostgreSQL: FOR KEY SHARE,
+    which a deletion's FOR UPDATE waits for; a deletion committed first leaves no row, and 404):
+    a row referring to it would otherwise meet the deleted row's foreign key (500)."""
+    locking = {"key_share": True} if lock else None
+    dataset = session.get(Dataset, dataset_id, with_for_update=locking)
     if dataset is None:
         raise ProblemError(404, "Dataset not found", f"{field}: no dataset with id {dataset_id!r}")
     return dataset

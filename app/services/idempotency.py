@@ -10,7 +10,6 @@ import hashlib
 import json
 from typing import Any
 
-from sqlalchemy import delete, exists
 from sqlalchemy.orm import Session
 
 from app import tenancy
@@ -61,17 +60,18 @@ def reused() -> ProblemError:
     )
 
 
-def remember(
-    session: Session, scope: str, key: str, body_hash: str | None, resource_id: str, table
-):
-    """Record the resource (a row of `table`) created under this key. A key whose resource was
-    deleted since names nothing any more: this one takes it over."""
-    session.execute(
-        delete(IdempotencyKey)
-        .where(IdempotencyKey.scope == tenant_scope(scope), IdempotencyKey.key == key)
-        .where(~exists().where(table.id == IdempotencyKey.resource_id))
-        .execution_options(synchronize_session=False)
+def deleted(kind: str, resource_id: str) -> ProblemError:
+    """The answer to a key whose resource was deleted since: creating another one under the same
+    key would make a late retry of the first request create a second resource."""
+    return ProblemError(
+        409,
+        "Idempotency-Key of a deleted resource",
+        f"Idempotency-Key: the {kind} created with this key ({resource_id}) was deleted since; "
+        "send a new key to create another",
     )
+
+
+def remember(session: Session, scope: str, key: str, body_hash: str | None, resource_id: str):
     session.add(
         IdempotencyKey(
             scope=tenant_scope(scope), key=key, request_hash=body_hash, resource_id=resource_id

@@ -186,12 +186,14 @@ def _checked_datasets(
 ) -> Dataset:
     """The job's training dataset, once it and the validation dataset (if any) fit the request
     and the tenant may queue one more job; 404, 422 or 429 otherwise."""
-    dataset = named_dataset(session, body.dataset_id)
+    dataset = named_dataset(session, body.dataset_id, lock=True)
     check_dataset_fits(spec, params, dataset, max_weights)
     check_distributed(body, params, dataset, dask_address)
     quotas.check_active_jobs(session)
     if body.validation_dataset_id is not None:
-        valid = named_dataset(session, body.validation_dataset_id, "validation_dataset_id")
+        valid = named_dataset(
+            session, body.validation_dataset_id, "validation_dataset_id", lock=True
+        )
         if valid.zero_based and not dataset.zero_based:
             raise _invalid(
                 "validation_dataset_id",
@@ -217,9 +219,8 @@ def create_job(
     if key:
         with db.session() as session:
             existing = idempotency.lookup(session, "jobs", key, body_hash)
-            job = session.get(Job, existing) if existing else None
-            if job is not None:  # else deleted since: the key is free again
-                return job, False
+            if existing:
+                return _replayed(session, existing), False
     try:
         with db.write() as session:
             dataset = _checked_datasets(session, body, spec, params, dask_address, max_weights)
@@ -233,7 +234,7 @@ def create_job(
             )
             lifecycle.submit(session, queue, job)
             if key:
-                idempotency.remember(session, "jobs", key, body_hash, job.id, Job)
+                idempotency.remember(session, "jobs", key, body_hash, job.id)
     except IntegrityError:
         if not key:
             raise
@@ -241,9 +242,17 @@ def create_job(
             existing = idempotency.lookup(session, "jobs", key, body_hash)
             if existing is None:
                 raise
-            return session.get(Job, existing), False
+            return _replayed(session, existing), False
     with db.session() as session:
         return session.get(Job, job.id), True
+
+
+def _replayed(session: Session, job_id: str) -> Job:
+    """The job an Idempotency-Key created; 409 once that job was deleted."""
+    job = session.get(Job, job_id)
+    if job is None:
+        raise idempotency.deleted("job", job_id)
+    return job
 
 
 def list_jobs(

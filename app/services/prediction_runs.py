@@ -58,6 +58,10 @@ def check_room(session, n_rows: int, outputs: int) -> None:
     quotas.check_storage(session, csv_estimate(n_rows, outputs) + csv_estimate(active_rows, 1))
 
 
+class ModelDeleted(LookupError):
+    """The run's model was deleted while the run was being made."""
+
+
 def create_run(db, model_id: str, dataset_id: str, n_rows: int, outputs: int) -> PredictionRun:
     """Insert a queued run, unless the tenant already has as many active runs as allowed, or
     its CSV of `n_rows` x `outputs` may not fit in the storage quota (429); a
@@ -65,6 +69,9 @@ def create_run(db, model_id: str, dataset_id: str, n_rows: int, outputs: int) ->
     from app.services import quotas
 
     with db.write() as session:
+        # the model locked against its deletion until the run is committed (FOR KEY SHARE)
+        if session.get(Model, model_id, with_for_update={"key_share": True}) is None:
+            raise ModelDeleted(model_id)
         # in this transaction, the tenant's row locked (or first made): no two slip under
         quotas.check_active_prediction_runs(session)
         check_room(session, n_rows, outputs)

@@ -156,7 +156,7 @@ def add_version(
     session: Session, name: str, model_id: str, description: str | None, tags: dict
 ) -> ModelVersion:
     registered = registered_or_404(session, name, lock=True)
-    if session.get(Model, model_id) is None:
+    if model_in_use(session, model_id) is None:
         raise ProblemError(404, "Model not found", f"model_id: no model with id {model_id!r}")
     registered.latest_version += 1
     registered.updated_at = utcnow()
@@ -172,11 +172,20 @@ def add_version(
     return row
 
 
+def model_in_use(session: Session, model_id: str) -> Model | None:
+    """The model a new row is about to point at, locked against its deletion until the row is
+    committed (PostgreSQL: FOR KEY SHARE, which the deletion's FOR UPDATE waits for; a deletion
+    committed first leaves None)."""
+    return session.get(Model, model_id, with_for_update={"key_share": True})
+
+
 def set_alias(session: Session, name: str, alias: str, version: int) -> ModelAlias:
     """Point `alias` at `version` (one row written: the move is atomic)."""
     check_alias(alias)
     registered = registered_or_404(session, name, lock=True)
-    version_or_404(session, registered, version)
+    target = version_or_404(session, registered, version)
+    if model_in_use(session, target.model_id) is None:  # deleted meanwhile, with the version
+        raise ProblemError(404, "Model version not found", f"{name!r} has no version {version}")
     row = session.get(ModelAlias, (registered.id, alias), with_for_update=True)
     if row is None:
         row = ModelAlias(registered_model_id=registered.id, alias=alias, version=version)

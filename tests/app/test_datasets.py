@@ -160,19 +160,18 @@ def test_idempotency_key_with_another_file_or_options_is_422(client, settings, d
     assert raw.status_code == 201 and raw.json()["id"] == first.json()["id"]
 
 
-def test_an_idempotency_key_whose_dataset_was_deleted_creates_it_again(client, settings, db):
+def test_an_idempotency_key_whose_dataset_was_deleted_is_409(client, settings, db):
     """Deleting the dataset left its key naming nothing: the key's next upload was a 500 (its
-    insert hit the stale key)."""
+    insert hit the stale key). A late retry must not create a second dataset: 409, before the
+    body is parsed; another key uploads."""
     key = {"Idempotency-Key": "abc"}
     first = upload(client, HEART.read_bytes(), headers=key)
     assert client.delete(f"/v1/datasets/{first.json()['id']}").status_code == 204
     again = upload(client, HEART.read_bytes(), headers=key)
-    assert again.status_code == 201, again.text
-    assert "idempotent-replayed" not in again.headers
-    replayed = upload(client, HEART.read_bytes(), headers=key)  # the key names the new one
-    assert replayed.headers["idempotent-replayed"] == "true"
-    assert stored(settings, db) == (1, [again.json()["id"]], [])
-    assert replayed.json()["id"] == again.json()["id"]
+    assert again.status_code == 409, again.text
+    assert again.json()["title"] == "Idempotency-Key of a deleted resource"
+    assert stored(settings, db) == (0, [], [])
+    assert upload(client, HEART.read_bytes(), headers={"Idempotency-Key": "new"}).status_code == 201
 
 
 def test_list_pages_newest_first(client):

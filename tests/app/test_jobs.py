@@ -104,20 +104,19 @@ def test_job_idempotency_key(client, db, heart, fake_trainer):
     assert count(db, Job) == 1
 
 
-def test_an_idempotency_key_whose_job_was_deleted_creates_it_again(client, db, heart, fake_trainer):
-    """Deleting the job left its key naming nothing: the key's next request was a 500."""
+def test_an_idempotency_key_whose_job_was_deleted_is_409(client, db, heart, fake_trainer):
+    """Deleting the job left its key naming nothing: the key's next request was a 500. A late
+    retry must not create a second job: 409; another key creates one."""
     fake_trainer()
     body, key = {"dataset_id": heart["id"]}, {"Idempotency-Key": "k1"}
     first = client.post("/v1/jobs", json=body, headers=key).json()
     assert client.post(f"/v1/jobs/{first['id']}/cancel").status_code == 200
     assert client.delete(f"/v1/jobs/{first['id']}").status_code == 204
     again = client.post("/v1/jobs", json=body, headers=key)
-    assert again.status_code == 202, again.text
-    assert "idempotent-replayed" not in again.headers
-    replayed = client.post("/v1/jobs", json=body, headers=key)
-    assert replayed.headers["idempotent-replayed"] == "true"
-    assert replayed.json()["id"] == again.json()["id"] != first["id"]
-    assert count(db, Job) == 1
+    assert again.status_code == 409, again.text
+    assert again.json()["title"] == "Idempotency-Key of a deleted resource"
+    assert count(db, Job) == 0
+    assert client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k2"}).status_code == 202
 
 
 def test_run_job_records_progress_and_stores_the_model(app, client, db, heart, fake_trainer):

@@ -988,3 +988,14 @@ def test_a_dataset_deleted_while_it_is_read_is_404(service, binary, monkeypatch)
                                        json={"dataset_id": dataset_id})  # fmt: skip
         assert response.status_code == 404, (path, response.text)
         assert "deleted while it was being read" in response.json()["detail"]
+
+
+def test_coefficients_of_a_sparse_model_name_their_features(service):
+    # stored sparsely (3 of 100 columns non-zero): its coef holds only those columns, and the
+    # top features were their positions among them (2, 3, 1), not the features
+    coef = np.zeros((1, 100))
+    coef[0, [4, 50, 99]] = [0.5, -3.0, 2.0]
+    model_id = service.add_model(coef, np.array([0.1]), classes=[-1, 1])
+    top = service.client.get(f"/v1/models/{model_id}/coefficients", params={"top": 3}).json()
+    assert [(i["feature"], i["weight"]) for i in top["items"]] == [(51, -3.0), (100, 2.0), (5, 0.5)]
+    assert top["n_features"] == 100

@@ -33,7 +33,7 @@ QUOTA_MB = 8
 
 
 class Service:
-    def __init__(self, root: Path, database_url: str):
+    def __init__(self, root: Path, database_url: str, **settings: str):
         self.data = root / "data"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -50,6 +50,7 @@ class Service:
             "MALLOC_ARENA_MAX": "2",
             "PROGRESS_INTERVAL_S": "0.1",
             "PYTHONUNBUFFERED": "1",
+            **settings,
         }
         self.log = open(root / "serve.log", "ab")  # noqa: SIM115 - closed in stop()
         cli = [sys.executable, "-m", "app.cli"]
@@ -220,6 +221,25 @@ def predict(service, body: bytes, content_type: str):
 def test_predict_bombs(service, name, body, content_type, status):
     response = attack(service, predict(service, body, content_type))
     assert response.status_code == status, response.text[:500]
+
+
+CSV_HEADER = b",".join(b"f%d" % i for i in range(13))  # heart_scale's 13 features
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "detail"),
+    [
+        ("a header of 20 million names", b"ab," * 20_000_000 + b"ab\n1\n", "more columns"),
+        ("a row of 30 million values", CSV_HEADER + b"\n" + b"0," * 30_000_000 + b"0\n", "a row"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " in v else "",
+)
+def test_invocations_csv_bombs(service, name, body, detail):
+    # before: the header split into 20 million names (+1.7 GB), or the row parsed whole (+1.4 GB)
+    url = f"/v1/models/{service.model}/invocations"
+    send = lambda: service.http.post(url, content=body, headers={"Content-Type": "text/csv"})  # noqa: E731
+    response = attack(service, send)
+    assert response.status_code == 400 and detail in response.json()["message"], response.text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -91,7 +91,8 @@ export async function streamEvents(path, onEvent, signal) {
       continue;
     }
     if (response.status === 401) { await askKey((await problemOf(response)).detail); continue; }
-    if (response.status === 503) {  // the API process serves as many streams as it may: wait
+    // the API process serves as many streams as it may (503), or as many of this tenant (429)
+    if (response.status === 503 || response.status === 429) {
       await sleep(1000 * retryAfter(response));
       continue;
     }
