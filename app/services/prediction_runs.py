@@ -254,8 +254,8 @@ def cancel_run(db, model_id: str, run_id: str) -> PredictionRun:
         _move(
             session, run.id, run.attempt, run.status, "cancelled", finished_at=utcnow(), error=None
         )
-    with db.session() as session:
-        return session.get(PredictionRun, run_id)
+        session.refresh(run)  # as written, read in this transaction: the model may go next
+    return run
 
 
 def _inputs(db, settings, run_id: str) -> tuple[LinearModel, DatasetSource]:
