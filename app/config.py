@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     rate_limit_storage: str = Field(
         "memory://", description="where request counts live (a `limits` storage URI)"
     )
+    auth_failure_rate: str | None = Field(
+        "30/minute",
+        description="failed API key lookups per client address, e.g. '30/minute'; beyond, 429 "
+        "without asking the database (unset or empty: no bound)",
+    )
 
     db_pool_timeout_s: float = Field(
         10.0, gt=0, description="seconds a request waits for a database connection before 503"
