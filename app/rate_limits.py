@@ -11,9 +11,11 @@ A key that is in neither of the authenticator's caches costs a database lookup, 
 is a 401 only after it. AUTH_FAILURE_RATE bounds the lookups that found no key, per client
 address (an IPv6 address counts with its /64, which one client usually holds whole): once it is
 reached, a key that is not cached gets 429 before any lookup, until the window has room again.
-Keys in the cache of live keys are never counted nor refused. The address is the one uvicorn
-gives the app: behind a proxy, the proxy's own unless uvicorn trusts it to forward the client's
-(FORWARDED_ALLOW_IPS, see the README).
+Keys in the cache of live keys are never counted nor refused. A failure is counted when its
+lookup ends, so lookups of one address that run at once all pass the check: the overshoot is at
+most the lookups in flight (the thread pool and the database pool bound them). The address is
+the one uvicorn gives the app: behind a proxy, the proxy's own unless uvicorn trusts it to
+forward the client's (FORWARDED_ALLOW_IPS, see the README).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ class Service:
             "DATABASE_URL": database_url,
             "DATA_DIR": str(self.data),
             "AUTH_MODE": "required",
+            "AUTH_CACHE_S": "60",  # the live key stays cached through a flood of made-up ones
             "PORT": str(self.port),
             "WORKERS": "1",
             "HEADER_TIMEOUT_S": "2",
@@ -491,6 +492,30 @@ def test_a_malformed_body_without_a_key_is_401(service):
         )
 
     assert attack(service, send).status_code == 401
+
+
+def test_a_flood_of_made_up_keys_is_429_after_the_failure_rate(service):
+    """Each made-up key cost a database lookup before its 401, without a bound. Beyond
+    AUTH_FAILURE_RATE (30/minute) the address gets 429 before any lookup; a live key from it
+    still works. (The flood comes from 127.0.0.2: the other tests' address keeps its room.)"""
+    transport = httpx.HTTPTransport(local_address="127.0.0.2")
+    live = httpx.Client(base_url=service.url, transport=transport, headers=service.auth)
+
+    def send():
+        with live:
+            assert live.get("/v1/solvers").status_code == 200  # the live key, cached
+            codes = [
+                live.get("/v1/solvers", headers={"Authorization": f"Bearer mgn_made_up_{i}"})
+                .status_code
+                for i in range(40)
+            ]
+            assert codes[:30] == [401] * 30 and codes[30:] == [429] * 10, codes
+            assert live.get("/v1/solvers").status_code == 200
+            return live.get("/v1/solvers", headers={"Authorization": "Bearer mgn_x"})
+
+    response = attack(service, send)
+    assert response.status_code == 429 and int(response.headers["Retry-After"]) > 0
+    assert "AUTH_FAILURE_RATE" in response.json()["detail"]
 
 
 def test_requests_over_the_tenants_rate_are_429(service):

@@ -13,7 +13,7 @@ from sqlalchemy import event, select, text
 
 from app.auth import KEY_PREFIX, effective_mode, is_loopback, required_scope
 from app.config import Settings
-from app.rate_limits import client_of
+from app.rate_limits import InvalidRate, client_of
 from app.services import keys
 from app.tables import ApiKey
 from tests.deploy.cluster import wait_for
@@ -284,3 +284,8 @@ def test_other_addresses_and_unset_rates_are_not_bounded(make_service):
 )
 def test_an_ipv6_client_counts_with_its_64(address, counted_as):
     assert client_of(address) == f"auth-failures:{counted_as}"
+
+
+def test_an_unreadable_failure_rate_stops_the_start(make_service):
+    with pytest.raises(InvalidRate, match="often"):
+        make_service(auth_failure_rate="often")
