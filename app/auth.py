@@ -14,7 +14,10 @@ AUTH_MODE:
 
 Scopes: read (GET), train (upload, create/cancel jobs, delete), predict (predict, background
 predictions, evaluate), admin (everything). A missing or unknown key → 401; a valid key without
-the scope → 403; another tenant's resources → 404 (see `app.tenancy`).
+the scope → 403; another tenant's resources → 404 (see `app.tenancy`). A key found in neither
+cache is looked up in the database only while its client address is within AUTH_FAILURE_RATE
+failed lookups (`app.rate_limits.AuthFailures`), else 429: made-up keys cannot make every request
+cost a query.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections import OrderedDict
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from limits.storage import Storage, storage_from_string
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -37,7 +41,7 @@ from app import tenancy
 from app.config import Settings
 from app.db import Database
 from app.errors import ProblemError, database_problem, error_response, protocol_of
-from app.rate_limits import RateLimiter
+from app.rate_limits import AuthFailures, RateLimiter
 from app.tables import LOCAL_TENANT, ApiKey, Tenant
 from app.tenancy import SCOPES, Principal
 
@@ -133,13 +137,15 @@ class KeyCache:
 class Authenticator:
     """Resolves a request's principal for one app (its settings, database and key cache)."""
 
-    def __init__(self, settings: Settings, db: Database):
+    def __init__(self, settings: Settings, db: Database, storage: Storage | None = None):
         self.settings = settings
         self.db = db
         self.mode = effective_mode(settings)
         self.cache = KeyCache(settings.auth_cache_s, KNOWN_KEYS_CACHED)
         # unknown keys apart: a flood of made-up keys must not push the live ones out
         self.unknown = KeyCache(settings.auth_cache_s, UNKNOWN_KEYS_CACHED)
+        storage = storage or storage_from_string(settings.rate_limit_storage)
+        self.failures = AuthFailures(settings.auth_failure_rate, storage)
         self.local = self._principal(LOCAL_TENANT, SCOPES, None)
 
     def _principal(
@@ -171,7 +177,10 @@ class Authenticator:
         (self.cache if principal is not None else self.unknown).put(key_hash, principal)
         return principal
 
-    async def principal_for(self, authorization: str | None) -> Principal:
+    async def principal_for(
+        self, authorization: str | None, client: str | None = None
+    ) -> Principal:
+        """The principal of an Authorization header sent from the address `client`."""
         if self.mode == "off":
             return self.local
         if authorization is None:
@@ -187,14 +196,19 @@ class Authenticator:
         if not found:
             found, principal = self.unknown.get(key_hash)
         if not found:
+            self.failures.check(client)  # before the database: a flood of made-up keys
             principal = await run_in_threadpool(self.lookup, key_hash)
+            if principal is None:
+                self.failures.count(client)
         if principal is None:
             raise unauthorized("the API key is unknown or revoked")
         return principal
 
     async def authenticate(self, request: Request, scope: str) -> Principal:
         """The request's principal, checked for `scope`; also made current for the ORM."""
-        principal = await self.principal_for(request.headers.get("authorization"))
+        principal = await self.principal_for(
+            request.headers.get("authorization"), client_address(request)
+        )
         if not principal.allows(scope):
             raise ProblemError(
                 403,
@@ -205,6 +219,11 @@ class Authenticator:
         tenancy.set_current(principal)
         request.state.principal = principal
         return principal
+
+
+def client_address(request: Request) -> str | None:
+    """The client's address as uvicorn gives it (behind a trusted proxy, the forwarded one)."""
+    return request.client.host if request.client is not None else None
 
 
 def _retry(response) -> dict[str, str] | None:
@@ -281,9 +300,10 @@ def install(app: FastAPI, settings: Settings, db: Database) -> Authenticator:
     """Set up authentication (and request rates) for `app`; say at start-up how it runs. Add it
     after every other middleware, so that it runs first."""
     tenancy.install()
-    auth = Authenticator(settings, db)
+    storage = storage_from_string(settings.rate_limit_storage)  # the counts of both
+    auth = Authenticator(settings, db, storage)
     app.state.auth = auth
-    app.add_middleware(AuthGate, auth=auth, limiter=RateLimiter(settings.rate_limit_storage))
+    app.add_middleware(AuthGate, auth=auth, limiter=RateLimiter(storage))
     if auth.mode == "optional":
         log.warning(
             "AUTH_MODE=auto on loopback address %s: running WITHOUT API keys (requests without "

@@ -81,6 +81,12 @@ class Settings(BaseSettings):
     min_body_rate_kb: float = Field(
         64, gt=0, description="slowest sustained request body, in KB per second"
     )
+    max_uploads_per_tenant: int = Field(
+        2,
+        ge=1,
+        description="uploads one tenant may send at once to one API process; beyond, 429 (the "
+        "process has one upload parser more than this)",
+    )
     max_connections: int = Field(
         1000, ge=1, description="open connections; beyond, the slowest to send headers is closed"
     )
@@ -102,6 +108,11 @@ class Settings(BaseSettings):
     )
     rate_limit_storage: str = Field(
         "memory://", description="where request counts live (a `limits` storage URI)"
+    )
+    auth_failure_rate: str | None = Field(
+        "30/minute",
+        description="failed API key lookups per client address, e.g. '30/minute'; beyond, 429 "
+        "without asking the database (unset or empty: no bound)",
     )
 
     db_pool_timeout_s: float = Field(

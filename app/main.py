@@ -66,15 +66,18 @@ async def _lifespan(app: FastAPI):
 
 
 def _attach_state(app: FastAPI, settings: Settings) -> None:
-    """The app's shared objects: settings, database, job queue, upload parsers, job feeds."""
+    """The app's shared objects: settings, database, job queue, upload slots and parsers, job
+    feeds."""
     from app.services.datasets import ParserPool
     from app.services.job_feed import JobFeeds
+    from app.services.upload_slots import UploadSlots, parser_count
 
     settings.ensure_dirs()
     app.state.settings = settings
     app.state.db = Database(settings.db_url, pool_timeout=settings.db_pool_timeout_s)
     app.state.queue = get_queue(settings)
-    app.state.parser = ParserPool()
+    app.state.upload_slots = UploadSlots(settings.max_uploads_per_tenant)
+    app.state.parser = ParserPool(parser_count(settings.max_uploads_per_tenant))
     app.state.job_feeds = None if settings.is_sqlite else JobFeeds(app.state.db)
 
 

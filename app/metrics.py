@@ -31,6 +31,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from sqlalchemy import func, select
 
+from app.auth import client_address
 from app.errors import ProblemError, problem_response
 from app.tables import Job, JobStatus, Model, PredictionRun, Worker, utcnow
 
@@ -202,6 +203,6 @@ async def _check_access(request: Request, settings) -> None:
     if settings.metrics_token and scheme.lower() == "bearer":
         if hmac.compare_digest(token.encode(), settings.metrics_token.encode()):
             return
-    principal = await auth.principal_for(header or None)
+    principal = await auth.principal_for(header or None, client_address(request))
     if not principal.allows("admin"):
         raise ProblemError(403, "Forbidden", "/metrics needs a key with the 'admin' scope")

@@ -6,12 +6,14 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 
+from app import tenancy
 from app.deps import DatabaseDep, DatasetDep, SessionDep, SettingsDep
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page
 from app.schemas.datasets import DatasetOut
 from app.services import datasets as service
 from app.services.formats import FORMATS
 from app.services.idempotency import check_key
+from app.tables import LOCAL_TENANT
 
 router = APIRouter(tags=["datasets"])
 
@@ -47,7 +49,8 @@ UPLOAD_DOC = {
         200: {"description": "the same file was already stored: that dataset", "model": DatasetOut},
         413: {"description": "upload too large"},
         422: {"description": "malformed file"},
-        429: {"description": "storage quota exceeded"},
+        429: {"description": "storage quota exceeded, or the tenant's uploads in progress at "
+              "their bound (MAX_UPLOADS_PER_TENANT)"},
     },
 )
 async def upload_dataset(
@@ -82,9 +85,12 @@ async def upload_dataset(
     options = service.UploadOptions(
         format=format, label_column=label_column, empty_cells=empty_cells
     )
-    dataset, how = await service.create_dataset(
-        request, db, settings, request.app.state.parser, name, check_key(idempotency_key), options
-    )
+    tenant = tenancy.current_tenant() or LOCAL_TENANT
+    with request.app.state.upload_slots.hold(tenant):  # before the body is read
+        dataset, how = await service.create_dataset(
+            request, db, settings, request.app.state.parser, name, check_key(idempotency_key),
+            options,
+        )  # fmt: skip
     response.headers["Location"] = f"/v1/datasets/{dataset.id}"
     if how == "replayed":
         response.headers["Idempotent-Replayed"] = "true"

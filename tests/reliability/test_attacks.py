@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 SERVER_AS_GB = 2.5
 PEAK_LIMIT = 300 * memory.MB
 QUOTA_MB = 8
+OTHERS = ("beta", "gamma")  # tenants without quotas or rates
+TRICKLE_KB_S = 8  # a trickled upload's pace: twice the service's MIN_BODY_RATE_KB
 
 
 class Service:
@@ -42,10 +44,12 @@ class Service:
             "DATABASE_URL": database_url,
             "DATA_DIR": str(self.data),
             "AUTH_MODE": "required",
+            "AUTH_CACHE_S": "60",  # the live key stays cached through a flood of made-up ones
             "PORT": str(self.port),
             "WORKERS": "1",
             "HEADER_TIMEOUT_S": "2",
             "BODY_TIMEOUT_S": "2",
+            "MIN_BODY_RATE_KB": str(TRICKLE_KB_S / 2),
             "MAX_CONNECTIONS": "64",
             "MALLOC_ARENA_MAX": "2",
             "PROGRESS_INTERVAL_S": "0.1",
@@ -58,11 +62,13 @@ class Service:
         db = Database(database_url)
         _, admin = keys.create_key(db, "acme", "admin", ["admin"])
         _, limited = keys.create_key(db, "slow", "limited", ["admin"])
+        others = [keys.create_key(db, tenant, "other", ["admin"])[1] for tenant in OTHERS]
         keys.set_quota(db, "acme", QUOTA_MB * memory.MB, None)
         keys.set_quota(db, "slow", None, None, rate_limit="3/minute")
         db.dispose()
         self.auth = {"Authorization": f"Bearer {admin}"}
         self.limited = {"Authorization": f"Bearer {limited}"}
+        self.others = [{"Authorization": f"Bearer {key}"} for key in others]
         self.process = subprocess.Popen(
             [*cli, "serve"],
             env=self.env,
@@ -385,34 +391,116 @@ def test_slow_and_idle_header_senders_are_closed(service):
     assert attack(service, send).status_code == 408
 
 
+SMALL_UPLOAD = b"1 1:0.5\n-1 2:0.25\n1 3:0.125\n"
+
+
+def open_upload(service, headers: dict, first: bytes, length: int = 1 << 30) -> socket.socket:
+    """An upload of `length` bytes whose headers and `first` bytes are sent; the rest is the
+    caller's to send (or not)."""
+    head = (
+        "POST /v1/datasets HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+        f"Authorization: {headers['Authorization']}\r\nContent-Length: {length}\r\n\r\n"
+    )
+    sock = socket.create_connection(("127.0.0.1", service.port), timeout=30)
+    sock.sendall(head.encode() + first)
+    return sock
+
+
+def receiving(service, count: int) -> None:
+    """Wait until the service receives `count` uploads (each has its file in tmp/)."""
+    tmp = service.data / "tmp"
+    wait_for(lambda: len(list(tmp.glob("upload-*.part"))) >= count, 20, f"{count} uploads")
+
+
+def status_of(sock: socket.socket) -> bytes:
+    answer = sock.recv(4096)
+    sock.close()
+    return answer.split(b"\r\n", 1)[0]
+
+
+def remove_dataset(service, response: httpx.Response, headers: dict) -> None:
+    if response.status_code == 201:
+        url = f"{service.url}/v1/datasets/{response.json()['id']}"
+        assert httpx.delete(url, headers=headers).status_code == 204
+
+
 def test_trickled_uploads_do_not_hold_the_parsers(service):
     """Two uploads that send a line and then stall held both parser processes (which follow an
     upload as it arrives): every other upload waited as long as their senders liked (over 60 s).
-    With BODY_TIMEOUT_S=2 each stalled one is a 408 and the upload sent meanwhile is stored."""
-    head = (
-        "POST /v1/datasets HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
-        f"Authorization: {service.auth['Authorization']}\r\nContent-Length: 1000000\r\n\r\n"
-    )
+    With BODY_TIMEOUT_S=2 each stalled one is a 408 and the upload sent meanwhile is stored.
+    (The pool has one parser more than a tenant's uploads, MAX_UPLOADS_PER_TENANT=2: three
+    stalled uploads of two tenants hold them all.)"""
+    beta, gamma = service.others
 
     def send():
-        stalled = []
-        for _ in range(2):
-            sock = socket.create_connection(("127.0.0.1", service.port), timeout=20)
-            sock.sendall(head.encode() + b"1 1:1\n")
-            stalled.append(sock)
-        time.sleep(0.5)  # both parsers are following their files
-        text = b"1 1:0.5\n-1 2:0.25\n1 3:0.125\n"
-        response = service.http.post("/v1/datasets", content=text, timeout=20)
-        answers = [sock.recv(4096) for sock in stalled]
+        stalled = [open_upload(service, h, b"1 1:1\n") for h in (service.auth, service.auth, beta)]
+        receiving(service, 3)  # every parser is following a file
+        response = httpx.post(f"{service.url}/v1/datasets", content=SMALL_UPLOAD, headers=gamma,
+                              timeout=20)  # fmt: skip
+        answers = [status_of(sock) for sock in stalled]
         assert all(a.startswith(b"HTTP/1.1 408") for a in answers), answers
-        for sock in stalled:
-            sock.close()
-        if response.status_code == 201:  # leave the tenant's datasets as they were
-            service.http.delete(f"/v1/datasets/{response.json()['id']}")
+        remove_dataset(service, response, gamma)
         return response
 
     response = attack(service, send)
     assert response.status_code == 201, response.text
+
+
+class Trickle:
+    """`count` uploads of the service's main tenant whose bodies arrive at TRICKLE_KB_S (twice
+    the slowest pace accepted) while the block lasts, then stop: each is a 408 once its
+    allowance is spent. `answers` holds their status lines."""
+
+    PIECE = b"1 1:1\n" * 683  # 4 KB, sent twice a second
+
+    def __init__(self, service, count: int):
+        self.socks = [open_upload(service, service.auth, self.PIECE) for _ in range(count)]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.answers: list[bytes] = []
+
+    def _run(self) -> None:
+        assert len(self.PIECE) * 2 >= TRICKLE_KB_S * 1024
+        while not self.stop.wait(0.5):
+            for sock in self.socks:
+                sock.sendall(self.PIECE)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.answers = [status_of(sock) for sock in self.socks]
+
+
+def test_a_tenants_trickled_uploads_leave_a_parser_to_others(service):
+    """An upload trickled at the slowest pace accepted holds a parser for MAX_UPLOAD_MB /
+    MIN_BODY_RATE_KB seconds (hours at the defaults): one tenant opening a few held every
+    parser, and every other tenant's upload waited. With MAX_UPLOADS_PER_TENANT (2) the
+    tenant's third upload is 429 before its body is read, another tenant's upload is stored
+    meanwhile, and once the trickled ones have ended the tenant uploads again."""
+    beta, _ = service.others
+
+    def send():
+        with Trickle(service, 2) as trickle:
+            receiving(service, 2)
+            third = service.http.post("/v1/datasets", content=SMALL_UPLOAD, timeout=20)
+            other = httpx.post(f"{service.url}/v1/datasets", content=SMALL_UPLOAD, headers=beta,
+                               timeout=20)  # fmt: skip
+        assert all(a.startswith(b"HTTP/1.1 408") for a in trickle.answers), trickle.answers
+        again = service.http.post("/v1/datasets", content=SMALL_UPLOAD, timeout=20)
+        remove_dataset(service, other, beta)
+        remove_dataset(service, again, service.auth)
+        return third, other, again
+
+    third, other, again = attack(service, send)
+    assert third.status_code == 429, third.text
+    assert int(third.headers["Retry-After"]) > 0
+    assert "MAX_UPLOADS_PER_TENANT" in third.json()["detail"]
+    assert other.status_code == 201, other.text
+    assert again.status_code == 201, again.text
 
 
 def test_a_malformed_body_without_a_key_is_401(service):
@@ -424,6 +512,30 @@ def test_a_malformed_body_without_a_key_is_401(service):
         )
 
     assert attack(service, send).status_code == 401
+
+
+def test_a_flood_of_made_up_keys_is_429_after_the_failure_rate(service):
+    """Each made-up key cost a database lookup before its 401, without a bound. Beyond
+    AUTH_FAILURE_RATE (30/minute) the address gets 429 before any lookup; a live key from it
+    still works. (The flood comes from 127.0.0.2: the other tests' address keeps its room.)"""
+    transport = httpx.HTTPTransport(local_address="127.0.0.2")
+    live = httpx.Client(base_url=service.url, transport=transport, headers=service.auth)
+
+    def send():
+        with live:
+            assert live.get("/v1/solvers").status_code == 200  # the live key, cached
+            codes = [
+                live.get("/v1/solvers", headers={"Authorization": f"Bearer mgn_made_up_{i}"})
+                .status_code
+                for i in range(40)
+            ]
+            assert codes[:30] == [401] * 30 and codes[30:] == [429] * 10, codes
+            assert live.get("/v1/solvers").status_code == 200
+            return live.get("/v1/solvers", headers={"Authorization": "Bearer mgn_x"})
+
+    response = attack(service, send)
+    assert response.status_code == 429 and int(response.headers["Retry-After"]) > 0
+    assert "AUTH_FAILURE_RATE" in response.json()["detail"]
 
 
 def test_requests_over_the_tenants_rate_are_429(service):

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 
 import pytest
-from sqlalchemy import select, text
+from fastapi.testclient import TestClient
+from sqlalchemy import event, select, text
 
 from app.auth import KEY_PREFIX, effective_mode, is_loopback, required_scope
 from app.config import Settings
+from app.rate_limits import InvalidRate, client_of
 from app.services import keys
 from app.tables import ApiKey
+from tests.deploy.cluster import wait_for
 from tests.security.conftest import HEART, new_key, upload
 
 OPEN_PATHS = ["/healthz", "/docs", "/openapi.json"]
@@ -205,3 +209,83 @@ def test_made_up_keys_do_not_push_live_ones_out_of_the_cache(make_service, monke
     assert client.get("/v1/datasets", headers={"Authorization": "Bearer mk_made_up_0"}
                       ).status_code == 401  # fmt: skip
     assert len(lookups) == 1  # the oldest made-up key left its own cache
+
+
+def key_queries(db) -> list[str]:
+    """The statements on the api_keys table from now on (an engine event listener)."""
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        if "api_keys" in statement:
+            statements.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    return statements
+
+
+def test_failed_key_lookups_are_bounded_per_address_before_the_database(make_service):
+    """Every made-up key cost a database lookup, without a bound: a flood of distinct keys was
+    a flood of queries. Beyond AUTH_FAILURE_RATE the address gets 429 without a lookup; a live
+    key from the same address still works, and the window's end gives room again."""
+    client, app = make_service(
+        auth_mode="required", auth_failure_rate="3 per 4 seconds", auth_cache_s=60
+    )
+    live = new_key(app, "acme", "read")
+    assert client.get("/v1/datasets", headers=live).status_code == 200  # looked up, cached
+    queries = key_queries(app.state.db)
+
+    def made_up(i):
+        return client.get("/v1/datasets", headers={"Authorization": f"Bearer mgn_made_up_{i}"})
+
+    assert [made_up(i).status_code for i in range(3)] == [401] * 3
+    assert len(queries) == 3
+    over = [made_up(i) for i in range(3, 10)]
+    assert [r.status_code for r in over] == [429] * 7
+    assert len(queries) == 3  # not one lookup more
+    assert "AUTH_FAILURE_RATE" in over[-1].json()["detail"]
+    retry = int(over[-1].headers["Retry-After"])
+    assert 1 <= retry <= 8
+    assert client.get("/v1/datasets", headers=live).status_code == 200
+    assert made_up(0).status_code == 401  # a cached unknown key costs nothing: no 429 either
+    time.sleep(retry)
+    wait_for(lambda: made_up(10).status_code == 401, 10, "the window to give room again")
+    assert len(queries) == 4
+
+
+def test_other_addresses_and_unset_rates_are_not_bounded(make_service):
+    client, app = make_service(auth_mode="required", auth_failure_rate="2/minute")
+    codes = [
+        client.get("/v1/datasets", headers={"Authorization": f"Bearer mgn_made_up_{i}"})
+        .status_code
+        for i in range(3)
+    ]
+    assert codes == [401, 401, 429]
+    with TestClient(app, client=("192.0.2.7", 50000)) as other:
+        response = other.get("/v1/datasets", headers={"Authorization": "Bearer mgn_other"})
+    assert response.status_code == 401
+    client, app = make_service(auth_mode="required", auth_failure_rate="")
+    codes = {
+        client.get("/v1/datasets", headers={"Authorization": f"Bearer mgn_made_up_{i}"})
+        .status_code
+        for i in range(40)
+    }  # over the default of 30
+    assert codes == {401}
+
+
+@pytest.mark.parametrize(
+    ("address", "counted_as"),
+    [
+        ("192.0.2.7", "192.0.2.7"),
+        ("::ffff:192.0.2.7", "192.0.2.7"),
+        ("2001:db8:1:2::7", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"),
+        ("testclient", "testclient"),
+    ],
+)
+def test_an_ipv6_client_counts_with_its_64(address, counted_as):
+    assert client_of(address) == f"auth-failures:{counted_as}"
+
+
+def test_an_unreadable_failure_rate_stops_the_start(make_service):
+    with pytest.raises(InvalidRate, match="often"):
+        make_service(auth_failure_rate="often")
