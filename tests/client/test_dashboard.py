@@ -421,11 +421,17 @@ def test_evaluate_and_background_predictions(page, heart_model, heart_dataset):
     shown = [[int(c) for c in row.locator("td.num").all_inner_texts()] for row in confusion.all()]
     assert shown == report["confusion_matrix"]
 
+    # the model is shared with other tests, which may have runs of it: this run is the one the
+    # page's click adds, the newest, and only its own Download button counts
+    with Client(page.service.url) as client:
+        before = {run["id"] for run in client.runs.list(heart_model)}
     page.select_option("#runs-dataset", heart_dataset)
     page.click("#runs-submit")
-    download_button = page.locator("#runs-list button[data-run]", has_text="Download CSV")
+    expect(page.locator("#runs-list tbody tr")).to_have_count(len(before) + 1)
+    with Client(page.service.url) as client:
+        (run_id,) = {run["id"] for run in client.runs.list(heart_model)} - before
+    download_button = page.locator(f"#runs-list button[data-run={run_id}]", has_text="Download CSV")
     expect(download_button).to_have_count(1)
-    run_id = download_button.get_attribute("data-run")
     with page.expect_download() as download:
         download_button.click()
     with Client(page.service.url) as client:
