@@ -37,21 +37,35 @@ def add_parser(commands, common) -> None:
     revoke = sub.add_parser("revoke", help="revoke a key by id or prefix")
     common(revoke)
     revoke.add_argument("key", help="the key's id (key_...) or prefix (mgn_...)")
-    quota = sub.add_parser("quota", help="set a tenant's own quotas")
+    quota = sub.add_parser(
+        "quota",
+        help="set a tenant's own quotas (a limit left out stays as it is; 'default' puts it "
+        "back to the service-wide one); prints them",
+    )
     common(quota)
     quota.add_argument("--tenant", required=True)
-    quota.add_argument("--storage-mb", type=_at_least(0.0, float), help="stored bytes, in MB")
-    quota.add_argument("--jobs", type=_at_least(0, int), help="queued or running jobs at once")
-    quota.add_argument("--rate", help="requests per key, e.g. '50/second;1000/minute'")
-    quota.add_argument(
-        "--prediction-runs", type=_at_least(0, int), help="queued or running prediction runs"
+    limits = (
+        ("--storage-mb", _at_least(0.0, float), "stored bytes, in MB"),
+        ("--jobs", _at_least(0, int), "queued or running jobs at once"),
+        ("--rate", _or_default(str), "requests per key, e.g. '50/second;1000/minute'"),
+        ("--prediction-runs", _at_least(0, int), "queued or running prediction runs"),
     )
+    for flag, kind, text in limits:
+        quota.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=text + ", or default")
+
+
+def _or_default(kind):
+    """An argparse type: `kind`, or None for the word 'default'."""
+    return lambda text: None if text == "default" else kind(text)
 
 
 def _at_least(low, kind):
-    """An argparse type: a `kind` number no less than `low` (a negative quota is no quota)."""
+    """An argparse type: a `kind` number no less than `low` (a negative quota is no quota), or
+    None for the word 'default'."""
 
     def parse(text: str):
+        if text == "default":
+            return None
         try:
             value = kind(text)
         except ValueError:
@@ -113,8 +127,16 @@ def _revoke(args, db, keys) -> None:
 
 
 def _quota(args, db, keys) -> None:
-    storage_bytes = int(args.storage_mb * 2**20) if args.storage_mb is not None else None
-    row = keys.set_quota(db, args.tenant, storage_bytes, args.jobs, args.rate, args.prediction_runs)
+    storage_mb = getattr(args, "storage_mb", keys.KEEP)
+    storage_bytes = int(storage_mb * 2**20) if storage_mb not in (None, keys.KEEP) else storage_mb
+    row = keys.set_quota(
+        db,
+        args.tenant,
+        storage_bytes,
+        getattr(args, "jobs", keys.KEEP),
+        getattr(args, "rate", keys.KEEP),
+        getattr(args, "prediction_runs", keys.KEEP),
+    )
     print(
         f"tenant {row.id!r}: storage {row.max_storage_bytes} bytes, "
         f"active jobs {row.max_active_jobs}, "

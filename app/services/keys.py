@@ -89,29 +89,38 @@ def revoke_key(db: Database, ident: str) -> ApiKey:
     return row
 
 
+KEEP = "keep"  # a limit set_quota leaves as it is
+
+
 def set_quota(
     db: Database,
     tenant: str,
-    storage_bytes: int | None,
-    active_jobs: int | None,
-    rate_limit: str | None = None,
-    active_prediction_runs: int | None = None,
+    storage_bytes: int | None | str = KEEP,
+    active_jobs: int | None | str = KEEP,
+    rate_limit: str | None = KEEP,
+    active_prediction_runs: int | None | str = KEEP,
 ) -> Tenant:
-    """Set a tenant's own limits (None keeps the service-wide default). `rate_limit` is a
-    request rate per key in the `limits` notation, e.g. "50/second;1000/minute"."""
+    """Set a tenant's own limits: None puts one back to the service-wide default, `KEEP` (the
+    default) leaves it as it is. `rate_limit` is a request rate per key in the `limits`
+    notation, e.g. "50/second;1000/minute"."""
     from app.rate_limits import InvalidRate, parse_rate
 
     tenant = check_tenant(tenant)
-    if rate_limit is not None:
+    if rate_limit not in (None, KEEP):
         try:
             parse_rate(rate_limit)
         except InvalidRate as exc:
             raise KeyRequestError(str(exc)) from None
+    limits = {
+        "max_storage_bytes": storage_bytes,
+        "max_active_jobs": active_jobs,
+        "rate_limit": rate_limit,
+        "max_active_prediction_runs": active_prediction_runs,
+    }
     with db.write() as session:
         row = session.get(Tenant, tenant) or Tenant(id=tenant)
-        row.max_storage_bytes = storage_bytes
-        row.max_active_jobs = active_jobs
-        row.rate_limit = rate_limit
-        row.max_active_prediction_runs = active_prediction_runs
+        for column, value in limits.items():
+            if value != KEEP:
+                setattr(row, column, value)
         session.add(row)
     return row

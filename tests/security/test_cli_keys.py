@@ -73,11 +73,25 @@ def test_keys_commands(tmp_path, shared_parser):  # noqa: F811
                    "--prediction-runs", "7")  # fmt: skip
     assert quota.returncode == 0, quota.stderr
 
+    # a limit left out stays as it is (before: it went back to the service-wide default)
+    rate = margin("keys", "quota", "--data-dir", str(data), "--tenant", "acme", "--rate",
+                  "50/second", "--storage-mb", "default")  # fmt: skip
+    assert rate.returncode == 0, rate.stderr
+    assert "active jobs 3, active prediction runs 7, rate 50/second" in rate.stderr
+
     app = create_app(Settings(data_dir=data, auth_mode="required", auth_cache_s=0))
     app.state.parser = shared_parser
     with app.state.db.session() as session:
-        assert session.get(Tenant, "acme").max_active_jobs == 3
-        assert session.get(Tenant, "acme").max_active_prediction_runs == 7
+        tenant = session.get(Tenant, "acme")
+        assert (tenant.max_active_jobs, tenant.max_active_prediction_runs) == (3, 7)
+        assert (tenant.rate_limit, tenant.max_storage_bytes) == ("50/second", None)
+    reset = margin("keys", "quota", "--data-dir", str(data), "--tenant", "acme", "--rate",
+                   "default", "--jobs", "default")  # fmt: skip
+    assert reset.returncode == 0, reset.stderr
+    with app.state.db.session() as session:
+        tenant = session.get(Tenant, "acme")
+        assert (tenant.max_active_jobs, tenant.rate_limit) == (None, None)
+        assert tenant.max_active_prediction_runs == 7
     headers = {"Authorization": f"Bearer {key}"}
     with TestClient(app, raise_server_exceptions=False) as client:
         assert client.get("/v1/datasets", headers=headers).status_code == 200
