@@ -5,12 +5,13 @@ it succeeded), cancel. The routes' router also starts and stops the app's runner
 
 from __future__ import annotations
 
+import os
 from contextlib import asynccontextmanager
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
@@ -188,6 +189,22 @@ def _csv_response(settings, run: PredictionRun) -> Response:
         return StreamingResponse(
             storage.read(key), media_type="text/csv", headers={"Content-Disposition": disposition}
         )
-    if path is None or not path.exists():
+    try:
+        # opened here, not when the response starts: a run deleted meanwhile is then a 410, and
+        # once open, the file stays readable to the end however it is removed
+        csv_file = open(path, "rb") if path is not None else None  # noqa: SIM115 - closed by _chunks
+    except FileNotFoundError:
+        csv_file = None
+    if csv_file is None:
         raise ProblemError(410, "Prediction result gone", f"the CSV of run {run.id!r} is missing")
-    return FileResponse(path, media_type="text/csv", filename=f"{run.id}.csv")
+    headers = {
+        "Content-Disposition": f'attachment; filename="{run.id}.csv"',
+        "Content-Length": str(os.fstat(csv_file.fileno()).st_size),
+    }
+    return StreamingResponse(_chunks(csv_file), media_type="text/csv", headers=headers)
+
+
+def _chunks(csv_file, size: int = 1 << 16):
+    with csv_file:
+        while chunk := csv_file.read(size):
+            yield chunk

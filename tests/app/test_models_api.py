@@ -409,6 +409,33 @@ def test_multiclass_csv_has_a_column_per_class(service):
     np.testing.assert_allclose(np.array(rows[1:], dtype=float)[:, 2:], D, rtol=1e-12)
 
 
+def test_a_csv_removed_after_the_answer_began_is_still_sent_whole(service, binary):
+    """The CSV was opened only when the response started: a run deleted between the route's
+    check and that moment was a 500. Now the route opens it, and an open file reads to its end."""
+    import asyncio
+
+    from app.api.prediction_runs import _csv_response
+    from app.storage import get_storage, prediction_key
+
+    dataset_id = service.add_dataset(rng_problem(n=10, seed=3), np.ones(10))
+    location = service.client.post(
+        f"/v1/models/{binary[0]}/predictions", json={"dataset_id": dataset_id}
+    ).headers["location"]
+    assert finished_run(service.client, location)["status"] == "succeeded"
+    expected = service.client.get(location).content
+    with service.db.session() as session:
+        run = session.get(PredictionRun, location.rsplit("/", 1)[1])
+    response = _csv_response(service.settings, run)
+    get_storage(service.settings).local_path(prediction_key(run.id)).unlink()
+
+    async def body() -> bytes:
+        return b"".join([chunk async for chunk in response.body_iterator])
+
+    assert asyncio.run(body()) == expected
+    assert int(response.headers["content-length"]) == len(expected)
+    assert service.client.get(location).status_code == 410  # and now it is gone
+
+
 def test_prediction_run_bad_inputs_store_nothing(service, binary):
     url = f"/v1/models/{binary[0]}/predictions"
     r = service.client.post(url, json={"dataset_id": "ds_missing"})
