@@ -33,10 +33,13 @@ def test_default_tol_primal_within_a_tenth_of_a_percent(name, loss):
     p_ref = primal(X, y, ref, C, loss, 1.0)
     # both stop early at tol 0.1; ours may land lower (better), never more than 0.1% higher.
     # How much lower depends on LIBLINEAR's pass order (its process-wide RNG, so on the tests
-    # run before): the lower side is held by the dual bound, which neither primal may cross.
+    # run before: 2.2% on reuters-money-fx in one order), so the lower side is held by bounds
+    # that do not depend on it: the dual bound, which neither primal may cross, and LIBLINEAR's
+    # own near-optimum, below which no primal can be.
     assert ours.primal <= p_ref * (1 + 1e-3)
     assert -ours.dual <= min(ours.primal, p_ref) * (1 + 1e-12)
-    assert ours.primal >= p_ref * (1 - 2e-2)
+    optimum = liblinear_w_tilde(X, y, f"-s {SOLVER[loss]} -c {C} -e 1e-6", 1.0)
+    assert ours.primal >= primal(X, y, optimum, C, loss, 1.0) * (1 - 1e-4)
 
 
 @pytest.mark.parametrize("name", ["heart_scale", "breast-cancer", "reuters-money-fx"])
@@ -83,7 +86,8 @@ def test_sample_weights_match_scikit_learn(loss, tol):
     sw = np.random.default_rng(1).uniform(0.0, 3.0, size=y.shape)
     sw[:20] = 0.0
     C = 0.3
-    ref = LinearSVC(C=C, loss=loss, dual=True, tol=tol, max_iter=1_000_000)
+    # seeded: at tol 0.1 where it stops depends on its pass order (unseeded, 1 run in 6 failed)
+    ref = LinearSVC(C=C, loss=loss, dual=True, tol=tol, max_iter=1_000_000, random_state=0)
     ref.fit(X, y, sample_weight=sw)
     p_ref = primal(X, y, np.append(ref.coef_.ravel(), ref.intercept_[0]), C * sw, loss, 1.0)
     ours = solve_binary(
