@@ -64,15 +64,11 @@ class RateLimiter:
         who = f"key:{principal.key_id}" if principal.key_id else f"tenant:{principal.tenant}"
         for item in parse_rate(principal.rate_limit):
             if not self.strategy.hit(item, who):
-                retry = _retry_after(self.strategy, item, who)
-                raise ProblemError(
-                    429,
-                    "Too many requests",
+                raise _over(
+                    self.strategy, item, who, "Too many requests",
                     f"this API key may make at most {item.amount} requests per "
-                    f"{item.get_expiry()} s; retry in {retry} s",
-                    rate_limit=str(item),
-                    headers={"Retry-After": str(retry)},
-                )
+                    f"{item.get_expiry()} s",
+                )  # fmt: skip
 
 
 class AuthFailures:
@@ -87,16 +83,11 @@ class AuthFailures:
         who = client_of(address)
         for item in self.items:
             if not self.strategy.test(item, who):
-                retry = _retry_after(self.strategy, item, who)
-                raise ProblemError(
-                    429,
-                    "Too many failed authentications",
+                raise _over(
+                    self.strategy, item, who, "Too many failed authentications",
                     f"at most {item.amount} requests with unknown API keys are answered per "
-                    f"{item.get_expiry()} s from one address (AUTH_FAILURE_RATE); retry in "
-                    f"{retry} s",
-                    rate_limit=str(item),
-                    headers={"Retry-After": str(retry)},
-                )
+                    f"{item.get_expiry()} s from one address (AUTH_FAILURE_RATE)",
+                )  # fmt: skip
 
     def count(self, address: str | None) -> None:
         """Count one failed lookup of `address`."""
@@ -116,6 +107,18 @@ def client_of(address: str | None) -> str:
             return f"auth-failures:{ip.ipv4_mapped}"
         return f"auth-failures:{ipaddress.ip_network(f'{ip}/64', strict=False)}"
     return f"auth-failures:{ip}"
+
+
+def _over(strategy, item: RateLimitItem, who: str, title: str, limit: str) -> ProblemError:
+    """429 for `who` over the window `item`: `limit` says which, then when to retry."""
+    retry = _retry_after(strategy, item, who)
+    return ProblemError(
+        429,
+        title,
+        f"{limit}; retry in {retry} s",
+        rate_limit=str(item),
+        headers={"Retry-After": str(retry)},
+    )
 
 
 def _retry_after(strategy, item: RateLimitItem, who: str) -> int:
