@@ -315,3 +315,17 @@ def test_invocations_errors_are_mlflows(client, served):
     assert missing.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
     media = client.post(url, content=b"x", headers={"content-type": "image/png"})
     assert media.status_code == 415 and "message" in media.json()
+
+
+def test_invocations_csv_one_column_or_value_over_is_400(client, served):
+    url = f"/v1/models/{served['model']}/invocations"
+    row = ",".join(map(repr, served["X"][0].tolist()))
+
+    def post(text: str):
+        return client.post(url, content=text, headers={"content-type": "text/csv"})
+
+    assert post(",".join(NAMES) + "\n" + row).status_code == 200
+    wide = post(",".join([*NAMES, "extra"]) + "\n" + row + ",0")
+    assert wide.status_code == 400 and "more columns" in wide.json()["message"]
+    long_row = post(",".join(NAMES) + "\n" + row + ",0")
+    assert long_row.status_code == 400 and "more values" in long_row.json()["message"]
