@@ -246,7 +246,7 @@ def check_rows(rows, n_samples: int) -> np.ndarray | None:
             f"rows must be a 1-D array of row indices (integers), got dtype {arr.dtype} and "
             f"shape {arr.shape}"
         )
-    arr = arr.astype(np.int64)
+    arr = arr.astype(np.int64, copy=False)  # the caller's int64 array is only read
     if arr.size and (arr.min() < 0 or arr.max() >= n_samples):
         raise ValueError(
             f"rows must lie in [0, {n_samples}), got values in [{arr.min()}, {arr.max()}]"

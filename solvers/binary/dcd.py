@@ -55,7 +55,7 @@ from solvers._core.progress import (
     objective_interval,
     relative_duality_gap,
 )
-from solvers._core.sparse import sq_norm, weighted_row_sum
+from solvers._core.sparse import sq_norm
 from solvers._core.warm_start import ray_scale
 from solvers.binary import kernels, parallel
 from solvers.binary import newton as newton_finisher
@@ -258,23 +258,21 @@ class _State:
     @classmethod
     def build(cls, csr: CSRArrays, y, C, loss, bias, warm_start, rows=None):
         # Peak memory matters here: the index first (its temporaries die before the record
-        # exists), then the record filled in place, with no n-length temporaries.
+        # exists), then the record filled in place, the warm start and w̃ from it with no
+        # n-length temporaries.
         index = _kept_index(C, csr.n_samples, rows)
         hinge = loss == "hinge"
         lower = 0.0 if loss != "squared_error" else -np.inf
         width = record_width(loss)
         rec = np.empty(width * csr.n_samples)
         kernels.fill_record(rec, y, C, hinge, width)
+        record = kernels.Record(rec, width, hinge, lower)
         if warm_start is None:
             w = np.zeros(csr.n_features + 1)
         else:
             upper = C if hinge else np.inf
-            alpha = _initial_alpha(warm_start, csr.n_samples, C, upper, lower, rows)
-            rec[0::width] = alpha
-            np.negative(alpha, out=alpha, where=y < 0)  # s_i α_i, in place: our own copy
-            w = weighted_row_sum(alpha, csr.data, csr.indices, csr.indptr, csr.n_features, bias)
-        record = kernels.Record(rec, width, hinge, lower)
-        if warm_start is not None:
+            _place_alpha(rec[0::width], warm_start, C, upper, lower, rows)
+            w = kernels.record_weights(csr, bias, record)
             _to_ray_optimum(record, C, w)
         return cls(csr, C, loss, bias, record, w, index)
 
@@ -324,19 +322,22 @@ def _kept_index(C, n_samples, rows=None):
     return np.flatnonzero(C > 0).astype(index_dtype)
 
 
-def _initial_alpha(warm_start, n_samples, C, upper, lower, rows=None):
-    expected = n_samples if rows is None else rows.shape[0]
-    alpha = np.array(warm_start, dtype=np.float64)  # a copy: the caller's array is left alone
-    if alpha.shape != (expected,):
-        raise ValueError(f"warm_start must have shape ({expected},), got {alpha.shape}")
+def _place_alpha(alpha, warm_start, C, upper, lower, rows=None):
+    """Write the warm start into ``alpha`` (the record's α, all zero): clipped to the bounds, zero
+    where C_i = 0, at ``rows`` for a subset. The caller's array is left alone, and no n-length
+    copy of it is made."""
+    expected = alpha.shape[0] if rows is None else rows.shape[0]
+    given = np.asarray(warm_start)
+    if given.shape != (expected,):
+        raise ValueError(f"warm_start must have shape ({expected},), got {given.shape}")
+    if rows is None:
+        alpha[:] = given
+    else:
+        alpha[rows] = given
     if not np.isfinite(alpha).all():
         raise ValueError("warm_start contains NaN or infinite values")
-    if rows is not None:
-        alpha, given = np.zeros(n_samples), alpha
-        alpha[rows] = given
     np.clip(alpha, lower, upper, out=alpha)
     alpha[np.broadcast_to(C, alpha.shape) <= 0] = 0.0
-    return alpha
 
 
 def _to_ray_optimum(record, C, w):

@@ -86,6 +86,21 @@ def fill_record(rec, y, C, hinge, width):
 
 
 @njit(cache=True, nogil=True)
+def record_weights(X, bias, record):
+    """w̃ = Σ_i s_i α_i x̃_i from the α in the record (the start of a warm-started solve), without
+    an n-length temporary of the signed α."""
+    data, indices, indptr, n_features = X
+    rec, width = record.values, record.width
+    w = np.zeros(n_features + 1)
+    for i in range(indptr.shape[0] - 1):
+        r = width * i
+        if rec[r] != 0.0:
+            sign = 1.0 if rec[r + 1] >= 0.0 else -1.0
+            row_axpy(sign * rec[r], data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
+    return w
+
+
+@njit(cache=True, nogil=True)
 def gather_alpha(rec, width):
     """Move every α_i (``rec[width · i]``) to ``rec[i]``; ascending order never overwrites an
     unread α."""

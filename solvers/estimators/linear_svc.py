@@ -32,6 +32,11 @@ MULTI_CLASS = ("ovr", "crammer_singer", "weston_watkins")
 PROBABILITY_FOLDS = 5  # the internal stratified k-fold of probability=True
 
 
+def binary_signs(y_index: np.ndarray) -> np.ndarray:
+    """Class indices 0/1 as the labels -1/+1 of the binary solver."""
+    return np.where(y_index == 1, 1.0, -1.0)
+
+
 def _calibrated(estimator) -> bool:
     """Whether the estimator's parameters ask for probabilities (`_asks_probabilities`)."""
     return estimator._asks_probabilities()
@@ -295,12 +300,14 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         return alpha if alpha is not None and alpha.shape == shape else None
 
     def _solve(self, X, y_index, n_classes, sample_weight, class_weight, rows=None, alpha0=None,
-               primal_start=None, newton_after=None):  # fmt: skip
+               primal_start=None, newton_after=None, signs=None):  # fmt: skip
         """The solver's result at ``self.C``: on ``rows`` of X only when given (an index array,
         X not copied), starting from ``alpha0`` when given (else from the previous fit's α when
         ``warm_start`` says so), or for two classes and an L2 loss from the weights
         ``primal_start`` by the primal Newton method; ``newton_after`` caps the dual passes
-        before the Newton finish (binary and one-vs-rest, `solvers.binary.solve_binary`)."""
+        before the Newton finish (binary and one-vs-rest, `solvers.binary.solve_binary`).
+        ``signs``, for two classes, is y as ±1 (`binary_signs`) when the caller keeps it across
+        solves."""
         n = X.n_samples
         subset = {} if rows is None else {"rows": rows}
         m = n if rows is None else len(rows)
@@ -310,7 +317,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         if self.multi_class == "ovr" and n_classes == 2:
             from solvers.binary import solve_binary
 
-            y_pm = np.where(y_index == 1, 1.0, -1.0)
+            y_pm = binary_signs(y_index) if signs is None else signs
             C = fold_weights_into_C(self.C, n, sample_weight, per_class)
             return solve_binary(
                 X,

@@ -15,7 +15,7 @@ from sklearn.utils.validation import validate_data
 
 from solvers._core.problem import csr_arrays
 from solvers.estimators import params as P
-from solvers.estimators.linear_svc import LinearSVC
+from solvers.estimators.linear_svc import LinearSVC, binary_signs
 from solvers.estimators.linear_svr import LinearSVR
 from solvers.selection import grid
 from solvers.selection.calibration import METHODS
@@ -137,12 +137,15 @@ class LinearSVCCV(LinearSVC):
         primal = k == 2 and self.multi_class == "ovr" and self.loss == "squared_hinge"
         primal = primal and min(len(train) for train, _ in fold_list) > X.n_features
 
+        signs = binary_signs(y_index) if k == 2 else None  # one copy for every solve
+
         def fit_one(est, train, alpha0, start, newton_after):
             weights = np.ones(k)
             if est.class_weight is not None:  # per fold, as scikit-learn's search does
                 weights = compute_class_weight(est.class_weight, classes=self.classes_, y=y[train])
             return est._solve(X, y_index, k, sw, weights, rows=train, alpha0=alpha0,
-                              primal_start=start, newton_after=newton_after)  # fmt: skip
+                              primal_start=start, newton_after=newton_after,
+                              signs=signs)  # fmt: skip
 
         def decisions_of(est, result, test):
             est._set_weights(result, k)
@@ -151,7 +154,7 @@ class LinearSVCCV(LinearSVC):
         points = [{"C": float(c)} for c in Cs]
         search = Search(self, X, y_index, points, fold_list, fit_one=fit_one,
                         decisions_of=decisions_of, primal=primal, bias=bias,
-                        row_axis=self._row_axis(k))  # fmt: skip
+                        row_axis=self._row_axis(k), calibrating=method is not None)  # fmt: skip
         self._labels = y
         state = search.run()
         best, alpha0 = finish(search, state, calibrate=method)
@@ -163,7 +166,7 @@ class LinearSVCCV(LinearSVC):
             if primal and search.best is not None:
                 start = search.best[3]
             self._store(est._solve(X, y_index, k, sw, weights, alpha0=alpha0,
-                                   primal_start=start), k)  # fmt: skip
+                                   primal_start=start, signs=signs), k)  # fmt: skip
         del self._labels
         return self
 

@@ -114,7 +114,9 @@ def averaged_alpha(rows: dict[int, Step], folds, n_samples: int, row_axis: int) 
         else:
             total[:, train] += alpha
         count[train] += 1.0
-    count = np.maximum(count, 1.0)
+    np.maximum(count, 1.0, out=count)
     if row_axis == 0:
-        return total / count.reshape((-1,) + (1,) * (total.ndim - 1))
-    return total / count[None, :]
+        total /= count.reshape((-1,) + (1,) * (total.ndim - 1))
+    else:
+        total /= count[None, :]
+    return total

@@ -159,7 +159,7 @@ class Search:
     """One fit's search state: the grid, folds, the estimator template and the callback."""
 
     def __init__(self, owner, X, target, grid_points, fold_list, *, fit_one, decisions_of,
-                 primal=False, bias=0.0, row_axis=0):  # fmt: skip
+                 primal=False, bias=0.0, row_axis=0, calibrating=False):  # fmt: skip
         self.owner, self.X, self.target = owner, X, target
         self.base = owner._template()
         self.points = grid_points  # list of dicts of parameters, in path order
@@ -172,7 +172,9 @@ class Search:
         self.done = 0
         self.means: list[float] = []
         self.scores: dict[int, list[float]] = {}  # per grid point that every fold finished
-        # (index, held-out values, the refit's α and w̃ starts) of the best point so far
+        # (index, held-out values, the refit's α and w̃ starts) of the best point so far; the
+        # held-out values (one per row) are kept only for a calibration to fit on
+        self.calibrating = calibrating
         self.best: tuple[int, np.ndarray, np.ndarray, np.ndarray | None] | None = None
         self.starts = WarmStarts(len(fold_list), primal, bias)
         self.bias, self.row_axis = bias, row_axis  # α's axis of rows
@@ -242,8 +244,8 @@ class Search:
             # the refit's starts, taken now: the folds' α (four fifths of the rows each) are
             # then let go, and the search holds one n-length α instead of k
             alpha0 = averaged_alpha(steps, self.folds, len(self.target), self.row_axis)
-            self.best = (i, out_of_fold(steps, self.folds, shape), alpha0,
-                         averaged_primal(steps, self.bias))  # fmt: skip
+            held_out = out_of_fold(steps, self.folds, shape) if self.calibrating else None
+            self.best = (i, held_out, alpha0, averaged_primal(steps, self.bias))
         _lighten(steps)
         return not (self.owner._early_stop and self.points[i].get("early_stop", True)
                     and grid.should_stop(self.means))  # fmt: skip
