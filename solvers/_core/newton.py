@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit
 
 from solvers._core.progress import Progress, Status, relative_duality_gap
-from solvers._core.sparse import dot, row_axpy, row_dot, rows_dot_where, weighted_row_sum
+from solvers._core.sparse import dot, row_axpy, row_dot, rows_dot_where
 
 CG_RELATIVE = 0.1
 CG_MAX_STEPS = 250
@@ -48,61 +48,151 @@ METHOD = "newton"
 
 
 @njit(cache=True, nogil=True)
-def hessian_vector(data, indices, indptr, n_features, bias, rows, curvature, s, out):
-    """out = s + Σ_{i ∈ rows} curvature_i (x̃_iᵀs) x̃_i (one pass over the rows in I)."""
+def hessian_vector(data, indices, indptr, n_features, bias, rows, C, s, out):
+    """out = s + Σ_{i ∈ rows} 2 C_i (x̃_iᵀs) x̃_i (one pass over the rows in I)."""
     for j in range(s.shape[0]):
         out[j] = s[j]
     for k in range(rows.shape[0]):
         i = rows[k]
-        t = curvature[i] * row_dot(data, indices, indptr[i], indptr[i + 1], s, n_features, bias)
+        t = 2.0 * C[i] * row_dot(data, indices, indptr[i], indptr[i + 1], s, n_features, bias)
         if t != 0.0:
             row_axpy(t, data, indices, indptr[i], indptr[i + 1], out, n_features, bias)
 
 
 @njit(cache=True, nogil=True)
-def hessian_diagonal(data, indices, indptr, n_features, bias, rows, curvature, out):
-    """out = diag(H) = 1 + Σ_{i ∈ rows} curvature_i x̃_ij²."""
+def hessian_diagonal(data, indices, indptr, n_features, bias, rows, C, out):
+    """out = diag(H) = 1 + Σ_{i ∈ rows} 2 C_i x̃_ij²."""
     for j in range(out.shape[0]):
         out[j] = 1.0
     for k in range(rows.shape[0]):
         i = rows[k]
-        c = curvature[i]
+        c = 2.0 * C[i]
         for p in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
             out[indices[p]] += c * data[p] * data[p]
         out[n_features] += c * bias * bias
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _compensated_add(acc, carry, term):
+    """One step of Kahan–Babuška summation: (new sum, new carry). The line search compares
+    objective values that differ in their last digits near the optimum, where a plain loop's
+    rounding (larger than BLAS's blocked sums) would hide a real decrease."""
+    total = acc + term
+    if abs(acc) >= abs(term):
+        carry += (acc - total) + term
+    else:
+        carry += (term - total) + acc
+    return total, carry
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _excess(y_i, z_i, regression, epsilon):
+    """(a_i ≥ 0, the sign with which β_i follows a_i) at the margin z_i."""
+    if regression:
+        e = y_i - z_i
+        a = max(abs(e) - epsilon, 0.0)
+        return a, (1.0 if e > 0.0 else (-1.0 if e < 0.0 else 0.0))
+    return max(1.0 - y_i * z_i, 0.0), y_i
+
+
+@njit(cache=True, nogil=True)
+def loss_value(y, C, z, dz, step, regression, epsilon):
+    """Σ C_i a_i(z_i + step·dz_i)² with compensated summation (`_compensated_add`): the line
+    search's trial points cost no n-length array."""
+    acc = 0.0
+    carry = 0.0
+    for i in range(z.shape[0]):
+        zi = z[i] if step == 0.0 else z[i] + step * dz[i]
+        a, _ = _excess(y[i], zi, regression, epsilon)
+        acc, carry = _compensated_add(acc, carry, C[i] * (a * a))
+    return acc + carry
+
+
+@njit(cache=True, nogil=True)
+def gradient(data, indices, indptr, n_features, bias, y, C, z, w, regression, epsilon):
+    """∇P(w̃) = w̃ − X̃ᵀβ(z), β_i = 2 C_i · direction_i · a_i formed row by row."""
+    out = np.zeros(n_features + 1)
+    for i in range(z.shape[0]):
+        a, direction = _excess(y[i], z[i], regression, epsilon)
+        b = 2.0 * C[i] * direction * a
+        if b != 0.0:
+            row_axpy(b, data, indices, indptr[i], indptr[i + 1], out, n_features, bias)
+    for j in range(out.shape[0]):
+        out[j] = w[j] - out[j]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def active_rows(y, C, z, regression, epsilon):
+    """The rows I with a_i > 0 and C_i > 0 (those of the generalized Hessian), ascending."""
+    count = 0
+    for i in range(z.shape[0]):
+        if C[i] > 0.0 and _excess(y[i], z[i], regression, epsilon)[0] > 0.0:
+            count += 1
+    rows = np.empty(count, dtype=np.int64)
+    k = 0
+    for i in range(z.shape[0]):
+        if C[i] > 0.0 and _excess(y[i], z[i], regression, epsilon)[0] > 0.0:
+            rows[k] = i
+            k += 1
+    return rows
+
+
+@njit(cache=True, nogil=True)
+def dual_point(y, C, z, regression, epsilon):
+    """β(w̃) from the margins z."""
+    beta = np.empty(z.shape[0])
+    for i in range(z.shape[0]):
+        a, direction = _excess(y[i], z[i], regression, epsilon)
+        beta[i] = 2.0 * C[i] * direction * a
+    return beta
+
+
+@njit(cache=True, nogil=True)
+def dual_sums(y, C, beta):
+    """(Σ β_i² / (4 C_i) over C_i > 0, yᵀβ, ‖β‖₁), each with compensated summation."""
+    quad, quad_carry, lin, lin_carry, l1, l1_carry = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    for i in range(beta.shape[0]):
+        if C[i] > 0.0:
+            quad, quad_carry = _compensated_add(quad, quad_carry, beta[i] * beta[i] / (4.0 * C[i]))
+        lin, lin_carry = _compensated_add(lin, lin_carry, y[i] * beta[i])
+        l1, l1_carry = _compensated_add(l1, l1_carry, abs(beta[i]))
+    return quad + quad_carry, lin + lin_carry, l1 + l1_carry
+
+
+@njit(cache=True, nogil=True)
+def move_margins(z, dz, step):
+    """z += step · dz in place (the accepted step's margins)."""
+    for i in range(z.shape[0]):
+        z[i] = z[i] + step * dz[i]
+
+
 @dataclass
 class L2Loss:
-    """The data term Σ C_i a_i(z)² of the module docstring, evaluated from the margins z."""
+    """The data term Σ C_i a_i(z)² of the module docstring, evaluated from the margins z by
+    compiled loops that keep no n-length temporaries (the finish runs beside the dual state,
+    and a search runs several at once)."""
 
     y: np.ndarray
     C: np.ndarray  # per sample, shape (n,)
     regression: bool
     epsilon: float = 0.0
 
-    def excess(self, z):
-        """(a, direction): a_i ≥ 0 and the sign with which β_i follows a_i."""
-        if self.regression:
-            e = self.y - z
-            return np.maximum(np.abs(e) - self.epsilon, 0.0), np.sign(e)
-        return np.maximum(1.0 - self.y * z, 0.0), self.y
-
-    def value(self, z):
-        a, _ = self.excess(z)
-        return float(accurate_dot(self.C, a * a))  # not BLAS: see `dot`
+    def value(self, z, dz=None, step=0.0):
+        """The data term at z, or at z + step·dz."""
+        dz = z if dz is None else dz
+        return loss_value(self.y, self.C, z, dz, step, self.regression, self.epsilon)
 
     def beta(self, z):
-        a, direction = self.excess(z)
-        return 2.0 * self.C * direction * a
+        return dual_point(self.y, self.C, z, self.regression, self.epsilon)
+
+    def rows(self, z):
+        return active_rows(self.y, self.C, z, self.regression, self.epsilon)
 
     def dual(self, beta, w_beta):
         """f(β) of the module docstring (minimisation form); rows with C_i = 0 have β_i = 0."""
-        kept = self.C > 0
-        quad = float(np.sum(beta[kept] ** 2 / (4.0 * self.C[kept])))
-        return 0.5 * dot(w_beta, w_beta) - float(accurate_dot(self.y, beta)) + self.epsilon * float(
-            np.abs(beta).sum()
-        ) + quad  # fmt: skip
+        quad, lin, l1 = dual_sums(self.y, self.C, beta)
+        return 0.5 * dot(w_beta, w_beta) - lin + self.epsilon * l1 + quad
 
 
 @dataclass
@@ -125,7 +215,6 @@ class _Objective:
 
     def __init__(self, csr, bias, loss: L2Loss):
         self.csr, self.bias, self.loss = csr, bias, loss
-        self.curvature = 2.0 * loss.C
 
     def margins(self, v):
         # only the rows with C_i > 0: the others (a fold's held-out rows) add nothing to P, its
@@ -133,28 +222,25 @@ class _Objective:
         X = self.csr
         return rows_dot_where(X.data, X.indices, X.indptr, self.loss.C, v, X.n_features, self.bias)
 
-    def transpose_times(self, coef):
-        X = self.csr
-        return weighted_row_sum(coef, X.data, X.indices, X.indptr, X.n_features, self.bias)
+    def gradient(self, w, z):
+        X, loss = self.csr, self.loss
+        return gradient(X.data, X.indices, X.indptr, X.n_features, self.bias, loss.y, loss.C, z,
+                        w, loss.regression, loss.epsilon)  # fmt: skip
 
     def at(self, w, z):
         """(P, ∇P, rows I) at w̃ with margins z."""
-        grad = w - self.transpose_times(self.loss.beta(z))
-        a, _ = self.loss.excess(z)
-        rows = np.flatnonzero((a > 0) & (self.loss.C > 0))
-        return 0.5 * dot(w, w) + self.loss.value(z), grad, rows
+        return 0.5 * dot(w, w) + self.loss.value(z), self.gradient(w, z), self.loss.rows(z)
 
     def hess(self, rows, s, out):
         X = self.csr
-        hessian_vector(
-            X.data, X.indices, X.indptr, X.n_features, self.bias, rows, self.curvature, s, out
-        )
+        hessian_vector(X.data, X.indices, X.indptr, X.n_features, self.bias, rows, self.loss.C, s,
+                       out)  # fmt: skip
 
     def preconditioner(self, rows):
         X = self.csr
         diag = np.empty(X.n_features + 1)
         hessian_diagonal(
-            X.data, X.indices, X.indptr, X.n_features, self.bias, rows, self.curvature, diag
+            X.data, X.indices, X.indptr, X.n_features, self.bias, rows, self.loss.C, diag
         )
         return (1.0 - PRECONDITIONER_WEIGHT) + PRECONDITIONER_WEIGHT * diag
 
@@ -164,33 +250,15 @@ def _conjugate_gradient(objective, rows, grad):
     X = objective.csr
     s = np.zeros_like(grad)
     steps = conjugate_gradient(
-        X.data, X.indices, X.indptr, X.n_features, objective.bias, rows, objective.curvature,
+        X.data, X.indices, X.indptr, X.n_features, objective.bias, rows, objective.loss.C,
         grad, objective.preconditioner(rows), s, CG_RELATIVE, CG_MODEL, CG_MAX_STEPS,
     )  # fmt: skip
     return s, steps
 
 
 @njit(cache=True, nogil=True)
-def accurate_dot(a, b):
-    """aᵀb with compensated (Kahan–Babuška) summation: the line search compares objective
-    values that differ in their last digits near the optimum, where a plain loop's rounding
-    (larger than BLAS's blocked sums) would hide a real decrease."""
-    acc = 0.0
-    carry = 0.0
-    for j in range(a.shape[0]):
-        term = a[j] * b[j]
-        total = acc + term
-        if abs(acc) >= abs(term):
-            carry += (acc - total) + term
-        else:
-            carry += (term - total) + acc
-        acc = total
-    return acc + carry
-
-
-@njit(cache=True, nogil=True)
 def conjugate_gradient(
-    data, indices, indptr, n_features, bias, rows, curvature, grad, precond, s, relative, model_tol,
+    data, indices, indptr, n_features, bias, rows, C, grad, precond, s, relative, model_tol,
     max_steps,
 ):  # fmt: skip
     """Solve H s = −grad approximately into ``s`` (zeros on entry); returns the steps taken.
@@ -211,7 +279,7 @@ def conjugate_gradient(
     steps = 0
     while steps < max_steps and np.sqrt(dot(r, r)) > limit:
         steps += 1
-        hessian_vector(data, indices, indptr, n_features, bias, rows, curvature, d, Hd)
+        hessian_vector(data, indices, indptr, n_features, bias, rows, C, d, Hd)
         dHd = dot(d, Hd)
         if dHd <= 0.0:
             break
@@ -235,15 +303,16 @@ def conjugate_gradient(
 
 
 def _line_search(objective, w, z, f, grad, s):
-    """Backtracking along s from w̃: (step, new w̃, new margins, new P) or None if none decreased."""
+    """Backtracking along s from w̃: (step, new w̃, new margins, new P) or None if none decreased.
+    The accepted step's margins are written over ``z``; the trials make no n-length array."""
     Xs = objective.margins(s)
     gs, ws, ss, ww = dot(grad, s), dot(w, s), dot(s, s), dot(w, w)
     step = 1.0
     for _ in range(MAX_BACKTRACKS):
-        z_new = z + step * Xs
-        f_new = 0.5 * (ww + 2 * step * ws + step * step * ss) + objective.loss.value(z_new)
+        f_new = 0.5 * (ww + 2 * step * ws + step * step * ss) + objective.loss.value(z, Xs, step)
         if f_new <= f + ARMIJO * step * gs:
-            return step, w + step * s, z_new, f_new
+            move_margins(z, Xs, step)
+            return step, w + step * s, z, f_new
         step *= 0.5
     return None
 
@@ -259,7 +328,7 @@ def newton_finish(
     the primal objective and ``method="newton"``.
     """
     objective = _Objective(csr, bias, loss)
-    _, grad0, _ = objective.at(np.zeros_like(w), np.zeros(csr.n_samples))
+    grad0 = objective.gradient(np.zeros_like(w), np.zeros(csr.n_samples))
     scale = np.sqrt(dot(grad0, grad0)) or 1.0
     z = objective.margins(w)
     f, grad, rows = objective.at(w, z)

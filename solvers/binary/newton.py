@@ -77,16 +77,17 @@ def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
     )  # fmt: skip
     rec, width = state.record.values, state.record.width
     if outcome.dual <= dual_before:
-        sign = np.where(l2.y >= 0, 1.0, -1.0)
-        rec[0::width] = sign * outcome.beta
+        alpha = rec[0::width]
+        alpha[:] = outcome.beta
+        np.negative(alpha, out=alpha, where=l2.y < 0)  # α_i = s_i β_i
         # w̃(α) = Σ s_i α_i x̃_i, for the projected gradients of α(w̃)
         state.w = weighted_row_sum(
             outcome.beta, csr.data, csr.indices, csr.indptr, csr.n_features, state.bias
         )
     else:
         outcome.dual = dual_before
-    alpha = rec[0::width].copy()
     M, m = state.full_range()
+    alpha = state.take_alpha()  # the record's buffer, shrunk to α: no copy
     n_iter += outcome.n_iter
     final = monitor.conclude(_final_progress(monitor, n_iter, outcome, M, m, state.index.shape[0]))
     pg = {"pg_max": _finite(M), "pg_min": _finite(m), "pg_range": _finite(M - m)}
@@ -106,7 +107,8 @@ def solve_from_primal(csr, bias, y, C, w_start, tol, max_iter, monitor, loss: st
     )  # fmt: skip
     nan = float("nan")
     final = monitor.conclude(_final_progress(monitor, outcome.n_iter, outcome, nan, nan, 0))
-    alpha = np.where(l2.y >= 0, 1.0, -1.0) * outcome.beta
+    alpha = outcome.beta  # α_i = s_i β_i, in place: the outcome's own array
+    np.negative(alpha, out=alpha, where=l2.y < 0)
     return _as_result(outcome, csr.n_features, bias, alpha, outcome.n_iter, final, monitor)
 
 
