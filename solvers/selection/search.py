@@ -200,11 +200,11 @@ class Search:
                 return False
             if user is None:
                 return None
-            record = SearchProgress(
-                stage, fold, c_index, float(point["C"]), point.get("epsilon"), self.done,
-                self.total, progress, len(self.folds), len(self.points),
-            )  # fmt: skip
-            with self.lock:
+            with self.lock:  # solves_done read in the order of the calls: it never moves back
+                record = SearchProgress(
+                    stage, fold, c_index, float(point["C"]), point.get("epsilon"), self.done,
+                    self.total, progress, len(self.folds), len(self.points),
+                )  # fmt: skip
                 if user(record) is False:
                     self.stop.set()
                     return False
