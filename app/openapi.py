@@ -11,7 +11,8 @@ one place rather than on every route:
   the inference protocol (/v2) and MLflow's invocations keep their protocols' own error
   shapes, documented on their routes (`app.errors.protocol_of`);
 - the `HTTPBearer` security scheme (optional where the service runs without keys);
-- `text/event-stream` on the live-progress route, and an example on every request body;
+- `text/event-stream` on the live-progress route, with the schemas of its events' data under
+  `x-event-data`, and an example on every request body;
 - `/docs` and `/redoc` pages whose scripts come from the package (app/ui/static/vendor), so
   that they work on a machine without internet.
 """
@@ -163,15 +164,36 @@ def _add_examples(op_id: str, operation: dict[str, Any]) -> None:
             content["example"] = example
 
 
+SEARCH_EVENT_EXAMPLE = (
+    'event: progress\nid: 42\ndata: {"iteration": 5, "elapsed_s": 0.01, "gap": 0.08, '
+    '"stage": "path", "fold": 1, "folds_total": 3, "c_index": 2, "cs_total": 4, "C": 1.0, '
+    '"solves_done": 7, "solves_total": 13, "percent": 53.8, ...}\n\n'
+)
+
+
 def _event_stream(operation: dict[str, Any]) -> None:
     operation["responses"]["200"] = {
-        "description": "`progress` events (one progress record each, as JSON, with the record's "
-        "id as the event id; send `Last-Event-ID` to resume), then one `end` event with the job",
+        "description": "`progress` events, each one progress record as JSON (schema "
+        "`ProgressRecord`, the same as the items of /progress), with the record's id as the "
+        "event id (send `Last-Event-ID` to resume); then one `end` event with the job "
+        "(`JobOut`). A search job's every record says where on its path it is: stage, fold of "
+        "folds_total, c_index of cs_total, C, solves_done of solves_total and the path's "
+        "percent, beside the current solve's gap",
         "content": {
             "text/event-stream": {
                 "schema": {"type": "string"},
-                "example": 'event: progress\nid: 7\ndata: {"iteration": 3, "elapsed_s": 0.04, '
-                '"gap": 0.012}\n\nevent: end\ndata: {"id": "job_...", "status": "succeeded"}\n\n',
+                "x-event-data": {
+                    "progress": {"$ref": "#/components/schemas/ProgressRecord"},
+                    "end": {"$ref": "#/components/schemas/JobOut"},
+                },
+                "examples": {
+                    "single solve": {
+                        "value": 'event: progress\nid: 7\ndata: {"iteration": 3, "elapsed_s": '
+                        '0.04, "gap": 0.012, ...}\n\nevent: end\ndata: {"id": "job_...", '
+                        '"status": "succeeded", ...}\n\n'
+                    },
+                    "search": {"value": SEARCH_EVENT_EXAMPLE},
+                },
             }
         },
     }

@@ -180,6 +180,15 @@ class JobProgress(Base):
     duality_gap: Mapped[float | None] = mapped_column(Float)  # migration 0005
     lower_bound: Mapped[float | None] = mapped_column(Float)
     upper_bound: Mapped[float | None] = mapped_column(Float)
+    # a search job's place on its path (solvers.selection.search.SearchProgress; migration 0013)
+    stage: Mapped[str | None] = mapped_column(String(8))
+    fold: Mapped[int | None] = mapped_column(Integer)
+    folds_total: Mapped[int | None] = mapped_column(Integer)
+    c_index: Mapped[int | None] = mapped_column(Integer)
+    cs_total: Mapped[int | None] = mapped_column(Integer)
+    C: Mapped[float | None] = mapped_column("c", Float)
+    solves_done: Mapped[int | None] = mapped_column(Integer)
+    solves_total: Mapped[int | None] = mapped_column(Integer)
 
     RECORD_FIELDS = (
         "iteration",
@@ -195,10 +204,27 @@ class JobProgress(Base):
         "duality_gap",
         "lower_bound",
         "upper_bound",
+        "stage",
+        "fold",
+        "folds_total",
+        "c_index",
+        "cs_total",
+        "C",
+        "solves_done",
+        "solves_total",
     )
 
     def as_record(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.RECORD_FIELDS}
+        record = {name: getattr(self, name) for name in self.RECORD_FIELDS}
+        return {**record, "percent": path_percent(record)}
+
+
+def path_percent(record: dict[str, Any]) -> float | None:
+    """A search's share of its path done at a record: its solves finished of all (the refit
+    included), in percent; None for a single solve (its job estimates it from the gap)."""
+    if not record.get("solves_total"):
+        return None
+    return 100.0 * record["solves_done"] / record["solves_total"]
 
 
 class JobEvent(Base):

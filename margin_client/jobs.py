@@ -129,7 +129,8 @@ class Job:
 
     def wait(self, progress: bool = False, check: bool = False) -> Job:
         """Block until the job ends; with `progress`, draw a progress bar (gap on a log scale,
-        iteration, elapsed, ETA). Ctrl-C then asks whether to cancel the job. With `check`,
+        iteration, elapsed, ETA; for a search, the solves done of its path, the fold and C, and
+        the current solve's gap). Ctrl-C then asks whether to cancel the job. With `check`,
         raise `JobFailed` unless it succeeded."""
         if progress:
             from margin_client.progress import follow

@@ -2,7 +2,9 @@
 
 The job bar's position is the gap on a log scale: 0 % at the first reported gap, 100 % at the
 job's tolerance, as the service computes `percent`; the ETA extrapolates the average rate at
-which log(gap) has fallen so far.
+which log(gap) has fallen so far. A search job (or probability=true) solves one problem per fold
+and C, each from its own gap, so its bar is the whole path instead: the solves done of all (the
+records' `percent`), the fold and C being solved, and that solve's gap as text.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rich.progress import (
     Progress,
     TaskProgressColumn,
     TextColumn,
+    TimeElapsedColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
@@ -89,20 +92,85 @@ class _Tracker:
         percent, eta = estimate(first_gap, first_elapsed, gap, elapsed, self.tol)
         return {
             "completed": percent or 0.0,
-            "gap": "-" if gap is None else f"{gap:.3g}",
+            "gap": _gap(gap),
             "iteration": record.get("iteration", "-"),
             "elapsed": _clock(elapsed),
             "eta": _clock(eta),
         }
 
 
+def _gap(gap: float | None) -> str:
+    return "-" if gap is None else f"{gap:.3g}"
+
+
+def _path_bar(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("solves {task.fields[solves]}"),
+        TextColumn("{task.fields[where]}"),
+        TextColumn("gap {task.fields[gap]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+
+
+def _of(index: int | None, total: int | None) -> str:
+    """A 0-based index shown from 1, out of its total where known."""
+    if index is None:
+        return "-"
+    return f"{index + 1}/{total}" if total else str(index + 1)
+
+
+class _PathTracker:
+    """Turns a search's progress records into the path bar's fields: the share of solves done
+    (never moving back), where on the path the solve is, and its gap."""
+
+    def __init__(self):
+        self.percent = 0.0
+
+    def fields(self, record: dict[str, Any]) -> dict[str, Any]:
+        done, total = record.get("solves_done"), record.get("solves_total")
+        if done is not None and total:
+            self.percent = max(self.percent, 100.0 * done / total)
+        C = record.get("C")
+        value = "-" if C is None else f"{C:.4g}"
+        if record.get("stage") == "refit":
+            where = f"refit at C {value}"
+        else:
+            fold = _of(record.get("fold"), record.get("folds_total"))
+            where = f"fold {fold}  C {_of(record.get('c_index'), record.get('cs_total'))} = {value}"
+        return {
+            "completed": self.percent,
+            "solves": "-" if done is None else f"{done}/{total}",
+            "where": where,
+            "gap": _gap(record.get("gap")),
+        }
+
+
+def is_path(info: dict[str, Any]) -> bool:
+    """Whether a job solves a path (a search, or probability=true's internal folds)."""
+    params = info.get("params") or {}
+    return params.get("search") is not None or bool(params.get("probability"))
+
+
 def follow(job: Job, console: Console | None = None) -> None:
     """Draw `job`'s progress until it ends. Ctrl-C asks (on a terminal) whether to cancel it:
     yes cancels and waits for the end; no stops following and re-raises KeyboardInterrupt."""
     console = console or Console(stderr=True)
-    tracker = _Tracker(job.info.get("tol") or (job.info.get("params") or {}).get("tol"))
-    with _job_bar(console) as bar:
-        task = bar.add_task(job.id, total=100, gap="-", iteration="-", elapsed="0:00", eta="-:--")
+    if is_path(job.info):
+        bar, tracker = _path_bar(console), _PathTracker()
+        blank = {"solves": "-", "where": "", "gap": "-"}
+        finished = {}
+    else:
+        bar = _job_bar(console)
+        tracker = _Tracker(job.info.get("tol") or (job.info.get("params") or {}).get("tol"))
+        blank = {"gap": "-", "iteration": "-", "elapsed": "0:00", "eta": "-:--"}
+        finished = {"eta": "0:00"}
+    with bar:
+        task = bar.add_task(job.id, total=100, **blank)
         try:
             for record in job.events():
                 bar.update(task, **tracker.fields(record))
@@ -115,7 +183,7 @@ def follow(job: Job, console: Console | None = None) -> None:
             for _ in job.events():
                 pass
         if job.status == "succeeded":
-            bar.update(task, completed=100.0, eta="0:00")
+            bar.update(task, completed=100.0, **finished)
         bar.update(task, description=f"{job.id} {job.status}")
 
 

@@ -24,7 +24,7 @@ from app.jobs import history, lifecycle
 from app.jobs.lifecycle import Attempt
 from app.services.job_feed import notify
 from app.services.progress_estimate import estimate
-from app.tables import Job, JobProgress, JobStatus, utcnow
+from app.tables import Job, JobProgress, JobStatus, path_percent, utcnow
 
 if TYPE_CHECKING:
     from app.jobs.runner import RunContext
@@ -138,9 +138,6 @@ class Watch:
                 self.lost.set()
 
 
-SEARCH_FIELDS = ("stage", "fold", "c_index", "C", "solves_done", "solves_total")
-
-
 class Recorder:
     """The solver's callback: buffers progress records (whatever fields `JobProgress` stores),
     writes them every PROGRESS_INTERVAL_S, and returns False (stop) once a cancel or shutdown is
@@ -172,13 +169,12 @@ class Recorder:
             return self._record(progress)
 
     def _record(self, progress) -> bool | None:
-        values = progress.as_dict()
+        values = progress.as_dict()  # a search's also say where on its path it is
         record = {name: values.get(name) for name in JobProgress.RECORD_FIELDS}
         if self.first is None and record.get("gap") is not None:
             self.first = (record["gap"], record["elapsed_s"])
         self.buffer.append(record)
-        # a search's records also say where on the path it is (kept in the job's latest record)
-        self.latest = {**record, **{k: values[k] for k in SEARCH_FIELDS if k in values}}
+        self.latest = {**record, "percent": path_percent(record)}
         if len(self.buffer) > MAX_BUFFERED_RECORDS:  # keep the latest and every other before it
             self.buffer = self.buffer[::-2][::-1]
         if time.monotonic() - self.last_flush >= self.ctx.settings.progress_interval_s:
@@ -209,10 +205,8 @@ class Recorder:
         pass to `committed` once the transaction commits."""
         if not self.buffer:
             return 0
-        latest, percent, eta = self.latest, None, None
-        if latest.get("solves_total"):  # a search: the share of the path's solves finished
-            percent = 100.0 * latest["solves_done"] / latest["solves_total"]
-        elif self.first is not None:
+        latest, percent, eta = self.latest, self.latest["percent"], None
+        if percent is None and self.first is not None:
             percent, eta = estimate(
                 self.first[0], self.first[1], latest.get("gap"), latest["elapsed_s"], self.tol
             )

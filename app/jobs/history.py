@@ -5,7 +5,9 @@ they come); every PRUNE_EVERY records, the attempt's rows older than the newest 
 thinned to one row per log-spaced bucket of iterations (bucket ⌊log(iteration) / log(RATIO)⌋),
 so a job keeps every early iteration, fewer and fewer later ones, and at most about
 log(iterations) / log(RATIO) + LIVE_WINDOW rows: about 300 + 100 for a million iterations,
-instead of one row per report. The job row keeps the latest record (`jobs.progress`).
+instead of one row per report. A search job's iterations start again at every solve of its
+path, so its buckets are per solve (stage, fold, C index): each solve keeps its own log-spaced
+history. The job row keeps the latest record (`jobs.progress`).
 
 Finished jobs older than JOB_RETENTION_DAYS are deleted with their progress and history
 (`lifecycle.delete`); their models stay.
@@ -36,14 +38,20 @@ def thin(session: Session, job_id: str, attempt: int, window: int = LIVE_WINDOW)
     """Delete the attempt's rows before the newest `window` that are not the first of their
     log-spaced bucket; returns how many went."""
     rows = session.execute(
-        select(JobProgress.id, JobProgress.iteration)
+        select(
+            JobProgress.id,
+            JobProgress.iteration,
+            JobProgress.stage,
+            JobProgress.fold,
+            JobProgress.c_index,
+        )
         .where(JobProgress.job_id == job_id, JobProgress.attempt == attempt)
         .order_by(JobProgress.id)
     ).all()
     older = rows[: max(0, len(rows) - window)]
     seen, doomed = set(), []
     for row in older:
-        key = bucket(row.iteration)
+        key = (row.stage, row.fold, row.c_index, bucket(row.iteration))
         if key in seen:
             doomed.append(row.id)
         seen.add(key)

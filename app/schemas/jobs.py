@@ -36,7 +36,9 @@ class JobCreate(BaseModel):
 
 
 class ProgressRecord(BaseModel):
-    """One solver iteration; the names are those of `solvers.Progress`."""
+    """One solver iteration; the names are those of `solvers.Progress`, and for a search job
+    (or probability=true, whose internal folds make a path at one C) those of
+    `solvers.selection.search.SearchProgress`: where on the path the solve is."""
 
     iteration: int
     elapsed_s: float
@@ -58,14 +60,32 @@ class ProgressRecord(BaseModel):
     lower_bound: float | None = None
     upper_bound: float | None = None
     stage: Literal["path", "refit"] | None = Field(
-        None, description="a search job: solving the folds along the C path, or the refit"
+        None, description="a search job: solving the folds along the C path, or the refit on "
+        "all rows at the chosen C (null for a single solve, as are the fields below)"
     )
-    fold: int | None = Field(None, description="a search job: the fold being solved")
-    c_index: int | None = Field(None, description="a search job: the index of C on the path")
+    fold: int | None = Field(
+        None, description="a search job: the fold being solved, from 0 (null at the refit)"
+    )
+    folds_total: int | None = Field(None, description="a search job: the number of folds")
+    c_index: int | None = Field(
+        None, description="a search job: the index of C on the path, from 0 (null at the refit)"
+    )
+    cs_total: int | None = Field(
+        None, description="a search job: the number of C values on the path (a search that "
+        "stops early, once the score no longer improves, ends before the last)"
+    )
     C: float | None = Field(None, description="a search job: the C being solved")
-    solves_done: int | None = Field(None, description="a search job: solves finished")
+    solves_done: int | None = Field(
+        None, description="a search job: solves finished before this record's (a solve is one "
+        "fold at one C, or the refit)"
+    )
     solves_total: int | None = Field(
         None, description="a search job: solves on the whole path, the refit included"
+    )
+    percent: float | None = Field(
+        None, description="a search job: the share of the path done, 100 · solves_done / "
+        "solves_total (the gap above is the current solve's, which starts again at every solve)."
+        " Null for a single solve: the job's `percent` estimates its progress from the gap"
     )
 
 

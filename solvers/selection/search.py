@@ -44,7 +44,8 @@ NEWTON_AFTER_PASSES = 20
 
 @dataclass(frozen=True)
 class SearchProgress:
-    """One solver pass inside a search: ``stage`` "path" (with ``fold`` and ``c_index``) or
+    """One solver pass inside a search: ``stage`` "path" (with ``fold`` of ``folds_total`` and
+    ``c_index`` of ``cs_total``, both from 0; for `LinearSVRCV` a point of the (C, ε) grid) or
     "refit"; ``solves_done`` of ``solves_total`` (refit included) finished before this pass."""
 
     stage: str
@@ -55,12 +56,15 @@ class SearchProgress:
     solves_done: int
     solves_total: int
     progress: Progress
+    folds_total: int | None = None
+    cs_total: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "stage": self.stage, "fold": self.fold, "c_index": self.c_index, "C": self.C,
             "epsilon": self.epsilon, "solves_done": self.solves_done,
-            "solves_total": self.solves_total, **self.progress.as_dict(),
+            "solves_total": self.solves_total, "folds_total": self.folds_total,
+            "cs_total": self.cs_total, **self.progress.as_dict(),
         }  # fmt: skip
 
 
@@ -198,11 +202,11 @@ class Search:
                 return False
             if user is None:
                 return None
-            record = SearchProgress(
-                stage, fold, c_index, float(point["C"]), point.get("epsilon"), self.done,
-                self.total, progress,
-            )  # fmt: skip
-            with self.lock:
+            with self.lock:  # solves_done read in the order of the calls: it never moves back
+                record = SearchProgress(
+                    stage, fold, c_index, float(point["C"]), point.get("epsilon"), self.done,
+                    self.total, progress, len(self.folds), len(self.points),
+                )  # fmt: skip
                 if user(record) is False:
                     self.stop.set()
                     return False

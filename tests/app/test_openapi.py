@@ -117,6 +117,19 @@ def test_event_stream_and_examples(document):
     assert bodies >= 6
 
 
+def test_the_event_streams_records_are_documented_with_a_searchs_path(document):
+    content = document["paths"]["/v1/jobs/{job_id}/events"]["get"]["responses"]["200"]["content"]
+    data = content["text/event-stream"]["x-event-data"]
+    assert data == {"progress": {"$ref": "#/components/schemas/ProgressRecord"},
+                    "end": {"$ref": "#/components/schemas/JobOut"}}
+    record = document["components"]["schemas"]["ProgressRecord"]["properties"]
+    for name in ("stage", "fold", "folds_total", "c_index", "cs_total", "C", "solves_done",
+                 "solves_total", "percent", "gap"):
+        assert record[name]["description"], name
+    example = content["text/event-stream"]["examples"]["search"]["value"]
+    assert '"solves_done": 7, "solves_total": 13, "percent": 53.8' in example
+
+
 def test_docs_pages_load_only_local_assets(document, tmp_path, sqlite_template):
     app = fuzz_service.build_app(tmp_path / "d", sqlite_template)
     with TestClient(app) as client:

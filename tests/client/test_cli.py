@@ -247,6 +247,43 @@ def test_follow_draws_a_progress_bar_on_a_terminal(service, heart_dataset):
     assert re.search(r"job_\w+ succeeded", screen)
 
 
+def test_follow_draws_a_search_jobs_whole_path_on_a_terminal(service, heart_dataset):
+    """A search's bar is its path: solves done of all, the fold and C being solved and that
+    solve's gap as text (before: the bar was the gap of each solve, starting again at every one
+    of them, and said nothing of the fold or C)."""
+    from margin_client.progress import _PathTracker
+
+    term = Terminal(service, "train", heart_dataset, "--Cs", "0.01,0.1,1", "--cv", "3",
+                    "--tol", "1e-3", "--follow")
+    code = term.finish()
+    screen = term.read()
+    assert code == 0, screen
+    assert ESC + "[" in screen and "━" in screen
+    # the last frame: the job succeeded during the refit, the 10th and last solve
+    assert "100%" in screen and "solves 9/10" in screen and "refit at C " in screen, screen
+    assert re.search(r"job_\w+ succeeded", screen)
+    assert "iter " not in screen and "ETA" not in screen  # not the single solve's bar
+    job_id = re.search(r"(job_\w+) succeeded", screen).group(1)
+
+    # every record the bar is given turns into these fields, whatever frames a fast search drew
+    with Client(service.url) as client:
+        records = list(client.jobs.get(job_id).events())
+    tracker, shown = _PathTracker(), []
+    for record in records:
+        fields = tracker.fields(record)
+        shown.append(fields["completed"])
+        assert fields["solves"] == f"{record['solves_done']}/10"
+        assert fields["gap"] == f"{record['gap']:.3g}"
+        if record["stage"] == "path":
+            C = [0.01, 0.1, 1.0][record["c_index"]]
+            assert fields["where"] == (f"fold {record['fold'] + 1}/3  "
+                                       f"C {record['c_index'] + 1}/3 = {C:.4g}")
+        else:
+            assert fields["where"] == f"refit at C {record['C']:.4g}"
+    assert shown == sorted(shown) and shown[0] == 0.0 and shown[-1] == 90.0
+    assert {r["fold"] for r in records} == {0, 1, 2, None}
+
+
 def test_ctrl_c_asks_and_cancels_the_job(service, slow_dataset):
     with Client(service.url) as client:
         job = client.jobs.create(slow_dataset, params=SLOW_PARAMS)

@@ -100,6 +100,46 @@ def test_events_follow_the_job_and_the_bar_draws_the_gap(client, heart_dataset):
     assert f"iter {iterations[-1]}" in text
 
 
+def test_a_search_jobs_event_stream_carries_its_path_over_http(service, heart_dataset):
+    """The raw Server-Sent Events of a search job, read off the socket while it runs: every
+    `progress` event says where on the path it is, beside the solve's gap and the path's
+    percent (before: the gap and the solver's fields alone)."""
+    import json
+
+    import httpx
+
+    Cs, folds = [0.01, 0.1, 1.0], 3
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        job = http.post("/v1/jobs", json={"dataset_id": heart_dataset, "params": {
+            "tol": 1e-4, "search": {"Cs": Cs, "cv": folds}}}).json()  # fmt: skip
+        events, kind, data = [], None, []
+        with http.stream("GET", f"/v1/jobs/{job['id']}/events") as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            for line in stream.iter_lines():
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].strip())
+                elif not line and kind:  # a blank line ends the event
+                    events.append((kind, json.loads("\n".join(data))))
+                    kind, data = None, []
+    progress = [body for kind, body in events if kind == "progress"]
+    assert events[-1][0] == "end" and events[-1][1]["status"] == "succeeded"
+    assert events[-1][1]["percent"] == 100.0
+    total = len(Cs) * folds + 1
+    for r in progress:
+        assert r["gap"] is not None and r["solves_total"] == total
+        assert r["percent"] == pytest.approx(100 * r["solves_done"] / total)
+        if r["stage"] == "path":
+            assert (r["folds_total"], r["cs_total"]) == (folds, len(Cs))
+            assert 0 <= r["fold"] < folds and r["C"] == Cs[r["c_index"]]
+        else:
+            assert r["stage"] == "refit" and r["fold"] is None and r["C"] in Cs
+    assert {(r["fold"], r["c_index"]) for r in progress if r["stage"] == "path"} == {
+        (f, c) for f in range(folds) for c in range(len(Cs))}
+    assert progress[-1]["stage"] == "refit"
+
+
 def test_cancel_a_running_job(client, slow_dataset):
     job = client.jobs.create(slow_dataset, params=SLOW_PARAMS)
     seen = 0

@@ -338,6 +338,53 @@ def test_a_search_job_from_the_form_shows_its_progress_and_table(page, heart_dat
     shot(page, "job-search")
 
 
+def _fold_lines(records: list[dict]) -> dict[str, list[int]]:
+    """The iterations each line of the search plot holds after `records`: per fold the reports
+    of its latest solve (a new C, or iterations that start again, start the line again), and
+    the refit's."""
+    lines: dict[str, tuple[object, list[int]]] = {}
+    for r in records:
+        label = "refit" if r["stage"] == "refit" else f"fold {r['fold'] + 1}"
+        solve = "refit" if r["stage"] == "refit" else r["c_index"]
+        held = lines.get(label)
+        if held is None or held[0] != solve or r["iteration"] <= held[1][-1]:
+            held = lines[label] = (solve, [])
+        held[1].append(r["iteration"])
+    return {label: its for label, (_, its) in lines.items()}
+
+
+def test_a_search_jobs_page_shows_its_path_and_each_folds_current_solve(page, heart_dataset):
+    with Client(page.service.url) as client:
+        job = client.jobs.create(heart_dataset, tol=1e-4, calibration="none",
+                                 search={"Cs": [0.01, 0.1, 1.0], "cv": 3}).wait(check=True)
+        records = list(client.jobs.get(job.id).events())  # what the page's stream replays
+        chosen = client.models.get(job.model_id)["selection"]["C"]
+    lines = _fold_lines(records)
+    assert sorted(lines) == ["fold 1", "fold 2", "fold 3", "refit"]
+    open_ui(page, f"#/jobs/{job.id}")
+    page.wait_for_selector("main[data-status=succeeded]")
+    expected = sum(len(its) for its in lines.values())
+    # before: the gap of every solve on one line, against an iteration count that starts again
+    # at each of the path's ten solves
+    page.wait_for_function(
+        f"document.querySelector('#plot-search').dataset.points === '{expected}'")
+    assert expected < len(records)  # the earlier solves of each fold are no longer drawn
+    assert page.get_attribute("#plot-search", "data-lines") == "4"
+    assert page.locator("#plot-iteration").count() == 0
+    legend = page.locator("#plot-search .u-legend")
+    for fold in (1, 2, 3):
+        expect(legend).to_contain_text(f"fold {fold} · C 1")  # each fold's last solve: C = 1
+    expect(legend).to_contain_text("refit · C ")
+    # the path: all solves but the refit finished at its last record, and the job succeeded
+    expect(page.locator("#job-solves")).to_have_text("9 of 10")
+    expect(page.locator("#job-path-percent")).to_have_text("100 %")
+    assert page.get_attribute("#job-path", "value") == "100"
+    expect(page.locator("#job-stage")).to_have_text("refit at the chosen C")
+    assert float(page.locator("#job-C").inner_text()) == pytest.approx(chosen, rel=1e-3)
+    expect(page.locator("#job-gap")).to_have_text(re.compile(r"\d"))
+    shot(page, "job-search-path")
+
+
 def test_a_search_over_a_log_grid_from_the_form(page, heart_dataset):
     open_ui(page, f"#/datasets/{heart_dataset}")
     page.select_option("#train-estimator", "LinearSVR")

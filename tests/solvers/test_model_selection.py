@@ -224,6 +224,9 @@ def test_folds_run_within_the_thread_budget():
     assert {r.fold for r in path} == set(range(5)) and {r.c_index for r in path} == {0, 1}
     assert records[-1].stage == "refit" and records[-1].solves_done == 10
     assert all(r.solves_total == 11 and r.progress.gap is not None for r in records)
+    assert {(r.folds_total, r.cs_total) for r in records} == {(5, 2)}  # the path's size
+    done = [r.solves_done for r in records]
+    assert done == sorted(done)  # read in the order of the calls, though folds run at once
     assert thread_budget(2, 5) == (2, 1) and thread_budget(8, 3) == (3, 2)
     assert thread_budget(1, 5) == (1, 1)
 

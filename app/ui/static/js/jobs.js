@@ -1,11 +1,12 @@
 // Jobs: the list (refreshed while open) and a job's page with the live convergence plots, its
-// status history, cancel and delete; a search job's page also follows its fold and C, and shows
-// the cross-validation table once done.
+// status history, cancel and delete; a search job's page follows its whole path instead (solves
+// done of all, fold, C; the plot of each fold's current solve), and shows the cross-validation
+// table once done.
 
 import { api, streamEvents } from "./api.js";
 import { clock, errorBox, facts, fmt, h, statusBadge, table, when } from "./dom.js";
-import { ConvergencePlots } from "./plot.js";
-import { searchProgressRows, selectionSection } from "./selection.js";
+import { ConvergencePlots, SearchPlot } from "./plot.js";
+import { isPath, searchProgressRows, selectionSection } from "./selection.js";
 
 const ACTIVE = ["queued", "running"];
 
@@ -36,6 +37,8 @@ export async function list(main) {
   return () => clearInterval(timer);
 }
 
+const percentText = (percent) => (percent === null || percent === undefined ? "–" : `${Math.round(percent)} %`);
+
 function jobFacts(job, last) {
   const p = last || job.progress || {};
   const rows = [
@@ -43,15 +46,24 @@ function jobFacts(job, last) {
     ["Estimator", job.estimator],
     ["Dataset", job.dataset_id ? h("a", { href: `#/datasets/${job.dataset_id}` }, job.dataset_id) : "–"],
     ["Parameters", h("code", {}, JSON.stringify(job.params))],
-    ["Iteration", fmt(p.iteration)],
-    ["Gap", h("span", { id: "job-gap" }, fmt(p.gap))],
-    ["Tolerance", fmt(job.tol)],
-    ["Active set", fmt(p.active)],
-    ["Elapsed", clock(p.elapsed_s ?? job.elapsed_s)],
-    ["Done", job.percent === null || job.percent === undefined ? "–" : `${Math.round(job.percent)} %`],
-    ["ETA", clock(job.eta_s)],
   ];
-  rows.push(...searchProgressRows(job, job.progress));  // the stream's records lack these fields
+  if (isPath(job)) {
+    // every record of the stream says where on the path it is; the gap is the current solve's
+    rows.push(...searchProgressRows(job, p),
+      ["Iteration of the solve", fmt(p.iteration)],
+      ["Gap of the solve", h("span", { id: "job-gap" }, fmt(p.gap))],
+      ["Tolerance", fmt(job.tol)],
+      ["Elapsed", clock(job.elapsed_s)]);
+  } else {
+    rows.push(
+      ["Iteration", fmt(p.iteration)],
+      ["Gap", h("span", { id: "job-gap" }, fmt(p.gap))],
+      ["Tolerance", fmt(job.tol)],
+      ["Active set", fmt(p.active)],
+      ["Elapsed", clock(p.elapsed_s ?? job.elapsed_s)],
+      ["Done", percentText(job.percent)],
+      ["ETA", clock(job.eta_s)]);
+  }
   for (const key of ["duality_gap", "pg_range", "max_violation", "primal", "dual"]) {
     if (p[key] !== undefined && p[key] !== null) rows.push([key, fmt(p[key])]);
   }
@@ -92,7 +104,7 @@ export async function show(main, id) {
   const selection = h("div", { id: "job-selection" });
   main.append(h("h1", {}, `Job ${id}`), summary, h("p", {}, cancel, " ", remove), message, selection,
               h("h2", {}, "Convergence"), plots, h("h2", {}, "History"), history);
-  const plot = new ConvergencePlots(plots);
+  const plot = isPath(job) ? new SearchPlot(plots) : new ConvergencePlots(plots);
   let last = null;
   let shownFor = null;
   let shownStatus = null;

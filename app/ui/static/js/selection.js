@@ -67,16 +67,34 @@ function pathLength(search) {
 
 const outOf = (i, n) => (i === null || i === undefined ? "–" : n ? `${i + 1} of ${n}` : String(i + 1));
 
-// The fact rows of a search job's latest progress record (none for a plain job).
+// Whether a job solves a path (a search, or probability=true's internal folds at its C).
+export function isPath(job) {
+  return Boolean(job.params && (job.params.search || job.params.probability));
+}
+
+// The share of the path done: the record's (solves done of all), or the job's once it ended.
+export function pathPercent(job, p) {
+  const shares = [p && p.percent, job.percent].filter((v) => typeof v === "number");
+  return shares.length ? Math.max(...shares) : null;
+}
+
+// The fact rows of a search job's progress record `p`: how much of the path is done, and where
+// on it the solve is (the job's percent alone before the first record). Older records lack the totals: the job's
+// parameters give them where they can.
 export function searchProgressRows(job, p) {
-  if (!p || !p.stage) return [];
+  const percent = pathPercent(job, p);
+  if (!p || !p.stage) return [["Path done", percent === null ? "–" : `${Math.round(percent)} %`]];
   const search = (job.params || {}).search;
+  const refit = p.stage === "refit";
   return [
-    ["Search stage", h("span", { id: "job-stage" }, p.stage === "refit" ? "refit at the chosen C" : "cross-validation path")],
-    ["Fold", h("span", { id: "job-fold" }, outOf(p.fold, search && search.cv))],
-    ["C index", h("span", { id: "job-c-index" }, outOf(p.c_index, pathLength(search)))],
-    ["C", fmt(p.C)],
+    ["Path done", h("span", {},
+      h("progress", { id: "job-path", max: 100, value: percent ?? 0, "aria-label": "Path done" }),
+      " ", h("span", { id: "job-path-percent" }, percent === null ? "–" : `${Math.round(percent)} %`))],
     ["Solves", h("span", { id: "job-solves" }, `${fmt(p.solves_done)} of ${fmt(p.solves_total)}`)],
+    ["Search stage", h("span", { id: "job-stage" }, refit ? "refit at the chosen C" : "cross-validation path")],
+    ["Fold", h("span", { id: "job-fold" }, refit ? "all rows" : outOf(p.fold, p.folds_total ?? (search && search.cv)))],
+    ["C index", h("span", { id: "job-c-index" }, refit ? "chosen" : outOf(p.c_index, p.cs_total ?? pathLength(search)))],
+    ["C", h("span", { id: "job-C" }, fmt(p.C))],
   ];
 }
 
