@@ -61,6 +61,18 @@ def split_ref(ref: str) -> tuple[str, str | None]:
     return (name, selector) if at else (ref, None)
 
 
+def plausible(ref: str) -> bool:
+    """Whether `ref` could name a model: a model id or registered name, or ``name@alias`` /
+    ``name@vN`` of usable parts. Anything else names nothing and is answered without a lookup
+    (nor a place in the alias cache: 4,000 references of 60 KB held 240 MB there)."""
+    name, selector = split_ref(ref)
+    if not NAME.fullmatch(name):
+        return False
+    if selector is None or VERSION_REF.fullmatch(selector):
+        return True
+    return bool(ALIAS.fullmatch(selector)) and not VERSION_LIKE.fullmatch(selector)
+
+
 def is_reference(ref: str) -> bool:
     return "@" in ref
 
