@@ -13,7 +13,7 @@ import pytest
 from app.services.predict_json import SMALL_JSON
 from app.services.uploads import MAX_FIELDS
 from tests.app.conftest import HEART
-from tests.app.test_serving import train
+from tests.app.test_serving import heart_csv, train
 
 ROW = [0.5] * 13  # heart_scale's 13 features
 
@@ -127,3 +127,56 @@ def test_usable_references_still_resolve(client, model):
         answer = client.post(f"/v1/models/{ref}/predict", json={"instances": [ROW]})
         assert answer.status_code == 200, (ref, answer.text)
     assert client.get("/v2/models/heart.v2_x-1").status_code == 200
+
+
+@pytest.fixture
+def named_model(app, client) -> str:
+    text, _, _ = heart_csv()
+    dataset = client.post("/v1/datasets", files={"file": ("heart.csv", text)}).json()
+    return train(app, client, dataset["id"], tol=0.1)
+
+
+def invocations(client, model: str, body: bytes):
+    url = f"/v1/models/{model}/invocations"
+    return client.post(url, content=body, headers={"Content-Type": "application/json"})
+
+
+def test_invocations_count_lists_and_objects_before_parsing(client, named_model):
+    bound = 3 * 10_000 + 16  # three per instance (a sparse one), MAX_PREDICT_BATCH 10,000
+    at_bound = b'{"dataframe_records": [' + b",".join([b"{}"] * (bound - 2)) + b"]}"
+    answer = invocations(client, named_model, at_bound)
+    assert answer.status_code == 413 and "too many instances" in answer.json()["message"]
+    over = b'{"dataframe_records": [' + b",".join([b"{}"] * (bound - 1)) + b"]}"
+    answer = invocations(client, named_model, over)
+    assert answer.status_code == 413, answer.text[:300]
+    assert answer.json()["message"].startswith(f"too many JSON lists and objects ({bound + 1})")
+    empties = b'{"inputs": [' + b",".join([b"[]"] * 340_000) + b"]}"  # 1 MB
+    tracemalloc.start()
+    try:
+        answer = invocations(client, named_model, empties)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert answer.status_code == 413, answer.text[:300]
+    assert peak < 4 * len(empties), peak / 2**20  # before: 340,000 lists (33 MB)
+
+
+def test_invocations_count_rows_before_making_records(client, named_model):
+    n = 500_000  # 1 MB of zeros in one column
+    body = b'{"inputs": {"age": [' + b",".join([b"0"] * n) + b"]}}"
+    tracemalloc.start()
+    try:
+        answer = invocations(client, named_model, body)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert answer.status_code == 413, answer.text[:300]
+    assert answer.json()["message"].startswith(f"too many instances: {n}, at most 10000")
+    # the parsed column only; before: a record of each of its 500,000 values (100 MB)
+    assert peak < 32 * len(body), (peak / 2**20, len(body) / 2**20)
+    split = {"dataframe_split": {"columns": ["age"], "data": [[0]] * 10_001}}
+    answer = client.post(f"/v1/models/{named_model}/invocations", json=split)
+    assert answer.status_code == 413, answer.text[:300]
+    assert answer.json()["message"].startswith("too many instances: 10001, at most 10000")
+    split["dataframe_split"]["data"].pop()
+    assert client.post(f"/v1/models/{named_model}/invocations", json=split).status_code == 200
