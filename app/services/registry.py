@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.errors import ProblemError
@@ -154,13 +155,17 @@ def version_of(session: Session, model_id: str) -> tuple[str, int] | None:
 
 def create(session: Session, name: str, description: str | None, tags: dict) -> RegisteredModel:
     check_name(name)
+    taken = ProblemError(409, "Name taken", f"a registered model named {name!r} exists")
     if session.scalar(select(RegisteredModel.id).where(RegisteredModel.name == name)):
-        raise ProblemError(409, "Name taken", f"a registered model named {name!r} exists")
+        raise taken
     row = RegisteredModel(
         id=new_id("rm"), name=name, description=description, tags=tags, latest_version=0
     )
     session.add(row)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError:  # the same name registered at once: the unique index decided
+        raise taken from None
     return row
 
 

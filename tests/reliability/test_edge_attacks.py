@@ -20,6 +20,7 @@ from tests.reliability.test_attacks import (  # noqa: F401
     postgres_scratch,
     service,
 )
+from tests.reliability.test_more_attacks import race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -120,3 +121,16 @@ def test_references_that_name_nothing_are_not_kept(service):  # noqa: F811
     after = sum(memory._status(p).get("VmRSS", 0) for p in memory.tree(pid))
     print(f"held after the requests: {(after - before) / memory.MB:.1f} MB")
     assert after - before < 50 * memory.MB, (after - before) / memory.MB
+
+
+def test_the_same_name_registered_at_once_is_201_and_409(service):  # noqa: F811
+    """Each round: one name registered by two requests at once. Before: both passed the check
+    for the name, and the second insert met the unique index (PostgreSQL: 500)."""
+    for round_ in range(30):
+        body = {"json": {"name": f"twice-{round_}"}}
+        answers = race(service, {"a": ("POST", "/v1/registered-models", body),
+                                 "b": ("POST", "/v1/registered-models", body)})  # fmt: skip
+        statuses = sorted(r.status_code for r in answers.values())
+        assert statuses == [201, 409], [(r.status_code, r.text) for r in answers.values()]
+        conflict = next(r for r in answers.values() if r.status_code == 409)
+        assert conflict.json()["detail"] == f"a registered model named 'twice-{round_}' exists"
