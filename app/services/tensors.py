@@ -134,6 +134,8 @@ def _outputs(requested, available: tuple[str, ...]) -> tuple[str, ...]:
             raise InvalidInstances(
                 f"outputs[{i}]: unknown output {name!r}; this model has {', '.join(available)}"
             )
+        if name in names:  # each one named is computed and sent: 2,000 names made 400 MB
+            raise InvalidInstances(f"outputs[{i}]: {name!r} is named twice")
         names.append(name)
     return tuple(names)
 
