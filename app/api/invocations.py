@@ -8,6 +8,10 @@ matched to the model's feature names (a model trained on a CSV or Parquet file);
 a row holds the model's n_features values in order. ``{model}`` is a model id, ``name@alias`` or
 ``name@vN``; authentication, tenancy and limits are those of v1 predict, and errors are MLflow's
 ``{"error_code", "message"}``.
+
+Bodies up to SMALL_BODY (1 MB) are parsed whole once their lists and objects are counted (at
+most three per instance the request may hold), and a column or a ``dataframe_split`` is
+counted before its rows become records; larger bodies are read an instance at a time.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ router = APIRouter(tags=["models"])
 SMALL_BODY = 1 << 20  # bodies parsed whole; larger ones are read an instance at a time
 STREAMED = {"instances": "instances", "inputs": "instances", "dataframe_records": "records"}
 SHAPES = ("inputs", "instances", "dataframe_split", "dataframe_records")
+CONTAINERS_PER_ROW = 3  # a sparse instance: {"indices": [...], "values": [...]}
 
 
 async def invocations(request: Request) -> Response:
@@ -74,6 +79,7 @@ def _predict(body: bytes, media: str, model, max_batch: int) -> bytes:
 def _json_rows(body: bytes, model, max_batch: int):
     if len(body) > SMALL_BODY:
         return json_rows(body, model, max_batch, STREAMED)
+    _count_containers(body, batch_limit(model, max_batch))
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -96,10 +102,33 @@ def _json_rows(body: bytes, model, max_batch: int):
                       max_batch=max_batch)  # fmt: skip
 
 
+def _count_containers(body: bytes, limit: int) -> None:
+    """A body parsed whole holds at most the lists and objects of `limit` instances (three for a
+    sparse one), counted on its bytes first: 1 MB of ``[]`` or ``{}`` was 350,000 Python
+    objects (33 MB) before any instance was counted."""
+    found = body.count(b"[") + body.count(b"{")
+    if found > CONTAINERS_PER_ROW * limit + 16:
+        raise InvalidInstances(
+            f"too many JSON lists and objects ({found}) for at most {limit} instances per "
+            "request (MAX_PREDICT_BATCH); split the batch",
+            413,
+        )
+
+
+def _too_many_rows(n: int, limit: int) -> InvalidInstances:
+    return InvalidInstances(
+        f"too many instances: {n}, at most {limit} per request (MAX_PREDICT_BATCH); split the "
+        "batch",
+        413,
+    )
+
+
 def _split_rows(split, model, max_batch: int):
     if not isinstance(split, dict) or not isinstance(split.get("data"), list):
         raise InvalidInstances("'dataframe_split' must be an object with 'data' (and 'columns')")
     columns, data = split.get("columns"), split["data"]
+    if len(data) > batch_limit(model, max_batch):  # counted before a record is made of each
+        raise _too_many_rows(len(data), batch_limit(model, max_batch))
     if columns is None or _positional(columns, model):
         return items_rows("instances", "dataframe_split.data", data, model, max_batch=max_batch)
     if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
@@ -117,6 +146,8 @@ def _columns_rows(columns: dict, model, max_batch: int):
     if len(lengths) != 1 or -1 in lengths:
         raise InvalidInstances("'inputs' by column: every column must be a list of one length")
     n = lengths.pop()
+    if n > batch_limit(model, max_batch):  # 500,000 records of 1 MB of zeros took 100 MB
+        raise _too_many_rows(n, batch_limit(model, max_batch))
     records = [{name: values[i] for name, values in columns.items()} for i in range(n)]
     return items_rows("records", "inputs", records, model, max_batch=max_batch)
 

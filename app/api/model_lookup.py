@@ -60,6 +60,8 @@ def _resolve(db, principal: Principal, ref: str, latest: bool) -> str | None:
 async def resolve_id(request: Request, principal: Principal, ref: str, latest=False) -> str:
     """The model id of `ref` (an id, ``name@alias``, ``name@vN``; a bare name too with
     `latest`), through the alias cache."""
+    if not registry.plausible(ref):
+        raise ModelNotFound(ref)
     if not registry.is_reference(ref) and not latest:
         return ref
     cache = alias_cache(request.app)

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.errors import ProblemError
@@ -59,6 +60,18 @@ def split_ref(ref: str) -> tuple[str, str | None]:
     """(name, selector) of ``name@selector``; (ref, None) without '@'."""
     name, at, selector = ref.partition("@")
     return (name, selector) if at else (ref, None)
+
+
+def plausible(ref: str) -> bool:
+    """Whether `ref` could name a model: a model id or registered name, or ``name@alias`` /
+    ``name@vN`` of usable parts. Anything else names nothing and is answered without a lookup
+    (nor a place in the alias cache: 4,000 references of 60 KB held 240 MB there)."""
+    name, selector = split_ref(ref)
+    if not NAME.fullmatch(name):
+        return False
+    if selector is None or VERSION_REF.fullmatch(selector):
+        return True
+    return bool(ALIAS.fullmatch(selector)) and not VERSION_LIKE.fullmatch(selector)
 
 
 def is_reference(ref: str) -> bool:
@@ -142,13 +155,17 @@ def version_of(session: Session, model_id: str) -> tuple[str, int] | None:
 
 def create(session: Session, name: str, description: str | None, tags: dict) -> RegisteredModel:
     check_name(name)
+    taken = ProblemError(409, "Name taken", f"a registered model named {name!r} exists")
     if session.scalar(select(RegisteredModel.id).where(RegisteredModel.name == name)):
-        raise ProblemError(409, "Name taken", f"a registered model named {name!r} exists")
+        raise taken
     row = RegisteredModel(
         id=new_id("rm"), name=name, description=description, tags=tags, latest_version=0
     )
     session.add(row)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError:  # the same name registered at once: the unique index decided
+        raise taken from None
     return row
 
 

@@ -14,7 +14,9 @@ order. Two extensions:
 Bounds: the body is already limited (MAX_PREDICT_BODY_MB); the declared shape is checked
 against the batch limit and the model before any data is converted, a large body's ``data``
 array is converted by numpy from its bytes (8 bytes a value, no Python objects), and its count
-must match the shape.
+must match the shape. The JSON that orjson parses whole (the body without its ``data`` array,
+or the part before binary data) is at most SMALL_JSON: 30 MB of ``{}`` elsewhere in the body
+took a gigabyte of Python objects.
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ def parse_infer(body: bytes, header_length: str | None, model: LinearModel, max_
             raise InvalidInstances("Inference-Header-Content-Length: not a length within the body")
         binary = memoryview(body)[length:]
         body = body[:length]
+        if binary and len(body) > SMALL_JSON:
+            raise InvalidInstances(
+                f"Inference-Header-Content-Length: the JSON part before binary data is at most "
+                f"{SMALL_JSON // 1024} KB, got {len(body)} bytes",
+                status=413,
+            )
     data_span = None
     if len(body) > SMALL_JSON and not binary:
         body, data_span = _cut_data(body)
@@ -88,14 +96,23 @@ def _loads(body: bytes):
 
 
 def _cut_data(body: bytes) -> tuple[bytes, tuple[bytes, int, int]]:
-    """A large body with its one ``data`` array replaced by ``null``, and that array's bytes."""
-    matches = list(_DATA.finditer(body))
-    if len(matches) != 1:
+    """A large body with its one ``data`` array replaced by ``null``, and that array's bytes.
+    What is left is parsed whole, so it must be small."""
+    matches = _DATA.finditer(body)  # two at most are looked at: a body may hold millions
+    first, second = next(matches, None), next(matches, None)
+    if first is None or second is not None:
         raise InvalidInstances(
             f"a body over {SMALL_JSON // 1024} KB must hold exactly one tensor 'data' array"
         )
-    start = matches[0].end() - 1
+    start = first.end() - 1
     end = container_end(body, start)
+    rest = start + len(b"null") + len(body) - end
+    if rest > SMALL_JSON:
+        raise InvalidInstances(
+            f"a request apart from its data array is at most {SMALL_JSON // 1024} KB, got "
+            f"{rest} bytes",
+            status=413,
+        )
     return body[:start] + b"null" + body[end:], (body, start, end)
 
 
@@ -117,6 +134,8 @@ def _outputs(requested, available: tuple[str, ...]) -> tuple[str, ...]:
             raise InvalidInstances(
                 f"outputs[{i}]: unknown output {name!r}; this model has {', '.join(available)}"
             )
+        if name in names:  # each one named is computed and sent: 2,000 names made 400 MB
+            raise InvalidInstances(f"outputs[{i}]: {name!r} is named twice")
         names.append(name)
     return tuple(names)
 
