@@ -20,7 +20,7 @@ from app.config import Settings
 from app.main import create_app
 from app.schemas import params as params_module
 from app.services import trainers
-from app.services.datasets import ParserPool
+from app.services.parser_pool import ParserPool
 from app.tables import Base
 
 PG_ENV = "MARGIN_TEST_POSTGRES_URL"
