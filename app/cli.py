@@ -144,7 +144,7 @@ def _load_demo_child(settings_data: dict) -> None:
     from app import logs
     from app.config import Settings
     from app.db import Database
-    from app.services.datasets import import_file
+    from app.services.dataset_commit import import_file
 
     settings = Settings(**settings_data)
     logs.configure(settings.log_format)

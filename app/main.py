@@ -44,7 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI):
-    from app.services.datasets import sweep_partial_uploads
+    from app.services.sweep import sweep_partial_uploads
 
     settings: Settings = app.state.settings
     if settings.worker_backend == "procrastinate":
@@ -68,8 +68,8 @@ async def _lifespan(app: FastAPI):
 def _attach_state(app: FastAPI, settings: Settings) -> None:
     """The app's shared objects: settings, database, job queue, upload slots and parsers, job
     feeds."""
-    from app.services.datasets import ParserPool
     from app.services.job_feed import JobFeeds
+    from app.services.parser_pool import ParserPool
     from app.services.upload_slots import UploadSlots, parser_count
 
     settings.ensure_dirs()

@@ -62,7 +62,7 @@ class Run:
         from app import migrate
         from app.config import Settings
         from app.db import Database
-        from app.services.datasets import import_file
+        from app.services.dataset_commit import import_file
 
         base = make_url(server_url)
         self.name = f"margin_bench_{uuid.uuid4().hex[:8]}"

@@ -11,6 +11,7 @@ from app.deps import DatabaseDep, DatasetDep, SessionDep, SettingsDep
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page
 from app.schemas.datasets import DatasetOut
 from app.services import datasets as service
+from app.services.dataset_upload import UploadOptions, create_dataset
 from app.services.formats import FORMATS
 from app.services.idempotency import check_key
 from app.tables import LOCAL_TENANT
@@ -82,12 +83,10 @@ async def upload_dataset(
     gzip, bzip2 or xz compressed), a Parquet file or an npz archive, as the multipart field
     `file` or as the raw request body. Parse options come in the query string or as multipart
     fields sent before `file` (the file is parsed while it arrives)."""
-    options = service.UploadOptions(
-        format=format, label_column=label_column, empty_cells=empty_cells
-    )
+    options = UploadOptions(format=format, label_column=label_column, empty_cells=empty_cells)
     tenant = tenancy.current_tenant() or LOCAL_TENANT
     with request.app.state.upload_slots.hold(tenant):  # before the body is read
-        dataset, how = await service.create_dataset(
+        dataset, how = await create_dataset(
             request, db, settings, request.app.state.parser, name, check_key(idempotency_key),
             options,
         )  # fmt: skip

@@ -1,6 +1,6 @@
 """A per-tenant bound on the uploads one API process receives at once.
 
-An upload holds one of the process's parser processes (`datasets.ParserPool`) from its file's
+An upload holds one of the process's parser processes (`parser_pool.ParserPool`) from its file's
 first byte until it is parsed, and a body may arrive as slowly as MIN_BODY_RATE_KB allows: at the
 defaults a 2 GB upload may take MAX_UPLOAD_MB / MIN_BODY_RATE_KB = 32,768 s. A tenant opening a
 few such uploads would hold every parser for hours, and every other tenant's upload would wait.

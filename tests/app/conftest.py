@@ -1,6 +1,7 @@
 """Fixtures for the service tests: settings on a temporary data directory, a migrated database
-(SQLite, and PostgreSQL when MARGIN_TEST_POSTGRES_URL is set), an HTTP client, and a stand-in
-trainer for tests that exercise the job machinery rather than the solvers."""
+(SQLite, and PostgreSQL when MARGIN_TEST_POSTGRES_URL is set), an HTTP client, model and dataset
+rows written directly for the model route tests (`model_rows`), and a stand-in trainer for tests
+that exercise the job machinery rather than the solvers."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ from app.config import Settings
 from app.main import create_app
 from app.schemas import params as params_module
 from app.services import trainers
-from app.services.datasets import ParserPool
+from app.services.parser_pool import ParserPool
 from app.tables import Base
+from tests.app import model_rows
 
 PG_ENV = "MARGIN_TEST_POSTGRES_URL"
 HEART = Path(__file__).resolve().parents[2] / "app" / "demo" / "heart_scale"
@@ -175,6 +177,20 @@ def heart(client) -> dict:
     response = upload(client, HEART.read_bytes(), "heart_scale")
     assert response.status_code == 201, response.text
     return response.json()
+
+
+@pytest.fixture
+def service(app, client) -> model_rows.Service:
+    """The app and client, with helpers that write model and dataset rows directly."""
+    return model_rows.Service(app, client)
+
+
+@pytest.fixture
+def binary(service):
+    """A binary model with random weights: (model id, coef, intercept)."""
+    rng = np.random.default_rng(1)
+    coef, intercept = rng.standard_normal((1, model_rows.N_FEATURES)), np.array([0.3])
+    return service.add_model(coef, intercept, classes=[-1, 1]), coef, intercept
 
 
 class FakeEstimator:

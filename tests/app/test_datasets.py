@@ -209,7 +209,7 @@ def test_delete_while_a_job_is_queued_is_409(client, settings, db, heart, fake_t
 
 
 def test_sweep_removes_leftovers_of_dead_processes(settings, db):
-    from app.services.datasets import sweep_partial_uploads
+    from app.services.sweep import sweep_partial_uploads
 
     tmp = settings.data_dir / "tmp"
     dead = tmp / "upload-deadhost-1-abc.part"

@@ -18,7 +18,8 @@ from app.config import Settings
 from app.db import Database
 from app.jobs.runner import RunContext, run_job
 from app.schemas.jobs import JobCreate
-from app.services.datasets import import_file, load_dataset
+from app.services.dataset_commit import import_file
+from app.services.datasets import load_dataset
 from app.services.jobs import create_job
 from app.services.model_cache import model_from_row
 from app.services.prediction import decision_function

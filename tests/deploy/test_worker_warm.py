@@ -14,7 +14,7 @@ from app.config import Settings
 from app.db import Database
 from app.jobs.queue import LocalQueue
 from app.schemas.jobs import JobCreate
-from app.services.datasets import import_file
+from app.services.dataset_commit import import_file
 from app.services.jobs import create_job
 from app.tables import Job, Model, Worker
 from tests.deploy.cluster import Processes, wait_for

@@ -22,7 +22,7 @@ from app.jobs import lifecycle
 from app.jobs.procrastinate_queue import ProcrastinateQueue
 from app.jobs.workers import WorkerId
 from app.schemas.jobs import JobCreate
-from app.services.datasets import import_file
+from app.services.dataset_commit import import_file
 from app.services.jobs import cancel_job, create_job
 from app.tables import Job, JobProgress, Model, Worker, utcnow
 from tests.deploy.cluster import FreshDatabase, Processes, wait_for, write_regression_file

@@ -1,0 +1,125 @@
+"""`POST /v1/models/{id}/evaluate` against scikit-learn's metrics, its errors, and a dataset deleted
+while evaluate or a prediction run reads it. Over HTTP, with model and dataset rows written directly
+(`model_rows`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from app.services.dataset_source import DatasetSource
+from app.tables import Dataset, PredictionRun
+from tests.app.model_rows import (
+    N_FEATURES,
+    reference,
+    rng_problem,
+)
+
+
+def test_evaluate_classifier_and_regressor(service):
+    from sklearn.metrics import confusion_matrix, mean_squared_error, r2_score
+
+    rng = np.random.default_rng(10)
+    X = rng_problem(n=200, seed=11)
+    coef = rng.standard_normal((3, N_FEATURES))
+    model_id = service.add_model(coef, np.zeros(3), classes=[0, 1, 2])
+    y = rng.integers(0, 3, size=200).astype(float)
+    dataset_id = service.add_dataset(X, y)
+    r = service.client.post(f"/v1/models/{model_id}/evaluate", json={"dataset_id": dataset_id})
+    assert r.status_code == 200, r.text
+    report = r.json()
+    predicted = reference(X, coef, np.zeros(3)).argmax(axis=1)
+    assert report["accuracy"] == pytest.approx(np.mean(predicted == y))
+    assert report["confusion_matrix"] == confusion_matrix(y, predicted).tolist()
+    assert report["labels"] == [0, 1, 2] and report["n"] == 200
+
+    reg = service.add_model(coef[:1], [0.5], classes=[], kind="regressor")
+    target = reference(X, coef[:1], [0.5])[:, 0] + rng.standard_normal(200) * 0.1
+    real = service.add_dataset(X, target, label_kind="real")
+    report = service.client.post(f"/v1/models/{reg}/evaluate", json={"dataset_id": real}).json()
+    pred = reference(X, coef[:1], [0.5])[:, 0]
+    assert report["mse"] == pytest.approx(mean_squared_error(target, pred), rel=1e-10)
+    assert report["r2"] == pytest.approx(r2_score(target, pred), rel=1e-10)
+
+    r = service.client.post(f"/v1/models/{model_id}/evaluate", json={"dataset_id": real})
+    assert r.status_code == 422 and "real-valued targets" in r.json()["detail"]
+
+
+def test_evaluate_maps_a_zero_based_dataset_onto_a_one_based_model(service):
+    coef = np.arange(1.0, 4.0)[None, :]
+    model_id = service.add_model(coef, [0.0], classes=[-1, 1], zero_based=False)
+    # Raw indices 1 and 3 of a file read as zero-based are columns 1 and 3 there.
+    X = sp.csr_matrix(([1.0, -1.0], ([0, 1], [1, 3])), shape=(2, 4))
+    dataset_id = service.add_dataset(X, [1.0, -1.0], zero_based=True)
+    report = service.client.post(
+        f"/v1/models/{model_id}/evaluate", json={"dataset_id": dataset_id}
+    ).json()
+    assert report["accuracy"] == 1.0  # 1*1 > 0 -> 1; -1*3 < 0 -> -1
+
+
+def test_evaluate_bad_inputs(service, binary):
+    url = f"/v1/models/{binary[0]}/evaluate"
+    r = service.client.post(url, json={"dataset_id": "ds_missing"})
+    assert r.status_code == 404 and "ds_missing" in r.json()["detail"]
+    r = service.client.post(url, json={"dataset_id": "x", "limit": 3})
+    assert r.status_code == 422 and "limit" in r.json()["detail"]
+    r = service.client.post(url, content=b"{", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    X = sp.csr_matrix(([1.0], ([0], [0])), shape=(1, N_FEATURES))
+    zero = service.add_dataset(X, [1.0], zero_based=True)
+    r = service.client.post(url, json={"dataset_id": zero})
+    assert r.status_code == 422 and "feature index 0" in r.json()["detail"]
+    assert service.count(PredictionRun) == 0
+
+
+def test_evaluate_refuses_an_unrelated_dataset_and_reports_ignored_features(service):
+    coef = np.arange(1.0, 5.0)[None, :]
+    model_id = service.add_model(coef, [0.0], classes=[-1, 1])
+    url = f"/v1/models/{model_id}/evaluate"
+    # a 26-class set whose labels the binary model never saw: before, accuracy 0.0 and no word
+    X = sp.random(52, 6, density=0.5, format="csr", random_state=5)
+    unrelated = service.add_dataset(X, np.repeat(np.arange(2.0, 28.0), 2))
+    r = service.client.post(url, json={"dataset_id": unrelated})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert "none of dataset" in detail and "is a class of the model" in detail
+    # fewer features than the model: valid; more: the extra ones ignored, and counted
+    fewer = service.add_dataset(sp.random(4, 3, density=1.0, format="csr"), [1, -1, 1, -1])
+    r = service.client.post(url, json={"dataset_id": fewer})
+    assert r.status_code == 200 and r.json()["ignored_features"] == 0
+    more = service.add_dataset(sp.random(4, 9, density=1.0, format="csr"), [1, -1, 1, 1])
+    r = service.client.post(url, json={"dataset_id": more})
+    assert r.status_code == 200 and r.json()["ignored_features"] == 5
+
+
+def test_a_dataset_deleted_while_it_is_read_is_404(service, binary, monkeypatch):
+    """Evaluate and background predictions read a dataset after their request gave its
+    connection back; a delete in between answered 500 (a missing file, a foreign key)."""
+    import shutil
+
+    from app.services import prediction_runs as runs
+
+    model_id = binary[0]
+    X = rng_problem(n=30, seed=4)
+    gone_files = service.add_dataset(X, np.where(np.arange(30) % 2, 1.0, -1.0))
+    gone_row = service.add_dataset(X, np.where(np.arange(30) % 2, 1.0, -1.0))
+    of, create_run = DatasetSource.of, runs.create_run
+
+    def files_deleted_meanwhile(settings, dataset):
+        if dataset.id == gone_files:
+            shutil.rmtree(settings.data_dir / "datasets" / dataset.id)
+        return of(settings, dataset)
+
+    def row_deleted_meanwhile(db, model, dataset_id, *size):
+        with db.write() as session:
+            session.delete(session.get(Dataset, dataset_id))
+        return create_run(db, model, dataset_id, *size)
+
+    monkeypatch.setattr(DatasetSource, "of", staticmethod(files_deleted_meanwhile))
+    monkeypatch.setattr(runs, "create_run", row_deleted_meanwhile)
+    for path, dataset_id in (("evaluate", gone_files), ("predictions", gone_row)):
+        response = service.client.post(f"/v1/models/{model_id}/{path}",
+                                       json={"dataset_id": dataset_id})  # fmt: skip
+        assert response.status_code == 404, (path, response.text)
+        assert "deleted while it was being read" in response.json()["detail"]

@@ -1,0 +1,186 @@
+"""`POST /v1/models/{id}/predict`: its body forms against the reference decision function, its
+errors, and the cached model it serves from. Over HTTP, with model and dataset rows written directly
+(`model_rows`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from sqlalchemy import event
+
+from app.tables import Model, PredictionRun
+from tests.app.model_rows import (
+    N_FEATURES,
+    libsvm_lines,
+    reference,
+    rng_problem,
+    sparse_instances,
+)
+
+
+def test_predict_forms_agree_with_the_reference(service, binary):
+    model_id, coef, intercept = binary
+    X = rng_problem()
+    D = reference(X, coef, intercept)
+    expected = np.where(D[:, 0] > 0, 1, -1).tolist()
+    url = f"/v1/models/{model_id}/predict"
+    sparse = service.client.post(url, json={"instances": sparse_instances(X)})
+    dense = service.client.post(url, json={"instances": X.toarray().tolist()})
+    text = service.client.post(
+        url,
+        content=libsvm_lines(X, labels=[1] * X.shape[0]),
+        headers={"content-type": "text/plain"},
+    )
+    for r in (sparse, dense, text):
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["labels"] == expected
+        np.testing.assert_allclose(body["decision_values"], D, rtol=1e-12, atol=1e-12)
+    assert len(set(expected)) == 2
+
+
+def test_zero_based_models_read_zero_based_indices(service):
+    coef = np.arange(1.0, 6.0)[None, :]
+    model_id = service.add_model(coef, [0.0], classes=[0, 1], zero_based=True)
+    r = service.client.post(
+        f"/v1/models/{model_id}/predict",
+        json={"instances": [{"indices": [0, 4], "values": [1.0, -1.0]}]},
+    )
+    assert r.json() == {"labels": [0], "decision_values": [[-4.0]]}
+
+
+def test_multiclass_and_regression_responses(service):
+    rng = np.random.default_rng(3)
+    X = rng_problem(seed=4)
+    coef, intercept = rng.standard_normal((4, N_FEATURES)), rng.standard_normal(4)
+    multi = service.add_model(coef, intercept, classes=[1, 2, 5, 9])
+    body = service.client.post(
+        f"/v1/models/{multi}/predict", json={"instances": sparse_instances(X)}
+    ).json()
+    D = reference(X, coef, intercept)
+    assert body["labels"] == [[1, 2, 5, 9][k] for k in D.argmax(axis=1)]
+    np.testing.assert_allclose(body["decision_values"], D, rtol=1e-12)
+
+    reg = service.add_model(coef[:1], intercept[:1], classes=[], kind="regressor")
+    body = service.client.post(
+        f"/v1/models/{reg}/predict", json={"instances": sparse_instances(X)}
+    ).json()
+    assert set(body) == {"values"}
+    np.testing.assert_allclose(body["values"], reference(X, coef[:1], intercept[:1])[:, 0])
+
+
+BAD_BODIES = [
+    ({"instances": [{"indices": [1, 2], "values": [1.0]}]}, 422, "same length"),
+    ({"instances": [{"indices": [0], "values": [1.0]}]}, 422, "feature index 0 is out of range"),
+    ({"instances": [{"indices": [-1], "values": [1.0]}]}, 422, "feature index -1 is out of range"),
+    ({"instances": [{"indices": [3, 3], "values": [1.0, 2.0]}]}, 422, "appears more than once"),
+    ({"instances": [[1.0] * 5]}, 422, "needs 30 values"),
+    ({"instances": []}, 422, "at least one instance"),
+    ({"instances": "1:1"}, 422, "'instances' must be a list"),
+    ({"rows": [[1.0]]}, 422, "expected a JSON object"),
+    ({"instances": [{"indices": ["a"], "values": [1.0]}]}, 422, "must be an integer"),
+]
+
+
+@pytest.mark.parametrize(("doc", "status", "message"), BAD_BODIES)
+def test_bad_predict_bodies(service, binary, doc, status, message):
+    r = service.client.post(f"/v1/models/{binary[0]}/predict", json=doc)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert message in r.json()["detail"]
+    assert "Traceback" not in r.text and "/work" not in r.text
+    assert service.count(PredictionRun) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"instances": [{"indices": [1], "values": [NaN]}]}', "expected a finite number"),
+        (b'{"instances": [{"indices": [1], "values": [Infinity]}]}', "expected a finite number"),
+        (b'{"instances": [', "not valid JSON"),
+        (b"", "not valid JSON"),
+    ],
+)
+def test_non_finite_and_malformed_json(service, binary, content, message):
+    r = service.client.post(
+        f"/v1/models/{binary[0]}/predict",
+        content=content,
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 422 and message in r.json()["detail"]
+
+
+def test_bad_text_lines_name_the_line(service, binary):
+    r = service.client.post(
+        f"/v1/models/{binary[0]}/predict",
+        content=b"1 1:1\n-1 2:nan\n",
+        headers={"content-type": "text/plain"},
+    )
+    assert r.status_code == 422 and r.json()["detail"].startswith("line 2:")
+
+
+def test_batch_limit_is_413_and_content_type_415(service):
+    service.settings.max_predict_batch = 3
+    model_id = service.add_model(np.ones((1, 2)), [0.0], classes=[0, 1])
+    url = f"/v1/models/{model_id}/predict"
+    assert service.client.post(url, json={"instances": [[1.0, 0.0]] * 3}).status_code == 200
+    r = service.client.post(url, json={"instances": [[1.0, 0.0]] * 4})
+    assert r.status_code == 413 and "at most 3" in r.json()["detail"]
+    r = service.client.post(url, content=b"1:1\n" * 4, headers={"content-type": "text/plain"})
+    assert r.status_code == 413
+    r = service.client.post(url, content=b"<x/>", headers={"content-type": "application/xml"})
+    assert r.status_code == 415
+
+
+def test_large_bodies_are_parsed_off_the_event_loop_with_the_same_answer(service, binary):
+    model_id, coef, intercept = binary
+    X = rng_problem(n=2000, seed=6)
+    body = json.dumps({"instances": sparse_instances(X)}).encode()
+    assert len(body) > 64 * 1024
+    r = service.client.post(
+        f"/v1/models/{model_id}/predict", content=body, headers={"content-type": "application/json"}
+    )
+    np.testing.assert_allclose(
+        r.json()["decision_values"], reference(X, coef, intercept), rtol=1e-12
+    )
+
+
+def test_cached_predictions_touch_no_database(service, binary):
+    url = f"/v1/models/{binary[0]}/predict"
+    doc = {"instances": [{"indices": [1, 2], "values": [1.0, 2.0]}]}
+    assert service.client.post(url, json=doc).status_code == 200
+    statements = []
+    listener = lambda *args: statements.append(args[2])  # noqa: E731
+    event.listen(service.db.engine, "before_cursor_execute", listener)
+    try:
+        for _ in range(20):
+            assert service.client.post(url, json=doc).status_code == 200
+    finally:
+        event.remove(service.db.engine, "before_cursor_execute", listener)
+    assert statements == []
+
+
+def test_delete_evicts_the_cached_model(service, binary):
+    url = f"/v1/models/{binary[0]}/predict"
+    doc = {"instances": [[0.0] * N_FEATURES]}
+    assert service.client.post(url, json=doc).status_code == 200
+    assert service.client.delete(f"/v1/models/{binary[0]}").status_code == 204
+    assert service.client.post(url, json=doc).status_code == 404
+    assert service.client.get(f"/v1/models/{binary[0]}").status_code == 404
+    assert service.count(Model) == 0
+
+
+def test_a_model_deleted_by_another_process_stops_being_served(service, binary):
+    """Another API process deleting the model is seen at the entry's revalidation."""
+    url = f"/v1/models/{binary[0]}/predict"
+    doc = {"instances": [[0.0] * N_FEATURES]}
+    assert service.client.post(url, json=doc).status_code == 200
+    with service.db.write() as session:
+        session.delete(session.get(Model, binary[0]))
+    cache = service.app.state.model_cache
+    assert service.client.post(url, json=doc).status_code == 200  # still within the bound
+    cache.revalidate_s = 0.0
+    assert service.client.post(url, json=doc).status_code == 404
+    assert binary[0] not in cache

@@ -1,0 +1,108 @@
+"""The model routes that read and describe a model: list, show, delete's 404s, export, coefficients,
+and their OpenAPI documentation. Over HTTP, with model and dataset rows written directly
+(`model_rows`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.app.model_rows import (
+    N_FEATURES,
+    rng_problem,
+    sparse_instances,
+)
+
+
+def test_list_show_and_page_models(service):
+    ids = [service.add_model(np.ones((1, 3)), [0.0], classes=[0, 1]) for _ in range(3)]
+    page = service.client.get("/v1/models", params={"limit": 2}).json()
+    assert [m["id"] for m in page["items"]] == ids[::-1][:2]
+    rest = service.client.get("/v1/models", params={"limit": 2, "cursor": page["next"]}).json()
+    assert [m["id"] for m in rest["items"]] == ids[:1] and rest["next"] is None
+    one = service.client.get(f"/v1/models/{ids[0]}").json()
+    assert one["classes"] == [0, 1] and one["n_features"] == 3 and one["zero_based"] is False
+    assert one["status"] == "converged" and one["n_iter"] == 7 and one["train_accuracy"] == 0.9
+    assert "weights" not in one
+
+
+def test_unknown_model_is_404_everywhere(service):
+    for method, path, kwargs in [
+        ("get", "/v1/models/nope", {}),
+        ("delete", "/v1/models/nope", {}),
+        ("post", "/v1/models/nope/predict", {"json": {"instances": [[1.0]]}}),
+        ("post", "/v1/models/nope/predictions", {"json": {"dataset_id": "x"}}),
+        ("post", "/v1/models/nope/evaluate", {"json": {"dataset_id": "x"}}),
+        ("get", "/v1/models/nope/export", {}),
+    ]:
+        r = getattr(service.client, method)(path, **kwargs)
+        assert r.status_code == 404, (method, path, r.text)
+        assert r.headers["content-type"] == "application/problem+json"
+        assert "nope" in r.json()["detail"]
+
+
+def test_bad_list_parameters_are_422(service):
+    r = service.client.get("/v1/models", params={"limit": 0})
+    assert r.status_code == 422 and "limit" in r.json()["detail"]
+    r = service.client.get("/v1/models", params={"limit": 100_000})
+    assert r.status_code == 422 and "limit" in r.json()["detail"]
+
+
+def test_export_predicts_like_the_endpoint(service, tmp_path):
+    from liblinear import liblinearutil
+
+    rng = np.random.default_rng(12)
+    X = rng_problem(n=60, seed=13)
+    for coef, intercept, classes in [
+        (rng.standard_normal((1, N_FEATURES)), [0.2], [-1, 1]),
+        (rng.standard_normal((1, N_FEATURES)), [0.0], [0, 1]),
+        (rng.standard_normal((3, N_FEATURES)), [0.1, 0.0, -0.1], [1, 2, 3]),
+    ]:
+        model_id = service.add_model(coef, intercept, classes=classes)
+        r = service.client.get(f"/v1/models/{model_id}/export")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+        path = tmp_path / f"{model_id}.model"
+        path.write_text(r.text)
+        labels, _, _ = liblinearutil.predict([], X, liblinearutil.load_model(str(path)), "-q")
+        ours = service.client.post(
+            f"/v1/models/{model_id}/predict", json={"instances": sparse_instances(X)}
+        ).json()["labels"]
+        assert labels == [float(v) for v in ours]
+
+        doc = service.client.get(f"/v1/models/{model_id}/export", params={"format": "json"}).json()
+        assert doc["coef"] == coef.tolist() and doc["classes"] == classes
+
+
+def test_export_errors(service):
+    model_id = service.add_model(np.ones((1, 2)), [0.0], classes=[0.5, 1.5])
+    r = service.client.get(f"/v1/models/{model_id}/export")
+    assert r.status_code == 422 and "integers" in r.json()["detail"]
+    r = service.client.get(f"/v1/models/{model_id}/export", params={"format": "pickle"})
+    assert r.status_code == 422 and "format" in r.json()["detail"]
+
+
+def test_openapi_documents_predict_and_the_model_routes(service):
+    doc = service.client.get("/openapi.json").json()
+    predict = doc["paths"]["/v1/models/{model_id}/predict"]["post"]
+    assert set(predict["requestBody"]["content"]) == {"application/json", "text/plain"}
+    for path in [
+        "/v1/models",
+        "/v1/models/{model_id}",
+        "/v1/models/{model_id}/predictions",
+        "/v1/models/{model_id}/predictions/{run_id}",
+        "/v1/models/{model_id}/predictions/{run_id}/cancel",
+        "/v1/models/{model_id}/evaluate",
+        "/v1/models/{model_id}/export",
+    ]:
+        assert path in doc["paths"], path
+    assert service.client.get("/v1/models/m/predict").status_code == 405
+
+
+def test_coefficients_of_a_sparse_model_name_their_features(service):
+    # stored sparsely (3 of 100 columns non-zero): its coef holds only those columns, and the
+    # top features were their positions among them (2, 3, 1), not the features
+    coef = np.zeros((1, 100))
+    coef[0, [4, 50, 99]] = [0.5, -3.0, 2.0]
+    model_id = service.add_model(coef, np.array([0.1]), classes=[-1, 1])
+    top = service.client.get(f"/v1/models/{model_id}/coefficients", params={"top": 3}).json()
+    assert [(i["feature"], i["weight"]) for i in top["items"]] == [(51, -3.0), (100, 2.0), (5, 0.5)]
+    assert top["n_features"] == 100

@@ -1,0 +1,194 @@
+"""Background prediction runs (`/v1/models/{id}/predictions`): the CSV they write against `predict`,
+their errors, and reading a stored dataset in chunks. Over HTTP, with model and dataset rows written
+directly (`model_rows`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import scipy.sparse as sp
+
+from app.services import prediction_csv
+from app.services.dataset_source import DatasetSource
+from app.tables import Dataset, PredictionRun
+from tests.app.conftest import finished_run
+from tests.app.model_rows import (
+    N_FEATURES,
+    reference,
+    rng_problem,
+    sparse_instances,
+)
+
+
+def test_prediction_run_writes_a_csv_equal_to_predict(service, binary):
+    model_id, coef, intercept = binary
+    X = rng_problem(n=50, seed=7)
+    dataset_id = service.add_dataset(X, np.ones(50))
+    r = service.client.post(f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset_id})
+    assert r.status_code == 202, r.text
+    location = r.headers["location"]
+    assert location.startswith(f"/v1/models/{model_id}/predictions/pred_")
+    status = finished_run(service.client, location)
+    assert status["status"] == "succeeded" and status["n_rows"] == 50
+    assert status["result"] == location
+    r = service.client.get(location)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(r.text)))
+    assert rows[0] == ["row", "label", "decision_value"]
+    D = reference(X, coef, intercept)
+    assert [int(row[0]) for row in rows[1:]] == list(range(50))
+    assert [int(row[1]) for row in rows[1:]] == np.where(D[:, 0] > 0, 1, -1).tolist()
+    online = service.client.post(
+        f"/v1/models/{model_id}/predict", json={"instances": sparse_instances(X)}
+    ).json()
+    assert [float(row[2]) for row in rows[1:]] == [d[0] for d in online["decision_values"]]
+    listed = service.client.get(f"/v1/models/{model_id}/predictions").json()
+    assert [item["id"] for item in listed["items"]] == [status["id"]]
+    # Deleting the model removes its runs and their files.
+    csv_file = service.settings.data_dir / "predictions" / f"{status['id']}.csv"
+    assert csv_file.exists()
+    assert service.client.delete(f"/v1/models/{model_id}").status_code == 204
+    assert not csv_file.exists() and service.count(PredictionRun) == 0
+
+
+def test_multiclass_csv_has_a_column_per_class(service):
+    rng = np.random.default_rng(8)
+    coef = rng.standard_normal((3, N_FEATURES))
+    model_id = service.add_model(coef, np.zeros(3), classes=[4, 5, 6])
+    X = rng_problem(n=10, seed=9)
+    dataset_id = service.add_dataset(X, np.full(10, 4))
+    location = service.client.post(
+        f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset_id}
+    ).headers["location"]
+    finished_run(service.client, location)
+    rows = list(csv.reader(io.StringIO(service.client.get(location).text)))
+    assert rows[0] == ["row", "label", "decision_value_4", "decision_value_5", "decision_value_6"]
+    D = reference(X, coef, np.zeros(3))
+    np.testing.assert_allclose(np.array(rows[1:], dtype=float)[:, 2:], D, rtol=1e-12)
+
+
+def test_a_csv_removed_after_the_answer_began_is_still_sent_whole(service, binary):
+    """The CSV was opened only when the response started: a run deleted between the route's
+    check and that moment was a 500. Now the route opens it, and an open file reads to its end."""
+    import asyncio
+
+    from app.api.prediction_runs import _csv_response
+    from app.storage import get_storage, prediction_key
+
+    dataset_id = service.add_dataset(rng_problem(n=10, seed=3), np.ones(10))
+    location = service.client.post(
+        f"/v1/models/{binary[0]}/predictions", json={"dataset_id": dataset_id}
+    ).headers["location"]
+    assert finished_run(service.client, location)["status"] == "succeeded"
+    expected = service.client.get(location).content
+    with service.db.session() as session:
+        run = session.get(PredictionRun, location.rsplit("/", 1)[1])
+    response = _csv_response(service.settings, run)
+    get_storage(service.settings).local_path(prediction_key(run.id)).unlink()
+
+    async def body() -> bytes:
+        return b"".join([chunk async for chunk in response.body_iterator])
+
+    assert asyncio.run(body()) == expected
+    assert int(response.headers["content-length"]) == len(expected)
+    assert service.client.get(location).status_code == 410  # and now it is gone
+
+
+def test_prediction_run_bad_inputs_store_nothing(service, binary):
+    url = f"/v1/models/{binary[0]}/predictions"
+    r = service.client.post(url, json={"dataset_id": "ds_missing"})
+    assert r.status_code == 404 and "ds_missing" in r.json()["detail"]
+    r = service.client.post(url, json={"dataset_id": "x", "extra": 1})
+    assert r.status_code == 422 and "extra" in r.json()["detail"]
+    r = service.client.post(url, json={})
+    assert r.status_code == 422 and "dataset_id" in r.json()["detail"]
+    # A zero-based file using index 0 cannot be read by a model trained on a one-based file.
+    X = sp.csr_matrix(([1.0], ([0], [0])), shape=(1, N_FEATURES))
+    zero = service.add_dataset(X, [1.0], zero_based=True)
+    r = service.client.post(url, json={"dataset_id": zero})
+    assert r.status_code == 422 and "feature index 0" in r.json()["detail"]
+    assert service.count(PredictionRun) == 0
+    assert list((service.settings.data_dir / "predictions").iterdir()) == []
+
+
+def test_a_failed_run_reports_its_error(service, binary):
+    X = rng_problem(n=5)
+    dataset_id = service.add_dataset(X, np.ones(5))
+    (service.settings.data_dir / "datasets" / dataset_id / "data.npy").unlink()
+    location = service.client.post(
+        f"/v1/models/{binary[0]}/predictions", json={"dataset_id": dataset_id}
+    ).headers["location"]
+    finished_run(service.client, location)
+    r = service.client.get(location)
+    assert r.status_code == 409 and r.json()["run"]["status"] == "failed"
+    assert "/work" not in r.text and str(service.settings.data_dir) not in r.text
+    assert list((service.settings.data_dir / "predictions").iterdir()) == []
+
+
+def test_unknown_run_is_404(service, binary):
+    r = service.client.get(f"/v1/models/{binary[0]}/predictions/pred_nope")
+    assert r.status_code == 404
+
+
+def test_a_pending_run_answers_202(service, binary):
+    with service.db.write() as session:
+        session.add(
+            PredictionRun(id="pred_x", model_id=binary[0], dataset_id=None, status="running")
+        )
+    r = service.client.get(f"/v1/models/{binary[0]}/predictions/pred_x")
+    assert r.status_code == 202 and r.json()["status"] == "running"
+    # A model with an active run cannot be deleted.
+    assert service.client.delete(f"/v1/models/{binary[0]}").status_code == 409
+
+
+def test_starting_a_run_writes_nothing_in_the_requests_read_transaction(
+    service, binary, monkeypatch
+):
+    """The storage check of a new run locks the tenant's row, and first inserts one for a tenant
+    without (the local tenant of a database from before rows were made for it). In the request's
+    read transaction, on SQLite, that insert failed at once (503) when another connection had
+    written since the request's first read; the check belongs to the run's write transaction."""
+    from app.api import prediction_runs as api
+    from app.tables import Tenant
+
+    service.app.state.prediction_runner.stop()
+    with service.db.write() as session:
+        session.query(Tenant).delete()
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    loaded = api.model_from_row
+
+    def written_meanwhile(row):
+        with service.db.write() as session:  # another request or a worker commits a write
+            session.get(Dataset, dataset_id).name = "renamed"
+        return loaded(row)
+
+    monkeypatch.setattr(api, "model_from_row", written_meanwhile)
+    r = service.client.post(f"/v1/models/{binary[0]}/predictions", json={"dataset_id": dataset_id})
+    assert r.status_code == 202, r.text
+    with service.db.session() as session:
+        assert session.get(Tenant, "local") is not None  # the run's transaction made the row
+
+
+def test_datasets_are_read_in_chunks_with_the_same_result(service, binary, tmp_path):
+    from app.services.model_cache import ModelCache, fetch_model
+
+    model_id, coef, intercept = binary
+    X = rng_problem(n=50, seed=14)
+    y = np.where(np.arange(50) % 3 == 0, 1.0, -1.0)
+    dataset_id = service.add_dataset(X, y)
+    with service.db.session() as session:
+        source = DatasetSource.of(service.settings, session.get(Dataset, dataset_id))
+    model = fetch_model(service.db, ModelCache(1), model_id)
+    chunks = list(source.chunks(model, rows=7))
+    assert [start for start, _, _ in chunks] == list(range(0, 50, 7))
+    stacked = sp.vstack([c for _, c, _ in chunks]).toarray()
+    np.testing.assert_array_equal(stacked, X.toarray())
+    np.testing.assert_array_equal(np.concatenate([t for _, _, t in chunks]), y)
+    n = prediction_csv.write_csv(tmp_path / "out.csv", model, source.chunks(model, rows=7))
+    rows = list(csv.reader(io.StringIO((tmp_path / "out.csv").read_text())))
+    assert n == 50 and len(rows) == 51
+    np.testing.assert_allclose(
+        [float(r[2]) for r in rows[1:]], reference(X, coef, intercept)[:, 0], rtol=1e-12
+    )
