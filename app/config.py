@@ -159,6 +159,10 @@ class Settings(BaseSettings):
         None, gt=0, description="ended jobs older than this are deleted with their progress "
         "(their models stay); unset: kept",
     )
+    idempotency_ttl_hours: float = Field(
+        24.0, gt=0, description="hours an Idempotency-Key is remembered; a request reusing it "
+        "later is a fresh request",
+    )
     worker_shutdown_timeout_s: float = Field(
         20.0, ge=0, description="seconds a stopping worker lets its jobs finish, then hands "
         "them back to the queue",

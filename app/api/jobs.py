@@ -55,6 +55,7 @@ def create_job(
         check_key(idempotency_key),
         settings.dask_scheduler_address,
         settings.max_model_weights,
+        settings.idempotency_ttl_hours,
     )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:

@@ -198,7 +198,7 @@ async def create_dataset(
     is returned, nothing is stored twice)."""
     options = options or UploadOptions()
     if idempotency_key:
-        existing = _replay(db, idempotency_key)
+        existing = _replay(db, idempotency_key, settings.idempotency_ttl_hours)
         if existing is not None:
             await _check_replayed_body(request, existing, options, settings.max_upload_bytes)
             return existing, "replayed"
@@ -357,9 +357,9 @@ def _check_same_upload(existing: Dataset, sha256: str, key: str) -> None:
         raise idempotency.reused()
 
 
-def _replay(db: Database, key: str) -> Dataset | None:
+def _replay(db: Database, key: str, ttl_hours: float) -> Dataset | None:
     with db.session() as session:
-        resource_id = idempotency.lookup(session, "datasets", key, None)
+        resource_id = idempotency.lookup(session, "datasets", key, None, ttl_hours)
         if resource_id is None:
             return None
         dataset = session.get(Dataset, resource_id)
@@ -389,13 +389,15 @@ def _commit(
             quotas.check_storage(session, dataset.stored_bytes)
             session.add(dataset)
             if key:
-                idempotency.remember(session, "datasets", key, None, dataset.id)
+                idempotency.remember(
+                    session, "datasets", key, None, dataset.id, settings.idempotency_ttl_hours
+                )
             session.flush()
             if local:
                 storage.store_dir(out_dir, prefix)
     except IntegrityError:  # the same Idempotency-Key or content, committed meanwhile
         _remove_objects(storage, prefix)
-        existing = _replay(db, key) if key else None
+        existing = _replay(db, key, settings.idempotency_ttl_hours) if key else None
         if existing is not None:
             _check_same_upload(existing, dataset.sha256, dataset.content_key)
             return existing, "replayed"
