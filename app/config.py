@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -84,8 +84,14 @@ class Settings(BaseSettings):
     max_uploads_per_tenant: int = Field(
         2,
         ge=1,
-        description="uploads one tenant may send at once to one API process; beyond, 429 (the "
-        "process has one upload parser more than this)",
+        description="uploads one tenant may send at once to one API process; beyond, 429 (fewer"
+        " than MAX_UPLOADS_IN_FLIGHT)",
+    )
+    max_uploads_in_flight: int = Field(
+        4,
+        ge=2,
+        description="uploads one API process receives at once, of all tenants; beyond, 429 (the "
+        "process runs this many upload parsers, one for each)",
     )
     max_connections: int = Field(
         1000, ge=1, description="open connections; beyond, the slowest to send headers is closed"
@@ -179,6 +185,17 @@ class Settings(BaseSettings):
         if value and not value.startswith(("file://", "s3://")):
             raise ValueError(f"expected file:///path or s3://bucket/prefix, got {value!r}")
         return value or None
+
+    @model_validator(mode="after")
+    def _upload_share(self) -> Settings:
+        """A tenant holding all its uploads leaves a slot to the others."""
+        if self.max_uploads_per_tenant >= self.max_uploads_in_flight:
+            raise ValueError(
+                f"MAX_UPLOADS_PER_TENANT ({self.max_uploads_per_tenant}) must be less than "
+                f"MAX_UPLOADS_IN_FLIGHT ({self.max_uploads_in_flight}), so that one tenant "
+                "cannot take every upload slot"
+            )
+        return self
 
     @property
     def storage(self) -> str:

@@ -24,6 +24,12 @@ def test_worker_shutdown_timeout_is_a_validated_setting(monkeypatch):
         Settings(worker_shutdown_timeout_s=-1)
 
 
+def test_a_tenant_cannot_hold_every_upload_slot():
+    assert Settings(max_uploads_per_tenant=3, max_uploads_in_flight=4).max_uploads_in_flight == 4
+    with pytest.raises(ValidationError, match="must be less than MAX_UPLOADS_IN_FLIGHT"):
+        Settings(max_uploads_per_tenant=4, max_uploads_in_flight=4)
+
+
 @pytest.mark.parametrize("url", ["http://bucket", "bucket/prefix", "s4://b"])
 def test_storage_url_is_validated(url):
     with pytest.raises(ValidationError, match="storage_url"):
