@@ -46,13 +46,15 @@ class Settings(BaseSettings):
     )
     auth_cache_s: float = Field(5.0, ge=0, description="seconds a verified API key is cached")
     quota_storage_mb: float | None = Field(
-        None, gt=0, description="default per-tenant stored dataset MB (unset: unlimited)"
+        None, gt=0, description="default per-tenant stored MB (unset or empty: no bound)"
     )
     quota_active_jobs: int | None = Field(
-        None, ge=1, description="default per-tenant queued or running jobs (unset: unlimited)"
+        None, ge=1, description="default per-tenant queued or running jobs (unset or empty: no "
+        "bound)",
     )
-    quota_active_prediction_runs: int = Field(
-        100, ge=0, description="default per-tenant queued or running prediction runs (0: no bound)"
+    quota_active_prediction_runs: int | None = Field(
+        100, ge=1, description="default per-tenant queued or running prediction runs (empty: no "
+        "bound)",
     )
     max_request_kb: float = Field(1024, gt=0, description="largest JSON request body, in KB")
     max_predict_body_mb: float = Field(64, gt=0, description="largest predict body, in MB")
@@ -178,6 +180,25 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         return value.expanduser().resolve() if value is not None else None
+
+    @field_validator(
+        "quota_storage_mb", "quota_active_jobs", "quota_active_prediction_runs", mode="before"
+    )
+    @classmethod
+    def _quota(cls, value):
+        """Empty: no bound. Zero is refused: a tenant's own limit of 0 (`margin keys quota`)
+        allows none, so 0 cannot mean "no bound" here, and a service-wide default allowing
+        none would refuse every tenant (QUOTA_ACTIVE_PREDICTION_RUNS=0 once meant no bound:
+        such a setting stops the start instead of turning into "none")."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        try:
+            zero = float(value) == 0
+        except (TypeError, ValueError):
+            return value  # the field's own validation says what is wrong
+        if zero:
+            raise ValueError("0 is not a service-wide quota; leave it empty for no bound")
+        return value
 
     @field_validator("storage_url")
     @classmethod
