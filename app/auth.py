@@ -157,7 +157,7 @@ class Authenticator:
             key_id=key_id,
             quota_storage_bytes=self.settings.quota_storage_bytes,
             quota_active_jobs=self.settings.quota_active_jobs,
-            quota_active_prediction_runs=self.settings.quota_active_prediction_runs or None,
+            quota_active_prediction_runs=self.settings.quota_active_prediction_runs,
             rate_limit=rate_limit or self.settings.rate_limit,
         )
 

@@ -41,14 +41,19 @@ def add_parser(commands, common) -> None:
         "quota",
         help="set a tenant's own quotas (a limit left out stays as it is; 'default' puts it "
         "back to the service-wide one); prints them",
+        description="Set a tenant's own quotas and print them. Each limit is the number "
+        "allowed, so 0 allows none (--jobs 0: the tenant may queue no job); 'default' puts "
+        "it back to the service-wide one (QUOTA_STORAGE_MB, QUOTA_ACTIVE_JOBS, "
+        "QUOTA_ACTIVE_PREDICTION_RUNS, RATE_LIMIT; unset or empty: no bound); a limit left "
+        "out stays as it is.",
     )
     common(quota)
     quota.add_argument("--tenant", required=True)
     limits = (
-        ("--storage-mb", _at_least(0.0, float), "stored bytes, in MB"),
-        ("--jobs", _at_least(0, int), "queued or running jobs at once"),
+        ("--storage-mb", _at_least(0.0, float), "stored bytes, in MB (0: none)"),
+        ("--jobs", _at_least(0, int), "queued or running jobs at once (0: none)"),
         ("--rate", _or_default(str), "requests per key, e.g. '50/second;1000/minute'"),
-        ("--prediction-runs", _at_least(0, int), "queued or running prediction runs"),
+        ("--prediction-runs", _at_least(0, int), "queued or running prediction runs (0: none)"),
     )
     for flag, kind, text in limits:
         quota.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=text + ", or default")

@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -46,13 +46,15 @@ class Settings(BaseSettings):
     )
     auth_cache_s: float = Field(5.0, ge=0, description="seconds a verified API key is cached")
     quota_storage_mb: float | None = Field(
-        None, gt=0, description="default per-tenant stored dataset MB (unset: unlimited)"
+        None, gt=0, description="default per-tenant stored MB (unset or empty: no bound)"
     )
     quota_active_jobs: int | None = Field(
-        None, ge=1, description="default per-tenant queued or running jobs (unset: unlimited)"
+        None, ge=1, description="default per-tenant queued or running jobs (unset or empty: no "
+        "bound)",
     )
-    quota_active_prediction_runs: int = Field(
-        100, ge=0, description="default per-tenant queued or running prediction runs (0: no bound)"
+    quota_active_prediction_runs: int | None = Field(
+        100, ge=1, description="default per-tenant queued or running prediction runs (empty: no "
+        "bound)",
     )
     max_request_kb: float = Field(1024, gt=0, description="largest JSON request body, in KB")
     max_predict_body_mb: float = Field(64, gt=0, description="largest predict body, in MB")
@@ -84,8 +86,14 @@ class Settings(BaseSettings):
     max_uploads_per_tenant: int = Field(
         2,
         ge=1,
-        description="uploads one tenant may send at once to one API process; beyond, 429 (the "
-        "process has one upload parser more than this)",
+        description="uploads one tenant may send at once to one API process; beyond, 429 (fewer"
+        " than MAX_UPLOADS_IN_FLIGHT)",
+    )
+    max_uploads_in_flight: int = Field(
+        4,
+        ge=2,
+        description="uploads one API process receives at once, of all tenants; beyond, 429 (the "
+        "process runs this many upload parsers, one for each)",
     )
     max_connections: int = Field(
         1000, ge=1, description="open connections; beyond, the slowest to send headers is closed"
@@ -159,6 +167,10 @@ class Settings(BaseSettings):
         None, gt=0, description="ended jobs older than this are deleted with their progress "
         "(their models stay); unset: kept",
     )
+    idempotency_ttl_hours: float = Field(
+        24.0, gt=0, description="hours an Idempotency-Key is remembered; a request reusing it "
+        "later is a fresh request",
+    )
     worker_shutdown_timeout_s: float = Field(
         20.0, ge=0, description="seconds a stopping worker lets its jobs finish, then hands "
         "them back to the queue",
@@ -169,12 +181,42 @@ class Settings(BaseSettings):
     def _absolute(cls, value: Path | None) -> Path | None:
         return value.expanduser().resolve() if value is not None else None
 
+    @field_validator(
+        "quota_storage_mb", "quota_active_jobs", "quota_active_prediction_runs", mode="before"
+    )
+    @classmethod
+    def _quota(cls, value):
+        """Empty: no bound. Zero is refused: a tenant's own limit of 0 (`margin keys quota`)
+        allows none, so 0 cannot mean "no bound" here, and a service-wide default allowing
+        none would refuse every tenant (QUOTA_ACTIVE_PREDICTION_RUNS=0 once meant no bound:
+        such a setting stops the start instead of turning into "none")."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        try:
+            zero = float(value) == 0
+        except (TypeError, ValueError):
+            return value  # the field's own validation says what is wrong
+        if zero:
+            raise ValueError("0 is not a service-wide quota; leave it empty for no bound")
+        return value
+
     @field_validator("storage_url")
     @classmethod
     def _storage_scheme(cls, value: str | None) -> str | None:
         if value and not value.startswith(("file://", "s3://")):
             raise ValueError(f"expected file:///path or s3://bucket/prefix, got {value!r}")
         return value or None
+
+    @model_validator(mode="after")
+    def _upload_share(self) -> Settings:
+        """A tenant holding all its uploads leaves a slot to the others."""
+        if self.max_uploads_per_tenant >= self.max_uploads_in_flight:
+            raise ValueError(
+                f"MAX_UPLOADS_PER_TENANT ({self.max_uploads_per_tenant}) must be less than "
+                f"MAX_UPLOADS_IN_FLIGHT ({self.max_uploads_in_flight}), so that one tenant "
+                "cannot take every upload slot"
+            )
+        return self
 
     @property
     def storage(self) -> str:

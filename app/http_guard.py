@@ -10,7 +10,13 @@ returns a subclass that, per connection:
 - gives the client HEADER_TIMEOUT_S from the connection's start (or the end of the previous
   response) to finish them, then answers 408 and closes, however slowly bytes trickle in;
 - keeps at most MAX_CONNECTIONS open: a new connection beyond that closes the one that has been
-  waiting longest for its headers (a slow client's, never one whose request is being served).
+  waiting longest for its headers (a slow client's, never one whose request is being served);
+- gives each request the ASGI extension ABORT (`scope["extensions"]`), a callable that drops
+  the connection at once: for a response the app gives up on because its client reads nothing
+  (an event stream past EVENT_SEND_TIMEOUT_S). uvicorn would otherwise report that response as
+  "ASGI callable returned without completing response" (an error, for a client's doing) and
+  close the transport gracefully, which waits for the client to read the bytes still buffered,
+  maybe never, keeping the socket and its buffers.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from app.config import Settings
 
 log = logging.getLogger("margin.http")
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+ABORT = "margin.abort"
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -87,7 +94,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_headers = False
         self._disarm()
+        self.scope.setdefault("extensions", {})[ABORT] = self._abort
         super().on_headers_complete()
+
+    def _abort(self) -> None:
+        """Drop the connection now, with the bytes not sent yet (see ABORT). The request's cycle
+        counts as disconnected at once, as the transport's loss (reported on the loop's next
+        turn) would make it: the app returns before that."""
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+        self.transport.abort()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

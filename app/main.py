@@ -76,8 +76,10 @@ def _attach_state(app: FastAPI, settings: Settings) -> None:
     app.state.settings = settings
     app.state.db = Database(settings.db_url, pool_timeout=settings.db_pool_timeout_s)
     app.state.queue = get_queue(settings)
-    app.state.upload_slots = UploadSlots(settings.max_uploads_per_tenant)
-    app.state.parser = ParserPool(parser_count(settings.max_uploads_per_tenant))
+    app.state.upload_slots = UploadSlots(
+        settings.max_uploads_per_tenant, settings.max_uploads_in_flight
+    )
+    app.state.parser = ParserPool(parser_count(settings.max_uploads_in_flight))
     app.state.job_feeds = None if settings.is_sqlite else JobFeeds(app.state.db)
 
 

@@ -85,8 +85,8 @@ DESCRIPTIONS = {
     413: "the request body, upload, expanded upload or batch is over its limit",
     415: "the body's media type is not one this operation reads",
     422: "an invalid parameter, body, file or instance (the detail names it)",
-    429: "over the tenant's quota, or (uploads) its MAX_UPLOADS_PER_TENANT uploads are in "
-    "progress (`Retry-After` says when to retry)",
+    429: "over the tenant's quota, or (uploads) its MAX_UPLOADS_PER_TENANT or the server's "
+    "MAX_UPLOADS_IN_FLIGHT uploads are in progress (`Retry-After` says when to retry)",
     503: "the database is unavailable, or (job events) the process serves MAX_EVENT_STREAMS "
     "streams (`Retry-After` says when to retry)",
     507: "the server's disk is full; nothing was kept",

@@ -50,8 +50,9 @@ UPLOAD_DOC = {
         200: {"description": "the same file was already stored: that dataset", "model": DatasetOut},
         413: {"description": "upload too large"},
         422: {"description": "malformed file"},
-        429: {"description": "storage quota exceeded, or the tenant's uploads in progress at "
-              "their bound (MAX_UPLOADS_PER_TENANT)"},
+        429: {"description": "storage quota exceeded, or the uploads in progress at their "
+              "bound: the tenant's (MAX_UPLOADS_PER_TENANT) or the server's "
+              "(MAX_UPLOADS_IN_FLIGHT)"},
     },
 )
 async def upload_dataset(

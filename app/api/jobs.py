@@ -18,6 +18,7 @@ from app import tenancy
 from app.db import Database
 from app.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
 from app.errors import ProblemError
+from app.http_guard import ABORT
 from app.jobs import lifecycle
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page
 from app.schemas.jobs import (
@@ -55,6 +56,7 @@ def create_job(
         check_key(idempotency_key),
         settings.dask_scheduler_address,
         settings.max_model_weights,
+        settings.idempotency_ttl_hours,
     )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:
@@ -145,13 +147,18 @@ async def job_events(
 class _EventStream(EventSourceResponse):
     """An event stream closed when its client has read nothing for EVENT_SEND_TIMEOUT_S (its
     buffers full): such a client otherwise held the stream, and its tenant's share, for as long
-    as it kept the connection open."""
+    as it kept the connection open. The response cannot be completed (its last chunk would wait
+    behind the unread ones), so the connection is dropped (`http_guard.ABORT`, where the server
+    offers it)."""
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         except SendTimeoutError:
             log.info("event stream closed: its client read nothing for %s s", self.send_timeout)
+            abort = scope.get("extensions", {}).get(ABORT)
+            if abort is not None:
+                abort()
 
 
 def _open_streams(app) -> dict:

@@ -10,7 +10,9 @@ supervisor, each distributed worker's maintenance loop) and at start:
    outage every heartbeat is stale, and live workers get that long to beat again;
 3. (backends with entries of their own) a queued job without an open entry gets a new one, and an
    entry held by a silent worker whose job is not running any more is closed (and replaced, if the
-   job is still queued).
+   job is still queued);
+4. at most every RETENTION_EVERY_S: ended jobs past JOB_RETENTION_DAYS are deleted, and
+   Idempotency-Key records past IDEMPOTENCY_TTL_HOURS are forgotten.
 
 Every change goes through `app.jobs.lifecycle`, on a row locked in the deciding transaction, so
 reapers on several workers never decide one job twice and never undo a worker's own finish.
@@ -31,6 +33,7 @@ from app.db import Database
 from app.jobs import history, lifecycle
 from app.jobs.queue import JobQueue
 from app.jobs.workers import dead_here
+from app.services import idempotency
 from app.tables import Job, JobStatus, Worker, utcnow
 
 log = logging.getLogger("margin.recovery")
@@ -146,15 +149,25 @@ class Reaper:
         if trusted:
             outcome |= self._reconcile_entries()
         self._forget_workers(stale if trusted else None)
-        self._expire_jobs()
+        if time.monotonic() - self.expired_at >= RETENTION_EVERY_S:
+            self.expired_at = time.monotonic()
+            self._expire_jobs()
+            self._forget_idempotency_keys()
         return outcome
 
+    def _forget_idempotency_keys(self) -> None:
+        """IDEMPOTENCY_TTL_HOURS: delete the records past it (requests already ignore them)."""
+        hours = self.settings.idempotency_ttl_hours
+        with self.db.write() as session:
+            count = idempotency.forget_expired(session, hours)
+        if count:
+            log.info("forgot %d Idempotency-Keys older than %g hours", count, hours)
+
     def _expire_jobs(self) -> dict[str, str]:
-        """JOB_RETENTION_DAYS: delete ended jobs past it (at most every RETENTION_EVERY_S)."""
+        """JOB_RETENTION_DAYS: delete ended jobs past it."""
         days = self.settings.job_retention_days
-        if days is None or time.monotonic() - self.expired_at < RETENTION_EVERY_S:
+        if days is None:
             return {}
-        self.expired_at = time.monotonic()
         with self.db.session() as session:
             ids = history.expired_jobs(session, days)
         outcome = {}

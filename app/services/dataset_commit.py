@@ -43,10 +43,11 @@ def same_content(db: Database, key: str) -> Dataset | None:
         return session.scalar(select(Dataset).where(Dataset.content_key == key).limit(1))
 
 
-def replayed(db: Database, key: str) -> Dataset | None:
-    """The dataset an Idempotency-Key already created, or None; 409 when it was deleted since."""
+def replayed(db: Database, key: str, ttl_hours: float) -> Dataset | None:
+    """The dataset an Idempotency-Key already created within ``ttl_hours``, or None; 409 when it
+    was deleted since."""
     with db.session() as session:
-        resource_id = idempotency.lookup(session, "datasets", key, None)
+        resource_id = idempotency.lookup(session, "datasets", key, None, ttl_hours)
         if resource_id is None:
             return None
         dataset = session.get(Dataset, resource_id)
@@ -84,13 +85,15 @@ def commit_dataset(
             quotas.check_storage(session, dataset.stored_bytes)
             session.add(dataset)
             if key:
-                idempotency.remember(session, "datasets", key, None, dataset.id)
+                idempotency.remember(
+                    session, "datasets", key, None, dataset.id, settings.idempotency_ttl_hours
+                )
             session.flush()
             if local:
                 storage.store_dir(out_dir, prefix)
     except IntegrityError:  # the same Idempotency-Key or content, committed meanwhile
         remove_objects(storage, prefix)
-        existing = replayed(db, key) if key else None
+        existing = replayed(db, key, settings.idempotency_ttl_hours) if key else None
         if existing is not None:
             check_same_upload(existing, dataset.sha256, dataset.content_key)
             return existing, "replayed"

@@ -98,7 +98,7 @@ async def create_dataset(
     is returned, nothing is stored twice)."""
     options = options or UploadOptions()
     if idempotency_key:
-        existing = replayed(db, idempotency_key)
+        existing = replayed(db, idempotency_key, settings.idempotency_ttl_hours)
         if existing is not None:
             await _check_replayed_body(request, existing, options, settings.max_upload_bytes)
             return existing, "replayed"

@@ -2,21 +2,30 @@
 
 The key is stored in the same transaction as the resource, so a concurrent duplicate fails on the
 primary key and the caller replays the winner's resource.
+
+A key is remembered for IDEMPOTENCY_TTL_HOURS (24 by default, the window common payment APIs
+keep keys for: a client retries within minutes, not days). After that a request with the same key
+is a fresh request: `lookup` ignores an expired record at once and `remember` replaces it, so the
+answer never depends on when the periodic sweep (`forget_expired`, run by the workers' reaper)
+last removed the expired rows; the sweep only keeps the table from growing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from app import tenancy
 from app.errors import ProblemError
-from app.tables import LOCAL_TENANT, IdempotencyKey
+from app.tables import LOCAL_TENANT, IdempotencyKey, utcnow
 
 MAX_KEY_LENGTH = 255
+DEFAULT_TTL_HOURS = 24.0  # IDEMPOTENCY_TTL_HOURS's default
 
 
 def check_key(key: str | None) -> str | None:
@@ -42,10 +51,18 @@ def tenant_scope(scope: str) -> str:
     return scope if tenant in (None, LOCAL_TENANT) else f"{scope}:{tenant}"
 
 
-def lookup(session: Session, scope: str, key: str, body_hash: str | None) -> str | None:
-    """The resource id created under this key, or None; 422 if the key came with another body."""
+def expired_before(ttl_hours: float) -> datetime:
+    """Records created before this are forgotten."""
+    return utcnow() - timedelta(hours=ttl_hours)
+
+
+def lookup(
+    session: Session, scope: str, key: str, body_hash: str | None, ttl_hours: float
+) -> str | None:
+    """The resource id created under this key within the last `ttl_hours`, or None; 422 if the
+    key came with another body."""
     row = session.get(IdempotencyKey, (tenant_scope(scope), key))
-    if row is None:
+    if row is None or row.created_at < expired_before(ttl_hours):
         return None
     if body_hash is not None and row.request_hash is not None and row.request_hash != body_hash:
         raise reused()
@@ -71,9 +88,33 @@ def deleted(kind: str, resource_id: str) -> ProblemError:
     )
 
 
-def remember(session: Session, scope: str, key: str, body_hash: str | None, resource_id: str):
-    session.add(
-        IdempotencyKey(
-            scope=tenant_scope(scope), key=key, request_hash=body_hash, resource_id=resource_id
+def remember(
+    session: Session,
+    scope: str,
+    key: str,
+    body_hash: str | None,
+    resource_id: str,
+    ttl_hours: float,
+) -> None:
+    """Record the key in the creating transaction; an expired record of the same key that the
+    sweep has not removed yet gives way (a live one makes the insert fail, and the caller
+    replays)."""
+    scoped = tenant_scope(scope)
+    session.execute(
+        delete(IdempotencyKey).where(
+            IdempotencyKey.scope == scoped,
+            IdempotencyKey.key == key,
+            IdempotencyKey.created_at < expired_before(ttl_hours),
         )
     )
+    session.add(
+        IdempotencyKey(scope=scoped, key=key, request_hash=body_hash, resource_id=resource_id)
+    )
+
+
+def forget_expired(session: Session, ttl_hours: float) -> int:
+    """Delete the records older than `ttl_hours` (every tenant's); returns how many went."""
+    result = session.execute(
+        delete(IdempotencyKey).where(IdempotencyKey.created_at < expired_before(ttl_hours))
+    )
+    return result.rowcount

@@ -210,15 +210,16 @@ def create_job(
     key: str | None,
     dask_address: str | None = None,
     max_weights: int = MAX_MODEL_WEIGHTS,
+    key_ttl_hours: float = idempotency.DEFAULT_TTL_HOURS,
 ) -> tuple[Job, bool]:
     """Insert a queued job and its queue entry in one transaction. Returns (job, created).
     ``dask_address``: the service's DASK_SCHEDULER_ADDRESS (distributed jobs need one);
-    ``max_weights``: its MAX_MODEL_WEIGHTS."""
+    ``max_weights``: its MAX_MODEL_WEIGHTS; ``key_ttl_hours``: its IDEMPOTENCY_TTL_HOURS."""
     spec, params = validate_request(body)
     body_hash = idempotency.request_hash(body.model_dump(mode="json")) if key else None
     if key:
         with db.session() as session:
-            existing = idempotency.lookup(session, "jobs", key, body_hash)
+            existing = idempotency.lookup(session, "jobs", key, body_hash, key_ttl_hours)
             if existing:
                 return _replayed(session, existing), False
     try:
@@ -234,12 +235,12 @@ def create_job(
             )
             lifecycle.submit(session, queue, job)
             if key:
-                idempotency.remember(session, "jobs", key, body_hash, job.id)
+                idempotency.remember(session, "jobs", key, body_hash, job.id, key_ttl_hours)
     except IntegrityError:
         if not key:
             raise
         with db.session() as session:
-            existing = idempotency.lookup(session, "jobs", key, body_hash)
+            existing = idempotency.lookup(session, "jobs", key, body_hash, key_ttl_hours)
             if existing is None:
                 raise
             return _replayed(session, existing), False

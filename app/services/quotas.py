@@ -11,7 +11,9 @@ executed by the API process's own runner threads (PREDICTION_CONCURRENCY), so ne
 the other's room (a tenant training a model can still predict with the previous one).
 
 Limits are the tenant's own (`tenants` row) or the service-wide defaults (QUOTA_STORAGE_MB,
-QUOTA_ACTIVE_JOBS, QUOTA_ACTIVE_PREDICTION_RUNS; None means unlimited). Checks run inside the
+QUOTA_ACTIVE_JOBS, QUOTA_ACTIVE_PREDICTION_RUNS; None means unlimited). A limit is always the
+number allowed: a tenant's own 0 allows none, and the service-wide ones are at least 1 (empty
+means no bound; `Settings._quota`). Checks run inside the
 transaction that creates the resource and lock the tenant's row first, so concurrent requests of
 one tenant cannot both slip under the limit (SQLite serializes writers anyway; PostgreSQL takes the
 row lock).

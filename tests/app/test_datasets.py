@@ -6,13 +6,14 @@ from __future__ import annotations
 import bz2
 import gzip
 import hashlib
+from datetime import timedelta
 
 import numpy as np
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from app.services import dataset_files
-from app.tables import Dataset, IdempotencyKey
+from app.tables import Dataset, IdempotencyKey, utcnow
 from tests.app.conftest import HEART, upload
 
 pytestmark = pytest.mark.timeout(120)
@@ -172,6 +173,22 @@ def test_an_idempotency_key_whose_dataset_was_deleted_is_409(client, settings, d
     assert again.json()["title"] == "Idempotency-Key of a deleted resource"
     assert stored(settings, db) == (0, [], [])
     assert upload(client, HEART.read_bytes(), headers={"Idempotency-Key": "new"}).status_code == 201
+
+
+def test_an_idempotency_key_past_its_ttl_uploads_afresh(client, settings, db):
+    """Past IDEMPOTENCY_TTL_HOURS a key's upload with another file was still a 422 (the key was
+    kept forever): it is a fresh upload, and the key then names the new dataset."""
+    key = {"Idempotency-Key": "abc"}
+    first = upload(client, HEART.read_bytes(), headers=key)
+    with db.write() as session:
+        session.execute(update(IdempotencyKey).values(created_at=utcnow() - timedelta(hours=25)))
+    other = upload(client, HEART.read_bytes() + b"\n", headers=key)
+    assert other.status_code == 201, other.text
+    assert other.json()["id"] != first.json()["id"] and "idempotent-replayed" not in other.headers
+    again = upload(client, HEART.read_bytes() + b"\n", headers=key)
+    assert again.json()["id"] == other.json()["id"] and again.headers["idempotent-replayed"]
+    with db.session() as session:
+        assert session.scalars(select(IdempotencyKey.resource_id)).all() == [other.json()["id"]]
 
 
 def test_list_pages_newest_first(client):

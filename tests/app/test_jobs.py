@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from app.jobs.queue import LocalQueue
 from app.jobs.recovery import Reaper
 from app.jobs.runner import RunContext, run_job
 from app.services.model_store import unpack_weights
-from app.tables import Job, JobProgress, Model
+from app.tables import IdempotencyKey, Job, JobProgress, Model, utcnow
 from tests.app.conftest import upload
 
 pytestmark = pytest.mark.timeout(120)
@@ -117,6 +118,49 @@ def test_an_idempotency_key_whose_job_was_deleted_is_409(client, db, heart, fake
     assert again.json()["title"] == "Idempotency-Key of a deleted resource"
     assert count(db, Job) == 0
     assert client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k2"}).status_code == 202
+
+
+def age_keys(db, hours: float, key: str | None = None) -> None:
+    """Make the Idempotency-Key records (or one of them) `hours` old."""
+    aged = update(IdempotencyKey).values(created_at=utcnow() - timedelta(hours=hours))
+    with db.write() as session:
+        session.execute(aged if key is None else aged.where(IdempotencyKey.key == key))
+
+
+def test_an_idempotency_key_is_forgotten_after_its_ttl(app, client, db, heart, fake_trainer):
+    """Keys were kept forever: a key reused a year later still replayed the old job, or was a
+    422 with another body. Past IDEMPOTENCY_TTL_HOURS the reuse is a fresh request, even before
+    the sweep has removed the old record."""
+    fake_trainer()
+    body, key = {"dataset_id": heart["id"], "params": {"C": 3}}, {"Idempotency-Key": "k1"}
+    first = client.post("/v1/jobs", json=body, headers=key).json()
+    age_keys(db, 23)  # within the default 24 hours: replayed
+    again = client.post("/v1/jobs", json=body, headers=key)
+    assert again.json()["id"] == first["id"] and again.headers["idempotent-replayed"] == "true"
+    app.state.settings.idempotency_ttl_hours = 22.5  # now past it: a fresh request
+    other = client.post("/v1/jobs", json={**body, "params": {"C": 4}}, headers=key)
+    assert other.status_code == 202, other.text
+    assert other.json()["id"] != first["id"] and "idempotent-replayed" not in other.headers
+    # the key now names the new job, and replays it
+    retry = client.post("/v1/jobs", json={**body, "params": {"C": 4}}, headers=key)
+    assert retry.json()["id"] == other.json()["id"]
+    assert retry.headers["idempotent-replayed"] == "true"
+    with db.session() as session:
+        assert session.scalars(select(IdempotencyKey.resource_id)).all() == [other.json()["id"]]
+    assert count(db, Job) == 2
+
+
+def test_the_reaper_forgets_expired_idempotency_keys(app, client, db, heart, fake_trainer):
+    fake_trainer()
+    for name in ("old", "new"):
+        headers = {"Idempotency-Key": name}
+        assert client.post("/v1/jobs", json={"dataset_id": heart["id"]}, headers=headers).is_success
+    age_keys(db, 25, key="old")
+    age_keys(db, 23, key="new")
+    Reaper(db, app.state.settings, LocalQueue(), "test").run_once()
+    with db.session() as session:
+        assert session.scalars(select(IdempotencyKey.key)).all() == ["new"]
+    assert count(db, Job) == 2  # the jobs stay
 
 
 def test_run_job_records_progress_and_stores_the_model(app, client, db, heart, fake_trainer):

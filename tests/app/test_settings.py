@@ -24,6 +24,31 @@ def test_worker_shutdown_timeout_is_a_validated_setting(monkeypatch):
         Settings(worker_shutdown_timeout_s=-1)
 
 
+@pytest.mark.parametrize(
+    "name", ["QUOTA_STORAGE_MB", "QUOTA_ACTIVE_JOBS", "QUOTA_ACTIVE_PREDICTION_RUNS"]
+)
+def test_a_service_wide_quota_is_at_least_1_and_empty_is_no_bound(monkeypatch, name):
+    """A tenant's own quota of 0 allows none (`margin keys quota`), while
+    QUOTA_ACTIVE_PREDICTION_RUNS=0 meant no bound: 0 is refused at start, saying how "no bound"
+    is spelt, and that is the same for every service-wide quota."""
+    monkeypatch.setenv(name, "0")
+    with pytest.raises(ValidationError, match="0 is not a service-wide quota; leave it empty"):
+        Settings()
+    monkeypatch.setenv(name, "")
+    assert getattr(Settings(), name.lower()) is None
+    monkeypatch.setenv(name, "3")
+    assert getattr(Settings(), name.lower()) == 3
+    monkeypatch.setenv(name, "-1")
+    with pytest.raises(ValidationError, match=name.lower()):
+        Settings()
+
+
+def test_a_tenant_cannot_hold_every_upload_slot():
+    assert Settings(max_uploads_per_tenant=3, max_uploads_in_flight=4).max_uploads_in_flight == 4
+    with pytest.raises(ValidationError, match="must be less than MAX_UPLOADS_IN_FLIGHT"):
+        Settings(max_uploads_per_tenant=4, max_uploads_in_flight=4)
+
+
 @pytest.mark.parametrize("url", ["http://bucket", "bucket/prefix", "s4://b"])
 def test_storage_url_is_validated(url):
     with pytest.raises(ValidationError, match="storage_url"):

@@ -428,8 +428,8 @@ def test_trickled_uploads_do_not_hold_the_parsers(service):
     """Two uploads that send a line and then stall held both parser processes (which follow an
     upload as it arrives): every other upload waited as long as their senders liked (over 60 s).
     With BODY_TIMEOUT_S=2 each stalled one is a 408 and the upload sent meanwhile is stored.
-    (The pool has one parser more than a tenant's uploads, MAX_UPLOADS_PER_TENANT=2: three
-    stalled uploads of two tenants hold them all.)"""
+    (The pool has a parser for each upload in flight, MAX_UPLOADS_IN_FLIGHT=4: the upload sent
+    meanwhile has its own.)"""
     beta, gamma = service.others
 
     def send():

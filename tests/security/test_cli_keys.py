@@ -120,3 +120,17 @@ def test_bad_requests_exit_non_zero_with_a_message(tmp_path):
         negative = margin("keys", "quota", "--data-dir", str(tmp_path), "--tenant", "t",
                           option, value)  # fmt: skip
         assert negative.returncode == 2 and "expected a number >= 0" in negative.stderr
+
+
+def test_quota_help_says_what_0_and_default_mean():
+    """0 is "none allowed" for a tenant's own limit, which the service-wide
+    QUOTA_ACTIVE_PREDICTION_RUNS once read as "no bound": the help says which."""
+    usage = margin("keys", "quota", "--help")
+    assert usage.returncode == 0
+    text = " ".join(usage.stdout.split())
+    assert "0 allows none" in text and "'default' puts it back to the service-wide one" in text
+    assert "unset or empty: no bound" in text
+    options = text.split("options:")[1]
+    for flag in ("--storage-mb", "--jobs", "--prediction-runs"):
+        described = options.split(f"{flag} ")[1].split(" --")[0]  # its metavar and help
+        assert "(0: none), or default" in described, described

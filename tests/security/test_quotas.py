@@ -104,6 +104,33 @@ def test_default_prediction_run_quota_from_settings(make_service, fake_trainer):
     assert [run().status_code for _ in range(3)] == [202, 202, 429]
 
 
+def test_a_quota_of_0_allows_none_and_an_empty_default_has_no_bound(make_service, fake_trainer):
+    """A tenant's own 0 allows none of anything, as it always did for storage and jobs; the
+    service-wide QUOTA_ACTIVE_PREDICTION_RUNS spelt "no bound" as 0 (the opposite), and now as
+    empty, like the other service-wide quotas."""
+    from app.jobs.runner import RunContext, run_job
+
+    fake_trainer()
+    client, app = make_service(auth_mode="required", quota_active_prediction_runs="")
+    app.state.prediction_runner.stop()  # the runs stay queued
+    acme = new_key(app, "acme", "admin")
+    dataset = upload(client, heart(0), headers=acme).json()["id"]
+    job = client.post("/v1/jobs", json={"dataset_id": dataset}, headers=acme).json()
+    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
+    model = client.get(f"/v1/jobs/{job['id']}", headers=acme).json()["model_id"]
+    runs = f"/v1/models/{model}/predictions"
+    keys.set_quota(app.state.db, "acme", 0, 0, active_prediction_runs=0)
+    refused = {
+        "upload": upload(client, heart(1), headers=acme),
+        "job": client.post("/v1/jobs", json={"dataset_id": dataset}, headers=acme),
+        "run": client.post(runs, json={"dataset_id": dataset}, headers=acme),
+    }
+    assert {name: r.status_code for name, r in refused.items()} == dict.fromkeys(refused, 429)
+    keys.set_quota(app.state.db, "acme", None, None, active_prediction_runs=None)  # default
+    accepted = [client.post(runs, json={"dataset_id": dataset}, headers=acme) for _ in range(3)]
+    assert [r.status_code for r in accepted] == [202] * 3, accepted[-1].text
+
+
 def test_prediction_runs_are_refused_where_their_csvs_may_not_fit(make_service, fake_trainer):
     from app.jobs.runner import RunContext, run_job
     from app.services.prediction_csv import csv_estimate
