@@ -41,6 +41,9 @@ ROWS = {
     "news20-sqhinge": ("news20-binary", "solvers.solve_binary(X, y, tol=0.1)"),
     "news20-hinge-1e-3": ("news20-binary", "solvers.solve_binary(X, y, loss='hinge', tol=1e-3)"),
     "rcv1-like-0.2": ("rcv1-like", "solvers.solve_binary(X, y, tol=0.1)"),
+    # raw term counts, where the dual passes stall and the primal Newton method finishes
+    "newton-news20-raw": ("news20-raw", "solvers.solve_binary(X, y, C=10.0, tol=0.1)"),
+    "ovr-news20-raw": ("news20-raw-classes", "solvers.solve_ovr(X, y, k, tol=0.1, n_jobs=1)"),
     "cs-news20": ("news20-l2", "solvers.solve_crammer_singer(X, y, k, bias=1.0, tol=0.1)"),
     "ww-news20": ("news20-l2", "solvers.solve_weston_watkins(X, y, k, bias=1.0, tol=0.1)"),
     "ovr-news20-1": ("news20-l2", "solvers.solve_ovr(X, y, k, bias=1.0, tol=0.1, n_jobs=1)"),
@@ -100,6 +103,12 @@ def load(name):
     if name == "news20-l2":
         X, y = read("news20", "news20.bz2")
         return (unit_rows(X), *classes(y))
+    if name == "news20-raw":
+        X, y = read("news20", "news20.bz2")
+        return X, np.where(y == 1, 1.0, -1.0), 2
+    if name == "news20-raw-classes":
+        X, y = read("news20", "news20.bz2")
+        return (X, *classes(y))
     if name == "mnist":
         X, y = read("mnist", "mnist.scale.t.bz2")
         return (X, *classes(y))
