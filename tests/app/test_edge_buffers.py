@@ -18,6 +18,15 @@ from tests.app.test_serving import heart_csv, train
 ROW = [0.5] * 13  # heart_scale's 13 features
 
 
+def traced_peak(call):
+    """(``call()``, the peak of Python's traced allocations during it)."""
+    tracemalloc.start()
+    try:
+        return call(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.fixture
 def model(app, client, heart) -> str:
     return train(app, client, heart["id"], tol=0.1)
@@ -73,12 +82,7 @@ def test_the_json_before_binary_data_is_at_most_64_kb(client, model):
 
 def test_a_body_of_many_data_arrays_is_refused_at_the_second(client, model):
     body = b'{"inputs": [{"data": [' + b'"data": [' * 1_000_000 + b"]}]}"
-    tracemalloc.start()
-    try:
-        refused = infer(client, model, body)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    refused, peak = traced_peak(lambda: infer(client, model, body))
     assert refused.status_code == 400
     assert "exactly one tensor 'data' array" in refused.json()["error"]
     # the body's copies only; before: a match object for each of the million arrays (+100 MB)
@@ -151,12 +155,7 @@ def test_invocations_count_lists_and_objects_before_parsing(client, named_model)
     assert answer.status_code == 413, answer.text[:300]
     assert answer.json()["message"].startswith(f"too many JSON lists and objects ({bound + 1})")
     empties = b'{"inputs": [' + b",".join([b"[]"] * 340_000) + b"]}"  # 1 MB
-    tracemalloc.start()
-    try:
-        answer = invocations(client, named_model, empties)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    answer, peak = traced_peak(lambda: invocations(client, named_model, empties))
     assert answer.status_code == 413, answer.text[:300]
     assert peak < 4 * len(empties), peak / 2**20  # before: 340,000 lists (33 MB)
 
@@ -164,12 +163,7 @@ def test_invocations_count_lists_and_objects_before_parsing(client, named_model)
 def test_invocations_count_rows_before_making_records(client, named_model):
     n = 500_000  # 1 MB of zeros in one column
     body = b'{"inputs": {"age": [' + b",".join([b"0"] * n) + b"]}}"
-    tracemalloc.start()
-    try:
-        answer = invocations(client, named_model, body)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    answer, peak = traced_peak(lambda: invocations(client, named_model, body))
     assert answer.status_code == 413, answer.text[:300]
     assert answer.json()["message"].startswith(f"too many instances: {n}, at most 10000")
     # the parsed column only; before: a record of each of its 500,000 values (100 MB)

@@ -82,17 +82,22 @@ def test_tenant_quota_overrides_the_default(make_service, fake_trainer):
     assert codes == [202, 202, 202, 429]
 
 
-def test_default_prediction_run_quota_from_settings(make_service, fake_trainer):
+def trained_model(client, app, headers) -> tuple[str, str]:
+    """(dataset id, model id) of a job trained at once on an uploaded dataset."""
     from app.jobs.runner import RunContext, run_job
 
+    dataset = upload(client, heart(0), headers=headers).json()["id"]
+    job = client.post("/v1/jobs", json={"dataset_id": dataset}, headers=headers).json()
+    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
+    return dataset, client.get(f"/v1/jobs/{job['id']}", headers=headers).json()["model_id"]
+
+
+def test_default_prediction_run_quota_from_settings(make_service, fake_trainer):
     fake_trainer()
     client, app = make_service(auth_mode="required", quota_active_prediction_runs=1)
     app.state.prediction_runner.stop()  # the runs stay queued
     acme = new_key(app, "acme", "admin")
-    dataset = upload(client, heart(0), headers=acme).json()["id"]
-    job = client.post("/v1/jobs", json={"dataset_id": dataset}, headers=acme).json()
-    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
-    model = client.get(f"/v1/jobs/{job['id']}", headers=acme).json()["model_id"]
+    dataset, model = trained_model(client, app, acme)
 
     def run():
         return client.post(f"/v1/models/{model}/predictions", json={"dataset_id": dataset},
@@ -108,16 +113,11 @@ def test_a_quota_of_0_allows_none_and_an_empty_default_has_no_bound(make_service
     """A tenant's own 0 allows none of anything, as it always did for storage and jobs; the
     service-wide QUOTA_ACTIVE_PREDICTION_RUNS spelt "no bound" as 0 (the opposite), and now as
     empty, like the other service-wide quotas."""
-    from app.jobs.runner import RunContext, run_job
-
     fake_trainer()
     client, app = make_service(auth_mode="required", quota_active_prediction_runs="")
     app.state.prediction_runner.stop()  # the runs stay queued
     acme = new_key(app, "acme", "admin")
-    dataset = upload(client, heart(0), headers=acme).json()["id"]
-    job = client.post("/v1/jobs", json={"dataset_id": dataset}, headers=acme).json()
-    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
-    model = client.get(f"/v1/jobs/{job['id']}", headers=acme).json()["model_id"]
+    dataset, model = trained_model(client, app, acme)
     runs = f"/v1/models/{model}/predictions"
     keys.set_quota(app.state.db, "acme", 0, 0, active_prediction_runs=0)
     refused = {
