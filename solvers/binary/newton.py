@@ -75,11 +75,10 @@ def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
         csr, state.bias, l2, state.w, eps=eps, max_iter=max(max_iter - n_iter, 1),
         monitor=monitor, first_iteration=n_iter,
     )  # fmt: skip
-    rec, width = state.record.values, state.record.width
     if outcome.dual <= dual_before:
-        alpha = rec[0::width]
-        alpha[:] = outcome.beta
-        np.negative(alpha, out=alpha, where=l2.y < 0)  # α_i = s_i β_i
+        record_alpha = state.record.values[0 :: state.record.width]
+        record_alpha[:] = outcome.beta
+        np.negative(record_alpha, out=record_alpha, where=l2.y < 0)  # α_i = s_i β_i
         # w̃(α) = Σ s_i α_i x̃_i, for the projected gradients of α(w̃)
         state.w = weighted_row_sum(
             outcome.beta, csr.data, csr.indices, csr.indptr, csr.n_features, state.bias
