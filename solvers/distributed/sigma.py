@@ -7,6 +7,8 @@ check this exactly and undo the steps that fail it.
 
 from __future__ import annotations
 
+from solvers._core.sparse import sq_norm
+
 
 class SigmaControl:
     """σ' for the next round, and the check that makes a round's step safe with it.
@@ -32,8 +34,9 @@ class SigmaControl:
     def accepts(self, total, deltas) -> bool:
         """Whether the step whose parts are ``deltas`` (Δw_k) and whose sum is ``total`` is
         safe with the σ' the workers used; moves σ' for the next round."""
-        together = float(total @ total)
-        apart = sum(float(dw @ dw) for dw in deltas)
+        # plain loops, not BLAS dot products, which wait for a free core on a busy machine
+        together = float(sq_norm(total))
+        apart = sum(float(sq_norm(dw)) for dw in deltas)
         ratio = together / apart if apart > 0 else 1.0
         if ratio <= self.sigma * (1 + 1e-12) or self.sigma >= self.K:
             if self.adaptive and self.hold == 0:
