@@ -208,8 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         raise SystemExit(f"margin {args.command} needs margin[service] installed ({exc})") from None
     from app import logs
+    from app.blas import limit_blas_threads
 
     logs.configure(settings.log_format)
+    limit_blas_threads(settings.blas_threads)
     if args.command == "serve":
         cmd_serve(settings, args.demo)
     elif args.command == "migrate":

@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     solver_threads: int | None = Field(
         None, ge=1, description="solver threads per job (default: cores / concurrent jobs)"
     )
+    blas_threads: int = Field(
+        1, ge=1, description="BLAS threads per process (dense predictions): one, so that a "
+        "busy server's BLAS calls do not wait for cores its requests and solvers hold",
+    )
     job_retries: int = Field(0, ge=0, description="times a job whose worker died is re-queued")
     job_stall_s: float = Field(
         60.0, gt=0, description="a running job without heartbeat for this long is orphaned"
