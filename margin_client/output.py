@@ -28,7 +28,20 @@ def console():
     return Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
 
 
+def show(renderable) -> None:
+    """Print a rich table; piped, without the spaces rich pads every line with to the width of
+    the widest (a pipe's width is PIPE_WIDTH)."""
+    out = console()
+    if sys.stdout.isatty():
+        out.print(renderable)
+        return
+    with out.capture() as captured:
+        out.print(renderable)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
 PIPE_WIDTH = 10_000
+LONG_VALUE = 200  # a nested value longer than this is cut in a field view (--json shows all)
 ID_COLUMNS = ("id", "dataset", "model")  # never cut: an id with an ellipsis names nothing
 
 
@@ -42,7 +55,7 @@ def table(rows: list[dict], columns: list[tuple[str, Callable[[dict], Any]]]) ->
         table.add_column(title, overflow="fold" if title in ID_COLUMNS else "ellipsis")
     for row in rows:
         table.add_row(*(text(get(row)) for _, get in columns))
-    console().print(table)
+    show(table)
 
 
 def text(value: Any) -> str:
@@ -56,14 +69,46 @@ def text(value: Any) -> str:
 
 
 def fields(record: dict) -> None:
+    """One record as name and value lines; a nested value longer than LONG_VALUE is cut (with
+    --json every value is whole), and a model's search gets a table of its own below."""
     from rich.table import Table
 
     table = Table(box=None, show_header=False)
     table.add_column(style="bold")
     table.add_column()
+    selection = record.get("selection")
     for key, value in record.items():
-        table.add_row(key, text(value))
-    console().print(table)
+        if key == "selection" and selection:
+            value = (f"C {text(selection['C'])}, {selection['scoring']} "
+                     f"{text(selection['best_score'])} (cross-validation below)")  # fmt: skip
+        table.add_row(key, shortened(value) if isinstance(value, dict | list) else text(value))
+    show(table)
+    if selection:
+        print()
+        search_table(selection)
+
+
+def shortened(value: dict | list) -> str:
+    whole = text(value)
+    if len(whole) <= LONG_VALUE:
+        return whole
+    return f"{whole[: LONG_VALUE - 40]}… ({len(whole):,} characters; --json shows all)"
+
+
+def search_table(selection: dict) -> None:
+    """A search's cross-validation: per C the mean and spread of its fold scores, the solver's
+    passes (fewest to most over the folds), the statuses and the largest duality gap; the
+    chosen C marked."""
+    print(f"{selection.get('cv')}-fold cross-validation, {selection['scoring']}:")
+    rows = [
+        {"": "*" if row["C"] == selection["C"] else "", "C": row["C"],
+         "mean": row["mean_score"], "std": row["std_score"],
+         "passes": "–".join(dict.fromkeys(map(str, (min(row["n_iter"]), max(row["n_iter"]))))),
+         "status": ", ".join(sorted(set(row["status"]))),
+         "largest gap": max(row["duality_gap"])}
+        for row in selection.get("table", [])
+    ]  # fmt: skip
+    table(rows, [(name, lambda row, name=name: row[name]) for name in rows[0]] if rows else [])
 
 
 def labels(dataset: dict) -> str:

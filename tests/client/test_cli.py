@@ -178,6 +178,15 @@ def test_train_searches_C_and_calibrates(service, heart_dataset):
     model = as_json(margin(service, "models", "show", job["model_id"], "--json"))
     assert model["params"]["C"] in (0.01, 0.1, 1.0)
     assert model["selection"]["C"] == model["params"]["C"] and model["calibration"]
+    # before: the search's table was one JSON value, and rich padded every line to its width
+    shown = margin(service, "models", "show", job["model_id"])
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert all(line == line.rstrip() for line in lines) and max(map(len, lines)) < 250
+    table = lines[lines.index("3-fold cross-validation, balanced_accuracy:") + 2 :]
+    assert [float(line.strip(" *").split()[0]) for line in table] == pytest.approx([0.01, 0.1, 1])
+    marked = [line.split()[1] for line in table if line.lstrip().startswith("*")]
+    assert marked == [f"{model['params']['C']:.4g}"]
     plain = as_json(margin(service, "train", heart_dataset, "--probability", "--calibration",
                            "isotonic", "--json"))
     assert plain["params"]["probability"] is True and plain["params"]["search"] is None
