@@ -131,9 +131,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         one.add_argument("model")
         one.add_argument("id")
 
-    predict = command(commands, "predict", cmd_predict, "predict the lines of a LIBSVM file")
+    predict = command(commands, "predict", cmd_predict,
+                      "predict the lines of a LIBSVM file, or the rows of a CSV or TSV file")
     predict.add_argument("model")
-    predict.add_argument("file", type=Path, help="LIBSVM lines, labels optional (- for stdin)")
+    predict.add_argument("file", type=Path, help="LIBSVM lines, labels optional (- for stdin), "
+                         "or a CSV/TSV file whose header names the model's features")
+    predict.add_argument("--format", choices=("libsvm", "csv", "tsv"),
+                         help="default: from the file's extension (.csv, .tsv), else libsvm")
+    predict.add_argument("--label-column",
+                         help="CSV, TSV: a column to leave out (default: label, if present)")
     predict.add_argument("-o", "--output", type=Path, help="CSV file (default: stdout)")
     predict.add_argument("--batch-size", type=int, default=1000)
     predict.add_argument("--probabilities", action="store_true",
@@ -362,13 +368,15 @@ def cmd_runs_cancel(client, args) -> None:
     output.emit(args, client.runs.cancel(args.model, args.id), _run_summary)
 
 
-def _read_lines(path: Path) -> list[str]:
+def _open_text(path: Path):
+    """A text handle on a file, gzip, bz2 or xz compressed or not (- for stdin)."""
     import bz2
     import gzip
+    import io
     import lzma
 
     if str(path) == "-":
-        return sys.stdin.read().splitlines()
+        return io.StringIO(sys.stdin.read())
     with path.open("rb") as raw:
         head = raw.read(6)
     opener = (
@@ -377,21 +385,45 @@ def _read_lines(path: Path) -> list[str]:
         else lzma.open if head.startswith(b"\xfd7zXZ")
         else open
     )
-    with opener(path, "rt", encoding="utf-8") as handle:
+    return opener(path, "rt", encoding="utf-8", newline="")
+
+
+def _read_lines(path: Path) -> list[str]:
+    with _open_text(path) as handle:
         return [line for line in handle.read().splitlines() if line.strip()]
 
 
+def _instances(client, args):
+    """(what to predict, the model's record or None): LIBSVM lines, or a table's rows matched
+    to the model's features by name."""
+    from margin_client.tables import read_instances, table_format
+
+    fmt = args.format or (None if str(args.file) == "-" else table_format(args.file)) or "libsvm"
+    if fmt == "libsvm":
+        return _read_lines(args.file), None
+    model = client.models.get(args.model)
+    with _open_text(args.file) as handle:
+        return read_instances(handle, fmt, model.get("feature_names"), args.label_column), model
+
+
 def cmd_predict(client, args) -> int | None:
-    lines = _read_lines(args.file)
-    if not any(line.strip() for line in lines):
+    from margin_client.tables import TableError
+
+    try:
+        X, model = _instances(client, args)
+    except TableError as exc:
+        print(f"error: {args.file}: {exc}", file=sys.stderr)
+        return 1
+    if isinstance(X, list) and not any(line.strip() for line in X):
         print(f"error: no instances in {args.file}", file=sys.stderr)
         return 1
-    result = client.models.predict(args.model, lines, batch_size=args.batch_size,
+    result = client.models.predict(args.model, X, batch_size=args.batch_size,
                                    probabilities=args.probabilities)
     if args.json:
         output.emit(args, _prediction_json(result), print)
         return
-    rows = _prediction_rows(result, client.models.get(args.model).get("classes") or [])
+    model = model or client.models.get(args.model)
+    rows = _prediction_rows(result, model.get("classes") or [])
     text = "\n".join(",".join(row) for row in rows) + "\n"
     if args.output:
         args.output.write_text(text)

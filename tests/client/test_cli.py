@@ -3,6 +3,8 @@ through a pseudo-terminal (the progress bar renders; Ctrl-C asks whether to canc
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import pty
@@ -15,6 +17,7 @@ import time
 import pytest
 
 from margin_client import Client
+from margin_client.tables import TableError, read_instances
 from tests.client.conftest import HEART, ROOT, SLOW_PARAMS, Service
 from tests.deploy.cluster import wait_for
 
@@ -355,3 +358,69 @@ def test_an_empty_or_path_like_id_names_no_other_resource(service, heart_dataset
     assert result.returncode == 1 and json.loads(result.stderr)["status"] == 404
     result = margin(service, "datasets", "show", f"../datasets/{heart_dataset}", "--json")
     assert result.returncode == 1 and json.loads(result.stderr)["status"] == 404
+
+
+def heart_table(path, delimiter: str = ",", names=None) -> list[str]:
+    """heart_scale as a table with a header (label first), and the feature names."""
+    names = names or [f"f{j}" for j in range(1, 14)]
+    lines = [delimiter.join(["label", *names])]
+    for line in HEART.read_text().splitlines():
+        label, *pairs = line.split()
+        row = ["0"] * 13
+        for pair in pairs:
+            index, value = pair.split(":")
+            row[int(index) - 1] = value
+        lines.append(delimiter.join([label, *row]))
+    path.write_text("\n".join(lines) + "\n")
+    return names
+
+
+def test_predict_reads_a_table_by_the_models_feature_names(service, tmp_path):
+    # before: margin predict read LIBSVM lines only, though a model trained on a CSV upload
+    # knows its columns by name
+    names = heart_table(tmp_path / "heart.csv")
+    dataset = as_json(margin(service, "datasets", "upload", str(tmp_path / "heart.csv"), "--json"))
+    assert dataset["feature_names"] == names
+    with Client(service.url) as client:
+        model = client.jobs.create(dataset["id"], C=0.5, tol=1e-3).wait(check=True).model_id
+        # the table's column j is feature j of a zero-based model: the LIBSVM lines, shifted
+        shifted = [" ".join([line.split()[0], *(f"{int(p.split(':')[0]) - 1}:{p.split(':')[1]}"
+                                                 for p in line.split()[1:])])
+                   for line in HEART.read_text().splitlines()]  # fmt: skip
+        expected = client.models.predict(model, shifted).decision_values[:, 0]
+    # columns in another order, as TSV, without the label column, and gzip-compressed
+    reordered = tmp_path / "reordered.tsv.gz"
+    rows = [line.split(",") for line in (tmp_path / "heart.csv").read_text().splitlines()]
+    reordered.write_bytes(gzip.compress(("\n".join("\t".join(row[:0:-1]) for row in rows)
+                                         + "\n").encode()))  # fmt: skip
+    for path in (tmp_path / "heart.csv", reordered):
+        result = margin(service, "predict", model, str(path), "-o", str(tmp_path / "p.csv"))
+        assert result.returncode == 0, result.stderr
+        got = [float(r.split(",")[2]) for r in (tmp_path / "p.csv").read_text().splitlines()[1:]]
+        assert got == expected.tolist()
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("label,f1\n1,0.5\n", "the model's feature 'f2' is not a column of the file"),
+        ("y,f1,f2\n1,0,0\n", "column 'y' is not one of the model's features"),
+        ("label,f1,f2\n1,,0\n", "line 2, column 'f1': the cell is empty"),
+        ("label,f1,f2\n1,x,0\n", "line 2, column 'f1': 'x' is not a number"),
+        ("label,f1,f2\n1,inf,0\n", "line 2, column 'f1': 'inf' is not a finite number"),
+        ("f1,f2\n1,0\n2\n", "line 3: 1 cells, the header names 2"),
+        ("label,f1,f2\n", "no instances after the header line"),
+        ("", "the file is empty"),
+    ],
+)  # fmt: skip
+def test_a_table_that_does_not_fit_the_model_is_refused_naming_why(table, message):
+    with pytest.raises(TableError, match=re.escape(message)):
+        read_instances(io.StringIO(table), "csv", ["f1", "f2"])
+
+
+def test_a_table_error_is_one_line(service, heart_model, tmp_path):
+    (tmp_path / "bad.csv").write_text("label,f1\n1,0.5\n")  # heart's model has no names
+    result = margin(service, "predict", heart_model, str(tmp_path / "bad.csv"))
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (f"error: {tmp_path / 'bad.csv'}: this model's training data had no "
+                             "column names: predict LIBSVM lines instead\n")  # fmt: skip
