@@ -59,7 +59,8 @@ def get_model_coefficients(
     model: ModelDep, top: Annotated[int, Query(ge=1, le=1000)] = 20
 ):
     """The `top` largest weights by magnitude, each with its feature index (in the training
-    file's numbering) and the class it scores."""
+    file's numbering), its column name when the training data named its columns, and the class
+    it scores."""
     loaded = model_from_row(model)
     coef = loaded.coef
     flat = np.abs(coef).ravel()
@@ -69,14 +70,16 @@ def get_model_coefficients(
     rows, cols = np.unravel_index(best, coef.shape)
     one_output = coef.shape[0] == 1
     columns = loaded.columns  # a sparse model's coef holds only these columns
-    items = [
-        {
-            "feature": int(col if columns is None else columns[col]) + loaded.offset,
+    names = loaded.feature_names
+    items = []
+    for row, col in zip(rows, cols, strict=True):
+        column = int(col if columns is None else columns[col])  # the model's column
+        items.append({
+            "feature": column + loaded.offset,
+            "name": str(names[column]) if names else None,
             "output": None if one_output else loaded.classes[row] if loaded.classes else None,
             "weight": float(coef[row, col]),
-        }
-        for row, col in zip(rows, cols, strict=True)
-    ]
+        })  # fmt: skip
     return {
         "model_id": model.id,
         "n_features": loaded.n_features,

@@ -35,6 +35,10 @@ class DatasetStats(BaseModel):
 
 class Weight(BaseModel):
     feature: int = Field(description="feature index in the training file's numbering")
+    name: str | None = Field(
+        None, description="the feature's column name (a CSV, TSV or Parquet upload's header); "
+        "null when the training data named no columns",
+    )
     output: Any = Field(description="the class this weight scores (null: binary or regression)")
     weight: float
 

@@ -36,6 +36,7 @@ class Service:
         params=None,
         n_features=None,
         tenant="local",
+        feature_names=None,
     ):
         coef = np.atleast_2d(np.asarray(coef, dtype=np.float64))
         model_id = new_id("model")
@@ -59,6 +60,7 @@ class Service:
                     train_time_s=0.25,
                     train_accuracy=0.9,
                     validation_accuracy=None,
+                    feature_names=feature_names,
                 )
             )
         return model_id

@@ -144,7 +144,7 @@ export async function show(main, id) {
   main.append(lineageSection(lineage));
   main.append(h("h2", {}, "Largest weights"),
     h("p", { class: "muted" }, `intercept ${top.intercept.map((v) => fmt(v)).join(", ")}`),
-    bars(top.items.map((w) => ({ label: `feature ${w.feature}${w.output === null ? "" : ` (class ${fmt(w.output)})`}`,
+    bars(top.items.map((w) => ({ label: `${w.name ?? `feature ${w.feature}`}${w.output === null ? "" : ` (class ${fmt(w.output)})`}`,
                                  value: w.weight })), "Largest weights by magnitude"));
   const message = h("div", { role: "status" });
   const exportButton = ([format, title, suffix]) => h("button", { type: "button", class: "secondary",

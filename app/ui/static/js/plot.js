@@ -171,7 +171,8 @@ export function scorePlot(el, Cs, scores) {
   const plot = new uPlot({
     width: 540, height: 240,
     scales: { x: { time: false, distr: 3 } },
-    axes: [{ label: "C" }, { label: "score", size: 60 }],
+    // uPlot's own labels print a C of 1e-4 as "0"
+    axes: [{ label: "C", values: (u, vs) => vs.map(tick) }, { label: "score", size: 60 }],
     series: [{ label: "C" }, { label: "mean score", stroke: COLORS[0], width: 2, points: { size: 6 } }],
   }, [Cs, scores], el);
   el.dataset.points = String(Cs.length);
