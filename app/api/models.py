@@ -269,7 +269,7 @@ def export_model(
     ``decision_values``), or as a fitted scikit-learn LinearSVC/LinearSVR in a skops file."""
     loaded = model_from_row(model)
     if format == "json":
-        return Response(dumps(export_service.json_document(loaded)), media_type="application/json")
+        return StreamingResponse(export_service.json_chunks(loaded), media_type="application/json")
     if format in ("onnx", "skops"):
         export_service.check_dense_size(loaded, format)
         content = (

@@ -1,13 +1,15 @@
 """Export to LIBLINEAR's model format, checked by loading it into liblinear-official."""
 
 import json
+import tracemalloc
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from liblinear import liblinearutil
 
-from app.services.export import NotExportable, json_document, liblinear_text
+from app.services.export import NotExportable, json_chunks, json_document, liblinear_text
 from app.services.prediction import LinearModel, decision_function, dumps, predict_payload
 
 
@@ -168,3 +170,28 @@ def test_json_document_round_trips():
     assert doc["coef"] == [[1 / 3, 2.0]] and doc["intercept"] == [0.25]
     assert doc["classes"] == [-1, 1] and doc["zero_based"] is True and doc["n_features"] == 2
     assert doc["format"] == "margin-linear-model"
+
+
+@pytest.mark.parametrize("per_chunk", [1, 3, 1 << 16])
+def test_the_streamed_json_document_is_the_document(per_chunk):
+    rng = np.random.default_rng(0)
+    dense = model(rng.standard_normal((3, 7)), [0.5, -1, 2], classes=[1, 2, 3])
+    sparse = replace(dense, coef=np.ascontiguousarray(dense.coef[:, [1, 4, 5]]),
+                     columns=np.array([1, 4, 5]))  # fmt: skip
+    named = replace(dense, feature_names=[f"\x00array\x00{j}" for j in range(7)])
+    for m in (dense, sparse, named, model([[]], [0.0], classes=[-1, 1])):
+        streamed = b"".join(json_chunks(m, per_chunk))
+        assert json.loads(streamed) == json.loads(dumps(json_document(m)))
+
+
+def test_the_json_export_holds_a_slice_of_its_text_at_a_time():
+    # before: the whole document was built in memory, about 20 bytes a weight (2.7 GB for a
+    # model of 2^27 weights), on top of the model itself
+    m = model(np.random.default_rng(0).standard_normal((1, 1 << 20)), [0.0], classes=[-1, 1])
+    tracemalloc.start()
+    try:
+        size = sum(len(chunk) for chunk in json_chunks(m))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert size > 16 * 2**20 and peak < 2**20, (size / 2**20, peak / 2**20)
