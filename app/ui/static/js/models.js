@@ -85,15 +85,56 @@ function evaluateBox(model, datasets) {
   return form;
 }
 
+// A model trained on a table (its columns named) is predicted from CSV rows under a header of
+// its feature names, in any order ("label" left out), sent as records; any model from LIBSVM lines.
+const LIBSVM_HINT = "LIBSVM lines, one instance each (a leading label is ignored)";
+
+function csvRecords(text) {
+  const [header, ...lines] = text.split(/\r?\n/).filter((line) => line.trim());
+  if (!header) throw new Error("a header line naming the columns comes first");
+  const names = header.split(",").map((name) => name.trim());
+  return lines.map((line, k) => {
+    const cells = line.split(",");
+    if (cells.length !== names.length) {
+      throw new Error(`line ${k + 2}: ${cells.length} cells, the header names ${names.length}`);
+    }
+    const record = {};
+    names.forEach((name, j) => {
+      if (name === "label") return;
+      const cell = cells[j].trim();
+      if (cell === "" || !isFinite(Number(cell))) {
+        throw new Error(`line ${k + 2}, column '${name}': '${cell}' is not a number`);
+      }
+      record[name] = Number(cell);
+    });
+    return record;
+  });
+}
+
+function predictRequest(format, text) {
+  if (format === "csv") {
+    return { body: JSON.stringify({ records: csvRecords(text) }), headers: { "content-type": "application/json" } };
+  }
+  return { body: text, headers: { "content-type": "text/plain" } };
+}
+
 function predictBox(model) {
+  const named = Array.isArray(model.feature_names) && model.feature_names.length > 0;
+  const csvHint = named ? `${model.feature_names.join(",")}\n${model.feature_names.map(() => "0").join(",")}` : "";
   const input = h("textarea", { id: "predict-input", name: "instances", spellcheck: "false",
-                                placeholder: "+1 1:0.5 3:1\n2:0.25 7:1" });
+                                placeholder: named ? csvHint : "+1 1:0.5 3:1\n2:0.25 7:1" });
+  const format = h("select", { id: "predict-format", name: "format" },
+    ...(named ? [h("option", { value: "csv" }, "CSV rows under a header of feature names")] : []),
+    h("option", { value: "libsvm" }, LIBSVM_HINT));
+  format.addEventListener("change", () => {
+    input.placeholder = format.value === "csv" ? csvHint : "+1 1:0.5 3:1\n2:0.25 7:1";
+  });
   const output = h("div", { id: "predict-output", role: "status" });
   const probabilities = model.calibration
     ? h("input", { type: "checkbox", id: "predict-probabilities", name: "probabilities", checked: true }) : null;
   const form = h("form", { class: "panel", "aria-labelledby": "predict-title" },
     h("h2", { id: "predict-title" }, "Predict"),
-    h("label", { for: "predict-input" }, "LIBSVM lines, one instance each (a leading label is ignored)"),
+    h("label", { for: "predict-format" }, "Instances"), format,
     input, probabilities ? h("div", { class: "field inline" }, probabilities,
       h("label", { for: "predict-probabilities" }, "with probabilities (calibrated model)")) : null,
     h("p", {}, h("button", { type: "submit", id: "predict-submit" }, "Predict")), output);
@@ -101,8 +142,8 @@ function predictBox(model) {
     event.preventDefault();
     try {
       const query = probabilities && probabilities.checked ? "?probabilities=true" : "";
-      const result = await api(`/v1/models/${model.id}/predict${query}`, { method: "POST", body: input.value,
-                                                                  headers: { "content-type": "text/plain" } });
+      const result = await api(`/v1/models/${model.id}/predict${query}`,
+                               { method: "POST", ...predictRequest(format.value, input.value) });
       const rows = (result.labels || result.values).map((v, i) => ({ i, v, d: result.decision_values?.[i],
                                                                      p: result.probabilities?.[i] }));
       output.replaceChildren(table(rows, [
