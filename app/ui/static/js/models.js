@@ -134,8 +134,8 @@ function predictBox(model) {
     ? h("input", { type: "checkbox", id: "predict-probabilities", name: "probabilities", checked: true }) : null;
   const form = h("form", { class: "panel", "aria-labelledby": "predict-title" },
     h("h2", { id: "predict-title" }, "Predict"),
-    h("label", { for: "predict-format" }, "Instances"), format,
-    input, probabilities ? h("div", { class: "field inline" }, probabilities,
+    h("div", { class: "field" }, h("label", { for: "predict-format" }, "Format"), format),
+    h("label", { for: "predict-input" }, "Instances"), input, probabilities ? h("div", { class: "field inline" }, probabilities,
       h("label", { for: "predict-probabilities" }, "with probabilities (calibrated model)")) : null,
     h("p", {}, h("button", { type: "submit", id: "predict-submit" }, "Predict")), output);
   form.addEventListener("submit", async (event) => {
