@@ -55,6 +55,11 @@ CSV_HEADER = b",".join(b"f%d" % i for i in range(13))  # heart_scale's 13 featur
     [
         ("a header of 20 million names", b"ab," * 20_000_000 + b"ab\n1\n", "more columns"),
         ("a row of 30 million values", CSV_HEADER + b"\n" + b"0," * 30_000_000 + b"0\n", "a row"),
+        (
+            "60 million empty lines after a row of 14 values",  # empty lines are not rows
+            CSV_HEADER + b"\n" + b"0," * 13 + b"0" + b"\n" * 60_000_000,
+            "a row",
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) and " " in v else "",
 )
