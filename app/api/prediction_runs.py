@@ -205,7 +205,9 @@ def _csv_response(settings, run: PredictionRun) -> Response:
         "Content-Length": str(os.fstat(csv_file.fileno()).st_size),
     }
     return TimedStreamingResponse(
-        _chunks(csv_file), send_timeout=settings.send_timeout_s, media_type="text/csv",
+        _chunks(csv_file),
+        send_timeout=settings.send_timeout_s,
+        media_type="text/csv",
         headers=headers,
     )
 
