@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -108,8 +108,12 @@ class Settings(BaseSettings):
     max_event_streams_per_tenant: int = Field(
         50, ge=1, description="open job event streams of one tenant per API process; beyond, 429"
     )
-    event_send_timeout_s: float = Field(
-        60, gt=0, description="seconds an event stream waits for a client that reads nothing"
+    send_timeout_s: float = Field(
+        60,
+        gt=0,
+        validation_alias=AliasChoices("send_timeout_s", "event_send_timeout_s"),
+        description="seconds a streamed response (event stream, LIBLINEAR export, prediction "
+        "CSV) waits for a client that reads nothing; EVENT_SEND_TIMEOUT_S is its former name",
     )
     rate_limit: str | None = Field(
         None,

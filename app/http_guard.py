@@ -13,10 +13,10 @@ returns a subclass that, per connection:
   waiting longest for its headers (a slow client's, never one whose request is being served);
 - gives each request the ASGI extension ABORT (`scope["extensions"]`), a callable that drops
   the connection at once: for a response the app gives up on because its client reads nothing
-  (an event stream past EVENT_SEND_TIMEOUT_S). uvicorn would otherwise report that response as
-  "ASGI callable returned without completing response" (an error, for a client's doing) and
-  close the transport gracefully, which waits for the client to read the bytes still buffered,
-  maybe never, keeping the socket and its buffers.
+  (a streamed response past SEND_TIMEOUT_S, app.streaming). uvicorn would otherwise report
+  that response as "ASGI callable returned without completing response" (an error, for a
+  client's doing) and close the transport gracefully, which waits for the client to read the
+  bytes still buffered, maybe never, keeping the socket and its buffers.
 """
 
 from __future__ import annotations

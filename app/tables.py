@@ -368,7 +368,8 @@ class IdempotencyKey(Base):
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     request_hash: Mapped[str | None] = mapped_column(String(64))
     resource_id: Mapped[str] = mapped_column(String(40))
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # indexed: the expiry sweep deletes by age alone (migration 0014)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 
 
 class Worker(Base):

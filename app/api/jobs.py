@@ -18,7 +18,6 @@ from app import tenancy
 from app.db import Database
 from app.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
 from app.errors import ProblemError
-from app.http_guard import ABORT
 from app.jobs import lifecycle
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page
 from app.schemas.jobs import (
@@ -31,6 +30,7 @@ from app.schemas.jobs import (
 )
 from app.services import jobs as service
 from app.services.idempotency import check_key
+from app.streaming import drop_connection
 from app.tables import TERMINAL_STATUSES, Job, JobProgress
 
 router = APIRouter(tags=["jobs"])
@@ -141,24 +141,20 @@ async def job_events(
     else:
         events = _notified_events(db, feeds, job.id, start)
     stream = _counted(events, streams, tenant)
-    return _EventStream(stream, ping=15, send_timeout=settings.event_send_timeout_s)
+    return _EventStream(stream, ping=15, send_timeout=settings.send_timeout_s)
 
 
 class _EventStream(EventSourceResponse):
-    """An event stream closed when its client has read nothing for EVENT_SEND_TIMEOUT_S (its
-    buffers full): such a client otherwise held the stream, and its tenant's share, for as long
-    as it kept the connection open. The response cannot be completed (its last chunk would wait
-    behind the unread ones), so the connection is dropped (`http_guard.ABORT`, where the server
-    offers it)."""
+    """An event stream closed when its client has read nothing for SEND_TIMEOUT_S (its buffers
+    full): such a client otherwise held the stream, and its tenant's share, for as long as it
+    kept the connection open. The connection is dropped (see app.streaming)."""
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         except SendTimeoutError:
             log.info("event stream closed: its client read nothing for %s s", self.send_timeout)
-            abort = scope.get("extensions", {}).get(ABORT)
-            if abort is not None:
-                abort()
+            drop_connection(scope)
 
 
 def _open_streams(app) -> dict:

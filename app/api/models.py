@@ -15,7 +15,6 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import StreamingResponse
 from sqlalchemy import delete, select
 
 from app.api.model_lookup import ModelNotFound, load_model, model_cache
@@ -41,6 +40,7 @@ from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.datasets import named_dataset
 from app.services.model_cache import model_from_row
 from app.services.prediction import InvalidInstances, dumps, predict_body
+from app.streaming import TimedStreamingResponse
 from app.tables import Model, PredictionRun
 
 log = logging.getLogger("margin.models")
@@ -259,6 +259,7 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
 )
 def export_model(
     model: ModelDep,
+    settings: SettingsDep,
     format: Literal["liblinear", "json", "onnx", "skops"] = "liblinear",
     dtype: Annotated[
         Literal["float64", "float32"], Query(description="onnx: the input's element type")
@@ -287,8 +288,9 @@ def export_model(
         first = next(chunks)  # the header: whether the model can be written at all
     except export_service.NotExportable as exc:
         raise ProblemError(422, "Not exportable", str(exc)) from None
-    return StreamingResponse(
+    return TimedStreamingResponse(
         chain([first], chunks),
+        send_timeout=settings.send_timeout_s,
         media_type="text/plain",
         headers={"Content-Disposition": f'attachment; filename="{model.id}.model"'},
     )

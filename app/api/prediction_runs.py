@@ -11,7 +11,6 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
@@ -26,6 +25,7 @@ from app.services.datasets import named_dataset
 from app.services.model_cache import model_from_row
 from app.services.prediction_runner import PredictionRunner
 from app.storage import get_storage, prediction_key
+from app.streaming import TimedStreamingResponse
 from app.tables import PredictionRun
 
 
@@ -186,8 +186,11 @@ def _csv_response(settings, run: PredictionRun) -> Response:
     path = storage.local_path(key)
     if path is None and storage.exists(key):
         disposition = f'attachment; filename="{run.id}.csv"'
-        return StreamingResponse(
-            storage.read(key), media_type="text/csv", headers={"Content-Disposition": disposition}
+        return TimedStreamingResponse(
+            storage.read(key),
+            send_timeout=settings.send_timeout_s,
+            media_type="text/csv",
+            headers={"Content-Disposition": disposition},
         )
     try:
         # opened here, not when the response starts: a run deleted meanwhile is then a 410, and
@@ -201,7 +204,12 @@ def _csv_response(settings, run: PredictionRun) -> Response:
         "Content-Disposition": f'attachment; filename="{run.id}.csv"',
         "Content-Length": str(os.fstat(csv_file.fileno()).st_size),
     }
-    return StreamingResponse(_chunks(csv_file), media_type="text/csv", headers=headers)
+    return TimedStreamingResponse(
+        _chunks(csv_file),
+        send_timeout=settings.send_timeout_s,
+        media_type="text/csv",
+        headers=headers,
+    )
 
 
 def _chunks(csv_file, size: int = 1 << 16):

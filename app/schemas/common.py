@@ -1,5 +1,5 @@
-"""Pieces shared by every resource's schemas: the list envelope, its opaque cursors, and plain
-decimal numbers read from URLs and headers."""
+"""Pieces shared by every resource's schemas: the base of JSON request bodies, the list envelope,
+its opaque cursors, and plain decimal numbers read from URLs and headers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import base64
 import binascii
 from typing import Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from app.errors import ProblemError
 
@@ -15,6 +15,15 @@ T = TypeVar("T")
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
+
+
+class RequestBody(BaseModel):
+    """A JSON request body, validated strictly: an unknown field is refused, and a value is taken
+    only as its own JSON type (`true` is not the integer 1, nor `"1"`; an integer field refuses
+    1.5), so that a client's slip is a 422 naming the field, not a silent coercion. A float field
+    still takes an integer."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Page(BaseModel, Generic[T]):

@@ -5,23 +5,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from app.schemas.common import RequestBody
 
 JobStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 StopReason = Literal["converged", "max_iter", "time_limit", "cancelled"]
 
 
-class DistributedOption(BaseModel):
+class DistributedOption(RequestBody):
     """Train on rows split over the Dask cluster at DASK_SCHEDULER_ADDRESS (CoCoA+)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
     partitions: int = Field(ge=1, le=4096, description="row partitions, one Dask actor each")
 
 
-class JobCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class JobCreate(RequestBody):
     dataset_id: str = Field(max_length=40)
     estimator: str = Field("LinearSVC", description="see GET /v1/solvers")
     params: dict[str, Any] = Field(

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from app.schemas.common import RequestBody
+
 
 class ModelOut(BaseModel):
     """A stored model's metadata (its weights are fetched with ``/export``)."""
@@ -47,10 +49,8 @@ class ModelOut(BaseModel):
     created_at: datetime
 
 
-class DatasetRef(BaseModel):
+class DatasetRef(RequestBody):
     """A stored dataset to predict or evaluate."""
-
-    model_config = ConfigDict(extra="forbid")
 
     dataset_id: str = Field(min_length=1, max_length=40)
 

@@ -11,16 +11,17 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
+from app.schemas.common import RequestBody
 from app.services.dataset_store import MAX_CLASSES
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
-class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+class _Params(RequestBody):
+    pass
 
 
 class CGrid(_Params):

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from app.schemas.common import RequestBody
+
 TagKey = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 TagValue = Annotated[str, StringConstraints(max_length=256)]
 Tags = Annotated[dict[TagKey, TagValue], Field(max_length=50)]
@@ -14,34 +16,28 @@ Description = Annotated[str, StringConstraints(max_length=4000)]
 MAX_VERSION = 10**9
 
 
-class RegisteredModelIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RegisteredModelIn(RequestBody):
     name: str = Field(min_length=1, max_length=128, description="no '@' or '/'; not 'mdl_...'")
     description: Description | None = None
     tags: Tags = Field(default_factory=dict)
 
 
-class RegistryPatch(BaseModel):
+class RegistryPatch(RequestBody):
     """Fields to change (absent: unchanged)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     description: Description | None = None
     tags: Tags | None = None
 
 
-class ModelVersionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+class ModelVersionIn(RequestBody):
+    model_config = ConfigDict(protected_namespaces=())
 
     model_id: str = Field(min_length=1, max_length=40)
     description: Description | None = None
     tags: Tags = Field(default_factory=dict)
 
 
-class AliasIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class AliasIn(RequestBody):
     version: int = Field(ge=1, le=MAX_VERSION)
 
 

@@ -7,10 +7,12 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect
+from sqlalchemy import event, inspect
+from sqlalchemy.orm import Session
 
 from app import migrate
 from app.db import make_engine
+from app.services import idempotency
 from app.tables import Base
 from tests.app.conftest import ScratchDatabase, postgres_url_or_skip
 
@@ -91,3 +93,27 @@ def test_sqlite_connections_use_wal_and_foreign_keys(tmp_path):
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 1000
     engine.dispose()
+
+
+def test_the_idempotency_sweep_reads_by_age_through_an_index(db_url):
+    """The sweep that forgets expired Idempotency-Keys deletes by `created_at` alone: without an
+    index on it (migration 0014), every sweep read the whole table."""
+    engine = make_engine(db_url)
+    executed = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        executed.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", record)
+    with Session(engine) as session:
+        idempotency.forget_expired(session, 24)
+    event.remove(engine, "before_cursor_execute", record)
+    [(statement, parameters)] = [s for s in executed if s[0].lstrip().startswith("DELETE")]
+    with engine.begin() as conn:
+        if engine.dialect.name == "sqlite":
+            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
+        else:  # an empty table is read whole unless that is ruled out
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            plan = conn.exec_driver_sql(f"EXPLAIN {statement}", parameters).all()
+    engine.dispose()
+    assert "ix_idempotency_keys_created_at" in str(plan), plan

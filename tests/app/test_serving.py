@@ -329,3 +329,43 @@ def test_invocations_csv_one_column_or_value_over_is_400(client, served):
     assert wide.status_code == 400 and "more columns" in wide.json()["message"]
     long_row = post(",".join(NAMES) + "\n" + row + ",0")
     assert long_row.status_code == 400 and "more values" in long_row.json()["message"]
+
+
+def test_invocations_csv_skips_empty_lines_and_reads_quoted_numbers(client, served):
+    """RFC 4180 allows any field quoted: `"0.5"` was refused ("could not convert"); empty lines,
+    LF or CRLF, are skipped."""
+    X, model = served["X"][:3], served["model"]
+    labels = predict(client, model, {"instances": X.tolist()})["labels"]
+    rows = [[repr(v) for v in row] for row in X.tolist()]
+    quoted = [",".join(f'"{v}"' for v in row) for row in rows]
+    bodies = [
+        ",".join(f'"{n}"' for n in NAMES) + "\n" + "\n".join(quoted) + "\n",
+        ",".join(NAMES) + "\n\n" + "\n\n\n".join(",".join(r) for r in rows) + "\n\n",
+        ",".join(NAMES) + "\r\n\r\n" + "\r\n\r\n".join(quoted) + "\r\n\r\n",
+    ]
+    for body in bodies:
+        response = client.post(
+            f"/v1/models/{model}/invocations", content=body, headers={"content-type": "text/csv"}
+        )
+        assert response.status_code == 200, (body, response.text)
+        assert response.json() == {"predictions": labels}
+
+
+def test_invocations_csv_rows_not_lines_meet_the_batch_bound(app, client, served, monkeypatch):
+    """MAX_PREDICT_BATCH counts the rows: 3 rows among empty lines were 413 at a bound of 3 (every
+    line counted), and a 4th row without a final newline was let through."""
+    monkeypatch.setattr(app.state.settings, "max_predict_batch", 3)
+    rows = [",".join(map(repr, row)) for row in served["X"][:4].tolist()]
+
+    def post(text: str):
+        return client.post(
+            f"/v1/models/{served['model']}/invocations",
+            content=",".join(NAMES) + "\n" + text,
+            headers={"content-type": "text/csv"},
+        )
+
+    at_bound = post("\n" * 10 + "\n\n\n".join(rows[:3]) + "\n" * 10)
+    assert at_bound.status_code == 200 and len(at_bound.json()["predictions"]) == 3
+    for over in ("\n".join(rows), "\n".join(rows) + "\n", "\r\n\r\n".join(rows)):
+        answer = post(over)
+        assert answer.status_code == 413 and "at most 3" in answer.json()["message"], answer.text

@@ -24,6 +24,18 @@ def test_worker_shutdown_timeout_is_a_validated_setting(monkeypatch):
         Settings(worker_shutdown_timeout_s=-1)
 
 
+@pytest.mark.parametrize("name", ["SEND_TIMEOUT_S", "EVENT_SEND_TIMEOUT_S"])
+def test_the_send_timeout_is_read_under_its_name_and_its_former_one(monkeypatch, name):
+    """SEND_TIMEOUT_S bounds every streamed response; it was EVENT_SEND_TIMEOUT_S when only the
+    event streams had one, and a deployment that sets the old name keeps its value."""
+    monkeypatch.setenv(name, "7")
+    assert Settings().send_timeout_s == 7
+    assert Settings(send_timeout_s=3).send_timeout_s == 3
+    monkeypatch.setenv(name, "0")
+    with pytest.raises(ValidationError):
+        Settings()
+
+
 @pytest.mark.parametrize(
     "name", ["QUOTA_STORAGE_MB", "QUOTA_ACTIVE_JOBS", "QUOTA_ACTIVE_PREDICTION_RUNS"]
 )

@@ -1,5 +1,5 @@
 """Attacks on what the edge buffers before a request is judged, against a real `margin serve` on
-PostgreSQL under the memory limit of `test_attacks` (SERVER_AS_GB): a predict body announced
+PostgreSQL under the memory limit of `attack_service` (SERVER_AS_GB): a predict body announced
 but never sent, the JSON around an inference tensor's data, form fields of an upload, and model
 references that name nothing. Each must get its 4xx while the process tree's resident memory
 rises by less than its bound. RELIABILITY.md lists them with their limits."""
@@ -14,12 +14,7 @@ import pytest
 
 from benchmarks import _process_memory as memory
 from tests.app.conftest import postgres_url_or_skip
-from tests.reliability.test_attacks import (  # noqa: F401
-    Service,
-    attack,
-    postgres_scratch,
-    service,
-)
+from tests.reliability.attack_service import Service, attack
 from tests.reliability.test_more_attacks import race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]

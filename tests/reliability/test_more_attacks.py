@@ -20,8 +20,8 @@ from app.db import Database
 from app.services import keys
 from app.tables import JobProgress
 from tests.app.conftest import HEART, postgres_url_or_skip
+from tests.reliability.attack_service import Service
 from tests.reliability.helpers import ROOT, wait_for
-from tests.reliability.test_attacks import Service, postgres_scratch  # noqa: F401
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 STREAMS = 12  # MAX_EVENT_STREAMS of the service

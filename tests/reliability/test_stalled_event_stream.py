@@ -1,4 +1,4 @@
-"""An `/events` stream whose client reads nothing is given up after EVENT_SEND_TIMEOUT_S, against
+"""An `/events` stream whose client reads nothing is given up after SEND_TIMEOUT_S, against
 a real `margin api` (uvicorn, SQLite): the connection is dropped at once, and the server logs the
 stream's closing as what it is, not as an application error. (That the stream's place is freed
 is `test_more_attacks.py -k reads_nothing`, PostgreSQL.)"""
@@ -48,7 +48,7 @@ def test_a_stream_whose_client_reads_nothing_is_dropped_without_an_error(tmp_pat
     bytes buffered, for as long as the client read nothing."""
     data = tmp_path / "data"
     port = free_port()
-    margin = Margin(tmp_path, data_dir=data, auth_mode="off", event_send_timeout_s=1)
+    margin = Margin(tmp_path, data_dir=data, auth_mode="off", send_timeout_s=1)
     try:
         assert margin.start("migrate", name="migrate").wait(120) == 0, margin.logs()
         api, http = margin.api(port)

@@ -4,7 +4,7 @@ tenant `local`): two uploads at once are served, a third while they are held ope
 once they have finished (201) the next one is served again; and in all (MAX_UPLOADS_IN_FLIGHT),
 with keys of several tenants: each upload held open has a parser of its own, and one more is 429
 before its body is read. The attack with several tenants and trickled bodies is
-`test_attacks.py -k leave_a_parser` (PostgreSQL)."""
+`test_attacks_uploads.py -k leave_a_parser` (PostgreSQL)."""
 
 from __future__ import annotations
 

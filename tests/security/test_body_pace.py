@@ -1,8 +1,8 @@
 """A request body must keep arriving (`app.limits`): the time spent waiting for it may not exceed
 BODY_TIMEOUT_S plus one second per MIN_BODY_RATE_KB received. Before, two uploads trickling a few
 bytes held both upload parser processes, and every other upload waited for as long as their
-senders liked (tests/reliability/test_attacks.py -k trickled shows it against `margin serve`).
-Here the middleware is driven directly, with a client whose pace is set by the test."""
+senders liked (tests/reliability/test_attacks_uploads.py -k trickled shows it against `margin
+serve`). Here the middleware is driven directly, with a client whose pace is set by the test."""
 
 from __future__ import annotations
 

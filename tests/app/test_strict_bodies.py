@@ -1,0 +1,48 @@
+"""Every integer field of a JSON request body refuses a JSON boolean: `{"version": true}` was taken
+as version 1 (pydantic's lax mode reads `true` as 1), while the training parameters refused it.
+Request bodies now share one strict base (app.schemas.common.RequestBody)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from app.tables import Job
+
+
+@pytest.fixture
+def alias_target(client, binary) -> str:
+    """The aliases of the registered name `m`, whose version 1 is the binary model."""
+    assert client.post("/v1/registered-models", json={"name": "m"}).status_code == 201
+    versions = client.post("/v1/registered-models/m/versions", json={"model_id": binary[0]})
+    assert versions.status_code == 201, versions.text
+    return "/v1/registered-models/m/aliases"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"version": True}, "version"),  # an alias's version: was 200, version 1
+        ({"version": "1"}, "version"),  # was 200 as well
+        ({"distributed": {"partitions": True}}, "distributed.partitions"),
+        ({"params": {"max_iter": True}}, "params.max_iter"),
+        ({"params": {"random_state": True}}, "params.random_state"),
+        ({"params": {"search": {"cv": True}}}, "params.search.cv"),
+    ],
+)
+def test_an_integer_field_refuses_a_boolean(client, db, heart, alias_target, body, field):
+    if "version" in body:
+        response = client.put(f"{alias_target}/production", json=body)
+    else:
+        response = client.post("/v1/jobs", json={"dataset_id": heart["id"], **body})
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == field
+    assert "valid integer" in response.json()["detail"]
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == 0
+    assert client.get(f"{alias_target}/production").status_code == 404
+
+
+def test_an_integer_version_is_still_taken(client, alias_target):
+    response = client.put(f"{alias_target}/production", json={"version": 1})
+    assert response.status_code == 200 and response.json()["version"] == 1
