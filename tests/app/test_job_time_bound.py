@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from app.config import Settings
 from app.jobs import budget, recovery
 from app.jobs.runner import RunContext, run_job
 from app.services import trainers
@@ -26,7 +27,10 @@ SEARCH = {"tol": 1e-6, "search": {"Cs": CS, "cv": 3}}
 
 class Trainer:
     """The real LinearSVC trainer, recording the params each attempt got; with ``sleep_at``
-    (c_index, seconds), its callback sleeps that long at the first pass of fold 0 at that C."""
+    (c_index, seconds), its callback sleeps that long at the first pass of fold 0 at that C.
+    Resumable as the real one: a single solve runs through the checkpointed segments."""
+
+    resumable = True
 
     def __init__(self, monkeypatch, sleep_at: tuple[int, float] | None = None):
         self.sleep_at, self.params = sleep_at, []
@@ -61,6 +65,13 @@ def test_a_time_limit_above_max_job_seconds_is_refused(app, client, heart):
     assert "MAX_JOB_SECONDS" in response.text and "params.time_limit" in response.text
     assert _submit(client, heart, time_limit=60)
     assert _submit(client, heart)  # no time_limit: the job gets the bound
+
+
+def test_max_job_seconds_empty_is_no_bound_and_zero_is_refused():
+    assert Settings(max_job_seconds="").max_job_seconds is None
+    assert Settings(max_job_seconds="90").max_job_seconds == 90.0
+    with pytest.raises(ValueError, match="max_job_seconds"):
+        Settings(max_job_seconds="0")
 
 
 def test_a_search_job_ends_at_the_bound_with_the_finished_Cs(app, client, db, heart, monkeypatch):
@@ -122,3 +133,21 @@ def test_a_retry_after_the_bound_is_spent_ends_at_once(app, client, db, heart, m
         assert session.get(Job, job_id).attempt == 2
     job = client.get(f"/v1/jobs/{job_id}").json()
     assert job["stop_reason"] == "time_limit" and job["model_id"] is not None
+
+
+def test_a_resumed_attempt_is_not_charged_twice_for_the_earlier_seconds():
+    """The attempt's budget already counts the earlier attempts' running time: the checkpoint's
+    solver seconds (part of it) are not taken off again, only this attempt's own segments."""
+    from app.jobs import checkpoint
+
+    got = []
+
+    def trainer(params, X, y, qid, callback, n_jobs, init_dual=None):
+        got.append(params["time_limit"])
+        return trainers.Trained("classifier", [0, 1], np.zeros((1, 2)), np.zeros(1),
+                                "converged", 0.0, 1, predict=lambda Z: Z)  # fmt: skip
+
+    start = checkpoint.Checkpoint(np.zeros(3), np.zeros((1, 2)), np.zeros(1), 40, 100.0)
+    segments = checkpoint.Segments(every_s=0, start=start, on_checkpoint=lambda point: None)
+    checkpoint.train(trainer, {"time_limit": 10.0}, None, None, None, lambda p: None, 1, segments)
+    assert got == [10.0]
