@@ -19,6 +19,11 @@ rule and reports its duality gap (for a primal solve, that of (w̃, α(w̃))), s
 changes the optimum it certifies. The refit on all rows starts from the per-row average of the
 folds' solutions at the chosen C (feasible by the same row-wise convexity), or from the mean of
 their w̃ where every fold ended by Newton.
+
+A fit's ``time_limit`` is one deadline for the whole search (`deadline_of`): each solve gets what
+is left of it (`seconds_left`), `run_path` starts no solve after it, and a grid point that it cut
+short (a fold's solve ended "time_limit") is not scored, so the choice is made among the points
+every fold finished, and the refit, with what is left, still makes its first pass.
 """
 
 from __future__ import annotations
