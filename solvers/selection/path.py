@@ -39,7 +39,7 @@ class PathState:
     steps: dict[int, dict[int, Step]] = field(default_factory=dict)
     n_done: int = 0
     stopped: bool = False
-    out_of_time: bool = False  # a solve was left unstarted at the deadline
+    out_of_time: bool = False  # a solve of the path was left unstarted at the deadline
 
 
 def run_path(
@@ -72,7 +72,8 @@ def run_path(
         while ready or running:
             while ready and len(running) < n_threads:
                 if deadline is not None and time.monotonic() >= deadline:
-                    state.out_of_time, state.stopped = True, True
+                    state.out_of_time = any(i < limit for i, _ in ready)  # left undone
+                    state.stopped = state.stopped or state.out_of_time
                     ready.clear()
                     break
                 i, f = heapq.heappop(ready)
