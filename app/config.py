@@ -39,6 +39,12 @@ class Settings(BaseSettings):
         "busy server's BLAS calls do not wait for cores its requests and solvers hold",
     )
     job_retries: int = Field(0, ge=0, description="times a job whose worker died is re-queued")
+    max_job_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="bound on every job's running time, in seconds, over all its attempts: a "
+        "job without a time_limit gets it, one asking more is refused (unset or empty: no bound)",
+    )
     job_stall_s: float = Field(
         60.0, gt=0, description="a running job without heartbeat for this long is orphaned"
     )
@@ -207,6 +213,12 @@ class Settings(BaseSettings):
         if zero:
             raise ValueError("0 is not a service-wide quota; leave it empty for no bound")
         return value
+
+    @field_validator("max_job_seconds", mode="before")
+    @classmethod
+    def _no_bound(cls, value):
+        """Empty: no bound, as for the quotas (0 is refused by the field itself)."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("storage_url")
     @classmethod

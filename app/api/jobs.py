@@ -57,6 +57,7 @@ def create_job(
         settings.dask_scheduler_address,
         settings.max_model_weights,
         settings.idempotency_ttl_hours,
+        settings.max_job_seconds,
     )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:

@@ -6,8 +6,10 @@ The solvers stop cleanly when the progress callback returns False, handing back 
 fit). So a job of a resumable estimator is trained in segments: once CHECKPOINT_S have passed the
 callback stops the solve, the iterate is stored at ``checkpoints/<job id>.npz`` (STORAGE_URL),
 and the next segment starts from it, its iterations and seconds counted on from the previous
-segment's (and its max_iter and time_limit what is left of them). A retried attempt starts from
-the stored iterate: a warm start that reaches the same optimum as an uninterrupted solve. A solve
+segment's (and its max_iter what is left of it, its time_limit what is left of the attempt's).
+A retried attempt starts from the stored iterate: a warm start that reaches the same optimum as
+an uninterrupted solve; its time_limit is what the earlier attempts left of the job's bound
+(`app.jobs.budget`, which counts their whole running time, not only up to the checkpoint). A solve
 stopped by a cancel or a shutdown hands back its iterate too (kept as a model with
 `cancel?keep_model=true`, stored for the next attempt at a shutdown).
 """
@@ -76,6 +78,7 @@ def train(trainer, params: dict, X, y, qid, callback, n_jobs, segments: Segments
     """Run `trainer` (one marked `resumable`) in segments (see the module docstring); returns
     its `Trained`, with n_iter counted over every segment."""
     done = segments.start
+    before = done.elapsed_s if done else 0.0  # earlier attempts' seconds: params has its budget
     while True:
         it0 = done.iteration if done else 0
         t0 = done.elapsed_s if done else 0.0
@@ -98,7 +101,7 @@ def train(trainer, params: dict, X, y, qid, callback, n_jobs, segments: Segments
             return None
 
         trained = trainer(
-            _remaining(params, it0, t0), X, y, qid, segment_callback, n_jobs,
+            _remaining(params, it0, t0 - before), X, y, qid, segment_callback, n_jobs,
             init_dual=None if done is None else done.alpha,
         )  # fmt: skip
         n_iter = it0 + trained.n_iter

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings, get_settings
 from app.db import Database, is_disk_full, is_unavailable
 from app.disk import DiskReserve
-from app.jobs import checkpoint, lifecycle
+from app.jobs import budget, checkpoint, lifecycle
 from app.jobs.attempt import DISK_FULL, DiskFull, JobLost, Recorder, Watch, persist
 from app.jobs.lifecycle import Attempt
 from app.jobs.queue import JobQueue, get_queue
@@ -126,7 +126,8 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
     recorder = Recorder(ctx, attempt, watch, tol=job.params.get("tol"))
     trainer, X, y, qid = _trainer_and_data(ctx, job, dataset)
     segments = _segments(ctx, attempt, job) if resumable(trainer, job.params) else None
-    trained, train_time = _train(ctx, job, trainer, (X, y, qid), recorder, segments)
+    params = _attempt_params(ctx, job)
+    trained, train_time = _train(ctx, job, params, trainer, (X, y, qid), recorder, segments)
     keep = trained.status == "stopped" and _keeps_model(ctx, attempt)
     model = None
     if trained.status != "stopped" or keep:
@@ -164,16 +165,25 @@ def _trainer_and_data(ctx: RunContext, job: Job, dataset: Dataset):
     return trainer, X, y, qid
 
 
-def _train(ctx: RunContext, job: Job, trainer, data: tuple, recorder: Recorder, segments):
+def _attempt_params(ctx: RunContext, job: Job) -> dict:
+    """The job's params with `time_limit` what is left of its bound (`app.jobs.budget`): the
+    seconds of its earlier attempts and of this one so far (loading the data) are spent."""
+    if budget.bound(job.params.get("time_limit"), ctx.settings.max_job_seconds) is None:
+        return job.params
+    used = persist(ctx, lambda s: budget.seconds_run(s, job.id), f"time of {job.id}", write=False)
+    return budget.attempt_params(job.params, ctx.settings.max_job_seconds, used)
+
+
+def _train(ctx: RunContext, job: Job, params: dict, trainer, data: tuple, recorder, segments):
     """(what the trainer returned, seconds it took); its warnings go to the worker's log."""
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if segments is None:
-            trained = trainer(job.params, *data, recorder.callback, ctx.n_jobs)
+            trained = trainer(params, *data, recorder.callback, ctx.n_jobs)
         else:
             trained = checkpoint.train(
-                trainer, job.params, *data, recorder.callback, ctx.n_jobs, segments
+                trainer, params, *data, recorder.callback, ctx.n_jobs, segments
             )
     train_time = time.perf_counter() - start
     for warning in caught:

@@ -42,9 +42,11 @@ class ModelOut(BaseModel):
         "probabilities when present"
     )
     selection: dict[str, Any] | None = Field(
-        None, description="the search that chose C: the chosen C, its score and the "
-        "cross-validation table (per C: mean and std of the score, per-fold scores, iterations, "
-        "seconds, solver status and duality gap)"
+        None, description="the search that chose C: the chosen C, its score, the search's "
+        "status (complete, or time_limit where the job's time bound ended the path: C is then "
+        "the best of the values every fold finished) and the cross-validation table (per C: "
+        "mean and std of the score, per-fold scores, iterations, seconds, solver status and "
+        "duality gap)"
     )
     created_at: datetime
 

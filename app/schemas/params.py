@@ -18,6 +18,10 @@ from app.services.dataset_store import MAX_CLASSES
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+JOB_TIME_LIMIT = (
+    "wall-clock budget in seconds of the whole job (a search: its path and refit), counted over "
+    "all its attempts; at most the service's MAX_JOB_SECONDS, which a job without one gets"
+)
 
 
 class _Params(RequestBody):
@@ -68,7 +72,7 @@ class LinearSVCParams(_Params):
     order: Literal["permute", "cyclic", "random"] = Field(
         "permute", description="coordinate order within a pass"
     )
-    time_limit: PositiveFloat | None = Field(None, description="wall-clock budget in seconds")
+    time_limit: PositiveFloat | None = Field(None, description=JOB_TIME_LIMIT)
     probability: bool = Field(
         False,
         description="calibrate probabilities by an internal 5-fold at this C (the method: "
@@ -110,7 +114,7 @@ class LinearSVRParams(_Params):
     max_iter: int = Field(1000, ge=1, le=10_000_000)
     random_state: Seed | None = 0
     shrinking: bool = True
-    time_limit: PositiveFloat | None = None
+    time_limit: PositiveFloat | None = Field(None, description=JOB_TIME_LIMIT)
 
 
 class StructuralParams(_Params):
@@ -131,7 +135,7 @@ class StructuralParams(_Params):
     )
     nonneg: bool = Field(False, description="constrain the weights to be >= 0")
     random_state: Seed | None = Field(0, description="seed of the coordinate order")
-    time_limit: PositiveFloat | None = Field(None, description="wall-clock budget in seconds")
+    time_limit: PositiveFloat | None = Field(None, description=JOB_TIME_LIMIT)
     pairwise: bool = Field(True, description="pairwise updates on active examples (batch only)")
     shrinking: bool = Field(True, description="skip rows whose constraint holds (batch only)")
     online: bool = Field(

@@ -91,6 +91,19 @@ def check_dataset_fits(
     check_folds(spec, params, dataset)
 
 
+def check_time_limit(params: dict[str, Any], max_job_seconds: float | None) -> None:
+    """422 when the job asks a time_limit above MAX_JOB_SECONDS: the service would not honour
+    it, and a job silently cut shorter than it asked could pass for one that had its time (a job
+    that asks none gets the bound; `app.jobs.budget`)."""
+    asked = params.get("time_limit")
+    if max_job_seconds is not None and asked is not None and asked > max_job_seconds:
+        raise _invalid(
+            "params.time_limit",
+            f"{asked:g} seconds is more than the {max_job_seconds:g} this service allows a job "
+            "(MAX_JOB_SECONDS); ask at most that, or leave time_limit out to get it",
+        )
+
+
 def check_model_size(spec: EstimatorSpec, dataset: Dataset, max_weights: int) -> None:
     """422 when the model would hold more than ``max_weights`` weights: a few hundred bytes
     of LIBSVM text can declare 2^24 features and 1000 classes (134 GB of weights)."""
@@ -211,11 +224,14 @@ def create_job(
     dask_address: str | None = None,
     max_weights: int = MAX_MODEL_WEIGHTS,
     key_ttl_hours: float = idempotency.DEFAULT_TTL_HOURS,
+    max_job_seconds: float | None = None,
 ) -> tuple[Job, bool]:
     """Insert a queued job and its queue entry in one transaction. Returns (job, created).
     ``dask_address``: the service's DASK_SCHEDULER_ADDRESS (distributed jobs need one);
-    ``max_weights``: its MAX_MODEL_WEIGHTS; ``key_ttl_hours``: its IDEMPOTENCY_TTL_HOURS."""
+    ``max_weights``: its MAX_MODEL_WEIGHTS; ``key_ttl_hours``: its IDEMPOTENCY_TTL_HOURS;
+    ``max_job_seconds``: its MAX_JOB_SECONDS."""
     spec, params = validate_request(body)
+    check_time_limit(params, max_job_seconds)
     body_hash = idempotency.request_hash(body.model_dump(mode="json")) if key else None
     if key:
         with db.session() as session:

@@ -88,6 +88,8 @@ def _train_search(options, search: dict, calibration, X, y, callback, n_jobs) ->
     trained = _from_estimator(est, "classifier", _labels(est.classes_))
     trained.calibration = _calibration_of(est)
     trained.selection = selection_summary(est)
+    if est.search_status_ == "time_limit":  # the path ran out: C was chosen among fewer values
+        trained.status = "time_limit"
     return trained
 
 
@@ -108,7 +110,8 @@ def _calibration_of(est) -> dict | None:
 
 
 def selection_summary(est) -> dict:
-    """The search's choice and its table as JSON: one row per C that every fold finished."""
+    """The search's choice and its table as JSON: one row per C that every fold finished;
+    ``search_status`` "complete", or "time_limit" where the job's bound ended the path first."""
     table = est.cv_results_
     n_folds = sum(1 for key in table if key.endswith("_test_score") and key.startswith("split"))
     rows = []
@@ -125,11 +128,18 @@ def selection_summary(est) -> dict:
         })  # fmt: skip
     return {
         "C": float(est.C_),
-        "best_score": float(est.best_score_),
+        "search_status": est.search_status_,
+        "best_score": _finite_or_none(est.best_score_),
         "scoring": est.scoring or "accuracy",
         "cv": n_folds,
         "table": rows,
     }
+
+
+def _finite_or_none(value) -> float | None:
+    """A search that finished no C has no best score (NaN, which JSON cannot hold)."""
+    value = float(value)
+    return value if np.isfinite(value) else None
 
 
 def train_linear_svr(

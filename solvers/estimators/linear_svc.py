@@ -71,7 +71,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
     order : {"permute", "cyclic", "random"}, default="permute"
         Order of the coordinate steps (binary and one-vs-rest).
     time_limit : float or None, default=None
-        Wall-clock budget in seconds.
+        Wall-clock budget in seconds of the fit; with ``probability=True``, of the internal
+        folds and the final fit together (as `solvers.LinearSVCCV`'s).
     callback : callable or None, default=None
         Receives a `solvers.Progress` per outer iteration; returning False stops the fit.
     warm_start : bool, default=False

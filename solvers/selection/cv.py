@@ -19,7 +19,7 @@ from solvers.estimators.linear_svc import LinearSVC, binary_signs
 from solvers.estimators.linear_svr import LinearSVR
 from solvers.selection import grid
 from solvers.selection.calibration import METHODS
-from solvers.selection.search import Search, finish, held_out_decisions
+from solvers.selection.search import Search, deadline_of, finish, held_out_decisions
 
 _SVC_FIELDS = tuple(LinearSVC._rules)
 _SVR_FIELDS = tuple(LinearSVR._rules)
@@ -71,7 +71,16 @@ class LinearSVCCV(LinearSVC):
         Receives a `solvers.selection.search.SearchProgress` per solver pass (fold, C index,
         the solver's `Progress`), from the worker threads one at a time; False stops the search.
     time_limit : float or None
-        Applies to each solve (each fold at each C, and the refit).
+        Wall-clock budget in seconds of the whole fit: the path (every fold at every C) and the
+        refit together, counted from the call to `fit`. Each solve gets what is left of it; no
+        solve starts once it is spent, and the solves then running stop at it (status
+        "time_limit"). The search then ends with ``search_status_ == "time_limit"``: the table
+        holds the grid points that every fold finished before the deadline (the point it cut
+        short is left out, as its scores are those of unfinished solves), ``C_`` is the best of
+        them, and the refit at ``C_`` starts from the folds' solutions with what is left of the
+        budget, making at least one pass over the rows (so the fit may overrun the budget by
+        about one pass of each running solve and one of the refit). Were no grid point finished,
+        ``C_`` is the grid's first value, ``best_score_`` NaN and the refit starts from zero.
 
     Attributes
     ----------
@@ -86,7 +95,8 @@ class LinearSVCCV(LinearSVC):
         Newton method: `solvers.selection.search.WarmStarts` says when a path goes primal).
     scores_ : ndarray (n_points, n_folds)
     Cs_ : the grid searched (ascending).
-    search_status_ : "complete", or "stopped" by the callback.
+    search_status_ : "complete", "stopped" by the callback, or "time_limit" (the path ran out
+        of ``time_limit``; see above). ``status_`` is the refit's.
     calibration_ : `solvers.selection.Calibration` or None
     and LinearSVC's fitted attributes, of the refit.
     """
@@ -116,6 +126,7 @@ class LinearSVCCV(LinearSVC):
 
     def fit(self, X, y, sample_weight=None):
         P.check_params(self, {**self._rules, **_SEARCH_RULES})
+        deadline = deadline_of(self.time_limit)
         method = _check_calibration(self.calibration, self.multi_class)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
                              order="C", accept_large_sparse=True)  # fmt: skip
@@ -154,7 +165,8 @@ class LinearSVCCV(LinearSVC):
         points = [{"C": float(c)} for c in Cs]
         search = Search(self, X, y_index, points, fold_list, fit_one=fit_one,
                         decisions_of=decisions_of, primal=primal, bias=bias,
-                        row_axis=self._row_axis(k), calibrating=method is not None)  # fmt: skip
+                        row_axis=self._row_axis(k), calibrating=method is not None,
+                        deadline=deadline)  # fmt: skip
         self._labels = y
         state = search.run()
         best, alpha0 = finish(search, state, calibrate=method)
@@ -196,6 +208,8 @@ class LinearSVRCV(LinearSVR):
     cv : int, splitter or iterable, default=5 (a seeded shuffled k-fold)
     scoring : default "neg_mean_squared_error"
     refit, n_jobs : as for `LinearSVCCV`.
+    time_limit : float or None
+        The whole fit's budget (the path over every (C, ε) and the refit), as for `LinearSVCCV`.
     """
 
     _classifier = False
@@ -229,6 +243,7 @@ class LinearSVRCV(LinearSVR):
 
     def fit(self, X, y, sample_weight=None):
         P.check_params(self, {**self._rules, **_SEARCH_RULES})
+        deadline = deadline_of(self.time_limit)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
                              y_numeric=True, order="C")  # fmt: skip
         y = np.asarray(y, dtype=np.float64)
@@ -248,7 +263,8 @@ class LinearSVRCV(LinearSVR):
             coef = np.asarray(result.w, dtype=np.float64)[None, :]
             return held_out_decisions(X, test, coef, np.array([result.bias]))
 
-        search = Search(self, X, y, points, fold_list, fit_one=fit_one, decisions_of=decisions_of)
+        search = Search(self, X, y, points, fold_list, fit_one=fit_one, decisions_of=decisions_of,
+                        deadline=deadline)
         self._labels = y
         state = search.run()
         best, alpha0 = finish(search, state, calibrate=None)

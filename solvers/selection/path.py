@@ -39,6 +39,7 @@ class PathState:
     steps: dict[int, dict[int, Step]] = field(default_factory=dict)
     n_done: int = 0
     stopped: bool = False
+    out_of_time: bool = False  # a solve of the path was left unstarted at the deadline
 
 
 def run_path(
@@ -47,12 +48,15 @@ def run_path(
     solve: Callable[[int, int, object], tuple[object, np.ndarray]],
     n_threads: int,
     on_complete_C: Callable[[int, dict[int, Step]], bool],
+    deadline: float | None = None,
 ) -> PathState:
     """Run ``solve(c_index, fold, previous) -> (result, held-out decisions)`` along each fold's
     chain, ``previous`` the fold's result at the previous C (None at the first).
     ``on_complete_C(c_index, steps of that C)`` runs when every fold has finished that C and
-    returns False to end the path there (larger C are not run). A solve that raises stops
-    the path and the exception propagates once the running solves have returned."""
+    returns False to end the path there (larger C are not run). No solve starts once
+    `time.monotonic()` has passed ``deadline`` (the running ones end by their own time limit);
+    the path then ends with ``out_of_time``. A solve that raises stops the path and the
+    exception propagates once the running solves have returned."""
     state = PathState(n_folds)
     last: list[object] = [None] * n_folds
     ready = [(0, f) for f in range(n_folds)]
@@ -67,6 +71,11 @@ def run_path(
     with ThreadPoolExecutor(max_workers=max(1, n_threads)) as pool:
         while ready or running:
             while ready and len(running) < n_threads:
+                if deadline is not None and time.monotonic() >= deadline:
+                    state.out_of_time = any(i < limit for i, _ in ready)  # left undone
+                    state.stopped = state.stopped or state.out_of_time
+                    ready.clear()
+                    break
                 i, f = heapq.heappop(ready)
                 if i < limit:
                     running[pool.submit(timed, i, f, last[f])] = (i, f)

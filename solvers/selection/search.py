@@ -19,6 +19,11 @@ rule and reports its duality gap (for a primal solve, that of (w̃, α(w̃))), s
 changes the optimum it certifies. The refit on all rows starts from the per-row average of the
 folds' solutions at the chosen C (feasible by the same row-wise convexity), or from the mean of
 their w̃ where every fold ended by Newton.
+
+A fit's ``time_limit`` is one deadline for the whole search (`deadline_of`): each solve gets what
+is left of it (`seconds_left`), `run_path` starts no solve after it, and a grid point that it cut
+short (a fold's solve ended "time_limit") is not scored, so the choice is made among the points
+every fold finished, and the refit, with what is left, still makes its first pass.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,6 +46,19 @@ from solvers.selection.path import Step, averaged_alpha, out_of_fold, run_path
 PRIMAL_AFTER_PASSES = 10
 PRIMAL_MAX_STEPS = 5
 NEWTON_AFTER_PASSES = 20
+LAST_SOLVE_S = 1e-3  # a solve started at the deadline still makes its first pass
+
+
+def deadline_of(time_limit: float | None) -> float | None:
+    """The `time.monotonic()` at which a fit of budget ``time_limit`` seconds, starting now,
+    must end (None: no bound)."""
+    return None if time_limit is None else time.monotonic() + float(time_limit)
+
+
+def seconds_left(deadline: float | None) -> float | None:
+    """What a solve starting now may take of the fit's budget; at least `LAST_SOLVE_S`, so
+    that a solve started at the deadline (the refit) still returns a model after one pass."""
+    return None if deadline is None else max(LAST_SOLVE_S, deadline - time.monotonic())
 
 
 @dataclass(frozen=True)
@@ -163,8 +182,12 @@ class Search:
     """One fit's search state: the grid, folds, the estimator template and the callback."""
 
     def __init__(self, owner, X, target, grid_points, fold_list, *, fit_one, decisions_of,
-                 primal=False, bias=0.0, row_axis=0, calibrating=False):  # fmt: skip
+                 primal=False, bias=0.0, row_axis=0, calibrating=False,
+                 deadline=None):  # fmt: skip
         self.owner, self.X, self.target = owner, X, target
+        # the fit's end (`deadline_of`): every solve gets what is left of it, no solve starts
+        # after it, and a grid point whose solves it cut short is not scored
+        self.deadline, self.out_of_time = deadline, False
         self.base = owner._template()
         self.points = grid_points  # list of dicts of parameters, in path order
         self.folds = fold_list
@@ -191,6 +214,8 @@ class Search:
             setattr(est, name, value)
         if hasattr(est, "n_jobs"):
             est.n_jobs = self.inner
+        if self.deadline is not None:
+            est.time_limit = seconds_left(self.deadline)
         est.callback = self._callback(stage, fold, c_index, point)
         return est
 
@@ -238,6 +263,9 @@ class Search:
 
     def complete(self, i: int, steps: dict[int, Step]) -> bool:
         self.done += len(steps)
+        if any(s.result.status is Status.TIME_LIMIT for s in steps.values()):
+            self.out_of_time = True  # cut short by the fit's deadline: not a finished point
+            return False
         if self.stop.is_set() or any(s.result.status is Status.STOPPED for s in steps.values()):
             return False
         scores = [self.score(steps[f]) for f in range(len(self.folds))]
@@ -255,7 +283,9 @@ class Search:
                     and grid.should_stop(self.means))  # fmt: skip
 
     def run(self):
-        state = run_path(len(self.points), len(self.folds), self.solve, self.outer, self.complete)
+        state = run_path(len(self.points), len(self.folds), self.solve, self.outer, self.complete,
+                         deadline=self.deadline)  # fmt: skip
+        self.out_of_time = self.out_of_time or state.out_of_time
         return state
 
 
@@ -292,7 +322,11 @@ def finish(search: Search, state, *, calibrate: str | None):
     owner = search.owner
     table, scores, rows = cv_table(search, state)
     owner.cv_results_, owner.scores_ = table, scores
-    owner.search_status_ = "stopped" if search.stop.is_set() else "complete"
+    owner.search_status_ = "complete"
+    if search.stop.is_set():
+        owner.search_status_ = "stopped"
+    elif search.out_of_time:
+        owner.search_status_ = "time_limit"
     best_index, oof, alpha0 = 0, None, None
     if search.best is not None:
         best_index, oof, alpha0, _ = search.best

@@ -111,6 +111,9 @@ export function selectionSection(selection) {
       ["Chosen C", h("span", { id: "cv-chosen-C" }, fmt(selection.C, 6))],
       [`Best mean ${selection.scoring}`, fmt(selection.best_score)],
       ["Folds", fmt(selection.cv)],
+      ...(selection.search_status === "time_limit"
+        ? [["Search", "ended at the job's time limit: C chosen among the values every fold finished"]]
+        : []),
     ]),
     table(rows, [
       ["C", (r) => h(chosen(r) ? "strong" : "span", {}, fmt(r.C, 6)), { num: true }],
