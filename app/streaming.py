@@ -1,6 +1,6 @@
 """Streamed responses that give up on a client that reads nothing.
 
-A streamed response (a LIBLINEAR model export, a prediction run's CSV, a job's event stream)
+A streamed response (a LIBLINEAR or JSON model export, a prediction run's CSV, a job's event stream)
 waits in each send until the client's socket has room; a client that stops reading kept the
 response, and what it holds (an open file, an object-store connection, the generator's state, a
 database session), for as long as it kept the connection open. Here a send that waits longer

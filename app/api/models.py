@@ -270,7 +270,11 @@ def export_model(
     ``decision_values``), or as a fitted scikit-learn LinearSVC/LinearSVR in a skops file."""
     loaded = model_from_row(model)
     if format == "json":
-        return StreamingResponse(export_service.json_chunks(loaded), media_type="application/json")
+        return TimedStreamingResponse(
+            export_service.json_chunks(loaded),
+            send_timeout=settings.send_timeout_s,
+            media_type="application/json",
+        )
     if format in ("onnx", "skops"):
         export_service.check_dense_size(loaded, format)
         content = (
