@@ -24,6 +24,7 @@ from app.services import trainers
 from app.services.parser_pool import ParserPool
 from app.tables import Base
 from tests.app import model_rows
+from tests.deploy.cluster import drop_database
 
 PG_ENV = "MARGIN_TEST_POSTGRES_URL"
 HEART = Path(__file__).resolve().parents[2] / "app" / "demo" / "heart_scale"
@@ -50,8 +51,7 @@ class ScratchDatabase:
 
     def drop(self) -> None:
         admin = create_engine(self.server, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'))
+        drop_database(admin, self.name)
         admin.dispose()
 
 

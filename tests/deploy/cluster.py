@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from tests.deploy.conftest import ROOT
 
@@ -45,9 +46,27 @@ class FreshDatabase:
         self.url = base.set(database=self.name).render_as_string(hide_password=False)
 
     def drop(self) -> None:
-        with self._admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'))
+        drop_database(self._admin, self.name)
         self._admin.dispose()
+
+
+def drop_database(admin, name: str, patience_s: float = 30.0) -> None:
+    """DROP DATABASE ... WITH (FORCE) through the AUTOCOMMIT engine `admin`, again while it is
+    refused for a session the test role may not end: an autovacuum worker in the database
+    (the role is not a superuser), which finishes soon."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            return
+        except DBAPIError as exc:
+            # 42501 insufficient_privilege, 55006 object_in_use
+            if getattr(exc.orig, "sqlstate", None) not in ("42501", "55006"):
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def write_regression_file(path: Path, n_rows: int, n_features: int, seed: int) -> Path:
