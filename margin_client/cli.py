@@ -369,28 +369,35 @@ def cmd_runs_cancel(client, args) -> None:
 
 
 def _open_text(path: Path):
-    """A text handle on a file, gzip, bz2 or xz compressed or not (- for stdin)."""
+    """A text handle on a file or stdin (-), gzip, bz2 or xz compressed or not; a UTF-8
+    byte-order mark is dropped."""
     import bz2
     import gzip
     import io
     import lzma
 
-    if str(path) == "-":
-        return io.StringIO(sys.stdin.read())
-    with path.open("rb") as raw:
-        head = raw.read(6)
+    raw = io.BytesIO(sys.stdin.buffer.read()) if str(path) == "-" else path.open("rb")
+    head = raw.read(6)
+    raw.seek(0)
     opener = (
         gzip.open if head.startswith(b"\x1f\x8b")
         else bz2.open if head.startswith(b"BZh")
         else lzma.open if head.startswith(b"\xfd7zXZ")
-        else open
-    )
-    return opener(path, "rt", encoding="utf-8", newline="")
+        else None
+    )  # fmt: skip
+    binary = raw if opener is None else opener(raw)
+    return io.TextIOWrapper(binary, encoding="utf-8-sig", newline="")
 
 
 def _read_lines(path: Path) -> list[str]:
+    from margin_client.tables import TableError
+
     with _open_text(path) as handle:
-        return [line for line in handle.read().splitlines() if line.strip()]
+        try:
+            text = handle.read()
+        except UnicodeDecodeError as exc:
+            raise TableError(f"not UTF-8 text ({exc})") from None
+    return [line for line in text.splitlines() if line.strip()]
 
 
 def _instances(client, args):

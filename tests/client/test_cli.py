@@ -410,12 +410,26 @@ def test_predict_reads_a_table_by_the_models_feature_names(service, tmp_path):
         ("label,f1,f2\n1,inf,0\n", "line 2, column 'f1': 'inf' is not a finite number"),
         ("f1,f2\n1,0\n2\n", "line 3: 1 cells, the header names 2"),
         ("label,f1,f2\n", "no instances after the header line"),
+        ("f1,f2\n1,2\n,\n", "line 3, column 'f1': the cell is empty"),  # not a blank line
+        ("f1,f1,f2\n1,2,3\n", "the header names column 'f1' twice"),
+        ("f1,f2\n1_000,2\n", "line 2, column 'f1': '1_000' is not a number"),
+        ("label,f1,f2\n\n1,2,3\n\n4,x,6\n", "line 5, column 'f1': 'x' is not a number"),
         ("", "the file is empty"),
     ],
 )  # fmt: skip
 def test_a_table_that_does_not_fit_the_model_is_refused_naming_why(table, message):
     with pytest.raises(TableError, match=re.escape(message)):
         read_instances(io.StringIO(table), "csv", ["f1", "f2"])
+
+
+def test_a_table_is_read_as_the_service_reads_an_upload():
+    # a byte-order mark (Excel's "CSV UTF-8") and CRLF line ends, as the service's own upload
+    # takes them; a feature named "label" is a feature; blank lines are skipped
+    text = "\ufefff2,label,f1\r\n\r\n1,2,3\r\n4,5,6\r\n"
+    X = read_instances(io.StringIO(text, newline=""), "csv", ["f1", "f2", "label"])
+    assert X.tolist() == [[3, 1, 2], [6, 4, 5]]
+    X = read_instances(io.StringIO(text, newline=""), "csv", ["f1", "f2"])
+    assert X.tolist() == [[3, 1], [6, 4]]
 
 
 def test_a_table_error_is_one_line(service, heart_model, tmp_path):
