@@ -340,16 +340,17 @@ def test_a_search_job_from_the_form_shows_its_progress_and_table(page, heart_dat
 
 def _fold_lines(records: list[dict]) -> dict[str, list[int]]:
     """The iterations each line of the search plot holds after `records`: per fold the reports
-    of its latest solve (a new C, or iterations that start again, start the line again), and
-    the refit's."""
+    of its latest solve (a new C, or iterations that start again, start the line again; a
+    solve's end repeats its last iteration, which adds no point), and the refit's."""
     lines: dict[str, tuple[object, list[int]]] = {}
     for r in records:
         label = "refit" if r["stage"] == "refit" else f"fold {r['fold'] + 1}"
         solve = "refit" if r["stage"] == "refit" else r["c_index"]
         held = lines.get(label)
-        if held is None or held[0] != solve or r["iteration"] <= held[1][-1]:
+        if held is None or held[0] != solve or r["iteration"] < held[1][-1]:
             held = lines[label] = (solve, [])
-        held[1].append(r["iteration"])
+        if not held[1] or r["iteration"] != held[1][-1]:
+            held[1].append(r["iteration"])
     return {label: its for label, (_, its) in lines.items()}
 
 
@@ -375,8 +376,8 @@ def test_a_search_jobs_page_shows_its_path_and_each_folds_current_solve(page, he
     for fold in (1, 2, 3):
         expect(legend).to_contain_text(f"fold {fold} · C 1")  # each fold's last solve: C = 1
     expect(legend).to_contain_text("refit · C ")
-    # the path: all solves but the refit finished at its last record, and the job succeeded
-    expect(page.locator("#job-solves")).to_have_text("9 of 10")
+    # the path: every solve finished at its last record, the refit's end, and the job succeeded
+    expect(page.locator("#job-solves")).to_have_text("10 of 10")
     expect(page.locator("#job-path-percent")).to_have_text("100 %")
     assert page.get_attribute("#job-path", "value") == "100"
     expect(page.locator("#job-stage")).to_have_text("refit at the chosen C")
