@@ -69,21 +69,27 @@ class ProgressRecord(BaseModel):
         None, description="a search job: the index of C on the path, from 0 (null at the refit)"
     )
     cs_total: int | None = Field(
-        None, description="a search job: the number of C values on the path (a search that "
-        "stops early, once the score no longer improves, ends before the last)"
+        None, description="a search job: the number of C values on the path; a log grid "
+        "without min and max stops once the score has not improved for 3 values, and from then "
+        "on this is the number it visited"
     )
     C: float | None = Field(None, description="a search job: the C being solved")
     solves_done: int | None = Field(
-        None, description="a search job: solves finished before this record's (a solve is one "
-        "fold at one C, or the refit)"
+        None, description="a search job: solves finished when the record was sent (a solve is "
+        "one fold at one C, or the refit). Each solve's end is a record of its own, its last "
+        "pass again, that counts it"
     )
     solves_total: int | None = Field(
-        None, description="a search job: solves on the whole path, the refit included"
+        None, description="a search job: solves on the whole path, the refit included; once "
+        "a grid stops early, the solves it finished (any a fold had finished past the stop "
+        "point included) and the refit"
     )
     percent: float | None = Field(
         None, description="a search job: the share of the path done, 100 · solves_done / "
         "solves_total (the gap above is the current solve's, which starts again at every solve)."
-        " Null for a single solve: the job's `percent` estimates its progress from the gap"
+        " It never moves back: when a grid stops early its total shrinks to the path visited, "
+        "so the percent rises then, and it is 100 in the last record of a finished search. "
+        "Null for a single solve: the job's `percent` estimates its progress from the gap"
     )
 
 
@@ -102,7 +108,8 @@ class JobOut(BaseModel):
         "of the remaining gap reduction done, not of the time; it never moves back (the gap of "
         "a one-vs-rest or shrinking solve may rise for a while). A job that ends at max_iter or "
         "time_limit keeps the percent it reached. For a search job, the share of the path's "
-        "solves finished (refit included)."
+        "solves finished (refit included; a grid that stops early counts the path it visited), "
+        "100 once the search is done."
     )
     eta_s: float | None = Field(
         description="seconds left if the gap keeps falling at its average rate so far (null "

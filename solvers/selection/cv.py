@@ -69,7 +69,8 @@ class LinearSVCCV(LinearSVC):
         Total threads of one fit: folds first, then classes inside a fold (None: every core).
     callback : callable or None
         Receives a `solvers.selection.search.SearchProgress` per solver pass (fold, C index,
-        the solver's `Progress`), from the worker threads one at a time; False stops the search.
+        the solver's `Progress`) and one as each solve ends (its last pass again, counted in
+        ``solves_done``), from the worker threads one at a time; False stops the search.
     time_limit : float or None
         Wall-clock budget in seconds of the whole fit: the path (every fold at every C) and the
         refit together, counted from the call to `fit`. Each solve gets what is left of it; no
@@ -177,8 +178,10 @@ class LinearSVCCV(LinearSVC):
             start = None
             if primal and search.best is not None:
                 start = search.best[3]
-            self._store(est._solve(X, y_index, k, sw, weights, alpha0=alpha0,
-                                   primal_start=start, signs=signs), k)  # fmt: skip
+            result = est._solve(X, y_index, k, sw, weights, alpha0=alpha0, primal_start=start,
+                                signs=signs)  # fmt: skip
+            est.callback.end(result)
+            self._store(result, k)
         del self._labels
         return self
 
@@ -271,7 +274,9 @@ class LinearSVRCV(LinearSVR):
         self.epsilon_ = float(best["epsilon"])
         if self.refit:
             est = search.template(best, "refit", None, None)
-            self._store(est._solve(X, y, sw, alpha0=alpha0))
+            result = est._solve(X, y, sw, alpha0=alpha0)
+            est.callback.end(result)
+            self._store(result)
         del self._labels
         return self
 

@@ -4,7 +4,7 @@ Each fold is a chain of solves, C ascending, each starting from the previous C's
 (see `solvers.selection.cv` for why that is feasible). A pool of threads runs the chains' next
 steps, lowest C index first, so that the folds of one C finish together and the early-stopping
 rule can look at complete rows of the table; the kernels release the GIL, so the threads run in
-parallel. Bookkeeping (scores, the callback's counters) happens on the calling thread as steps
+parallel. Bookkeeping (scores, the early stop) happens on the calling thread as each C's steps
 finish. Memory per fold is one α and the held-out decision values of the best C so far: X is
 never copied (the solvers take the fold's rows as an index array).
 """

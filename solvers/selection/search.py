@@ -65,7 +65,15 @@ def seconds_left(deadline: float | None) -> float | None:
 class SearchProgress:
     """One solver pass inside a search: ``stage`` "path" (with ``fold`` of ``folds_total`` and
     ``c_index`` of ``cs_total``, both from 0; for `LinearSVRCV` a point of the (C, ε) grid) or
-    "refit"; ``solves_done`` of ``solves_total`` (refit included) finished before this pass."""
+    "refit"; ``solves_done`` of ``solves_total`` (refit included) finished when it was sent.
+
+    Each solve's end is a record of its own, its last pass again, counted in ``solves_done``:
+    the count moves as each solve ends, and a finished search's last record says every solve
+    done. A solve stopped by the callback is not counted. Once the early-stopping rule of an
+    int ``Cs`` ends the path, ``cs_total`` is the Cs visited and ``solves_total`` the solves
+    finished plus the refit: a fold that had run ahead of the stop point counts the solves it
+    finished there, and the one it is running stops at its next pass, uncounted. So the share
+    done, ``solves_done / solves_total``, never moves back and ends at 1."""
 
     stage: str
     fold: int | None
@@ -178,6 +186,53 @@ def _lighten(steps: dict[int, Step]) -> None:
         step.decisions = None
 
 
+class SolveReport:
+    """The callback of one solve of a search: hands each pass to the user's callback as a
+    `SearchProgress`, stops the solve when the search stops or when it lies past an early stop,
+    and counts and reports its end (`end`)."""
+
+    def __init__(self, search: Search, stage: str, fold, c_index, point: dict):
+        self.search, self.stage, self.fold, self.c_index = search, stage, fold, c_index
+        self.C, self.epsilon = float(point["C"]), point.get("epsilon")
+        self.last: Progress | None = None  # the latest pass, repeated at the end
+        # the objectives cost a pass each: computed mid-solve only as often as the user's
+        # callback asks (`objective_interval`), never when it is there only to stop the search
+        user = search.owner.callback
+        self.objective_every = None if user is None else getattr(user, "objective_every", 10)
+
+    def __call__(self, progress: Progress):
+        search = self.search
+        if search.stop.is_set() or search.beyond_stop(self.c_index):
+            return False
+        self.last = progress
+        if search.owner.callback is None:
+            return None
+        with search.lock:  # the counts read in the order of the calls: they never move back
+            return self._send(progress)
+
+    def end(self, result) -> None:
+        """Count the solve as finished and report it, unless it or the search was stopped."""
+        search = self.search
+        with search.lock:
+            stopped = result.status is Status.STOPPED or search.stop.is_set()
+            if stopped or search.beyond_stop(self.c_index):
+                return
+            search.done += 1
+            if search.owner.callback is not None and self.last is not None:
+                self._send(self.last)
+
+    def _send(self, progress: Progress):
+        search = self.search
+        record = SearchProgress(
+            self.stage, self.fold, self.c_index, self.C, self.epsilon, search.done, search.total,
+            progress, len(search.folds), search.limit,
+        )  # fmt: skip
+        if search.owner.callback(record) is False:
+            search.stop.set()
+            return False
+        return None
+
+
 class Search:
     """One fit's search state: the grid, folds, the estimator template and the callback."""
 
@@ -195,8 +250,11 @@ class Search:
         self.scoring = grid.check_scoring(owner.scoring, owner._classifier)
         self.outer, self.inner = thread_budget(owner.n_jobs, len(fold_list))
         self.lock, self.stop = threading.Lock(), threading.Event()
-        self.total = len(grid_points) * len(fold_list) + (1 if owner.refit else 0)
-        self.done = 0
+        # the path's length and the solves of the search, until an early stop cuts them
+        self.limit = len(grid_points)
+        self.refits = 1 if owner.refit else 0
+        self.total = self.limit * len(fold_list) + self.refits
+        self.done = 0  # solves finished (SolveReport.end)
         self.means: list[float] = []
         self.scores: dict[int, list[float]] = {}  # per grid point that every fold finished
         # (index, held-out values, the refit's α and w̃ starts) of the best point so far; the
@@ -216,31 +274,12 @@ class Search:
             est.n_jobs = self.inner
         if self.deadline is not None:
             est.time_limit = seconds_left(self.deadline)
-        est.callback = self._callback(stage, fold, c_index, point)
+        est.callback = SolveReport(self, stage, fold, c_index, point)
         return est
 
-    def _callback(self, stage, fold, c_index, point):
-        user = self.owner.callback
-
-        def report(progress: Progress):
-            if self.stop.is_set():
-                return False
-            if user is None:
-                return None
-            with self.lock:  # solves_done read in the order of the calls: it never moves back
-                record = SearchProgress(
-                    stage, fold, c_index, float(point["C"]), point.get("epsilon"), self.done,
-                    self.total, progress, len(self.folds), len(self.points),
-                )  # fmt: skip
-                if user(record) is False:
-                    self.stop.set()
-                    return False
-            return None
-
-        # the objectives cost a pass each: computed mid-solve only as often as the user's
-        # callback asks (`objective_interval`), never when it is there only to stop the search
-        report.objective_every = None if user is None else getattr(user, "objective_every", 10)
-        return report
+    def beyond_stop(self, c_index) -> bool:
+        """Whether a path solve lies past the point where the path stopped early."""
+        return c_index is not None and c_index >= self.limit
 
     def solve(self, i: int, f: int, previous):
         point = self.points[i]
@@ -252,6 +291,7 @@ class Search:
         start = self.starts.primal_start(f, previous)
         result = self.fit_one(est, train, alpha0, start, self.starts.newton_after(previous))
         self.starts.record(f, start is not None, result)
+        est.callback.end(result)
         return result, self.decisions_of(est, result, test)
 
     def score(self, step: Step) -> float:
@@ -262,7 +302,6 @@ class Search:
         return float(self.scoring(est, self.X.to_scipy()[test], self.owner._labels_of(test)))
 
     def complete(self, i: int, steps: dict[int, Step]) -> bool:
-        self.done += len(steps)
         if any(s.result.status is Status.TIME_LIMIT for s in steps.values()):
             self.out_of_time = True  # cut short by the fit's deadline: not a finished point
             return False
@@ -279,8 +318,17 @@ class Search:
             held_out = out_of_fold(steps, self.folds, shape) if self.calibrating else None
             self.best = (i, held_out, alpha0, averaged_primal(steps, self.bias))
         _lighten(steps)
-        return not (self.owner._early_stop and self.points[i].get("early_stop", True)
-                    and grid.should_stop(self.means))  # fmt: skip
+        if self.owner._early_stop and grid.should_stop(self.means):
+            self.stop_after(i)
+            return False
+        return True
+
+    def stop_after(self, i: int) -> None:
+        """End the path at grid point ``i``: the totals shrink to the solves finished (every
+        fold has finished ``i``) and the refit, and any solve past ``i`` stops at its next pass."""
+        with self.lock:
+            self.limit = i + 1
+            self.total = self.done + self.refits
 
     def run(self):
         state = run_path(len(self.points), len(self.folds), self.solve, self.outer, self.complete,

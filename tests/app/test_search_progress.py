@@ -38,7 +38,7 @@ def _check_path(records: list[dict], chosen_C: float) -> None:
     for r in records:
         assert r["stage"] in ("path", "refit"), r
         assert (r["folds_total"], r["cs_total"], r["solves_total"]) == (FOLDS, len(CS), SOLVES)
-        assert 0 <= r["solves_done"] < SOLVES
+        assert 0 <= r["solves_done"] <= SOLVES
         assert r["percent"] == pytest.approx(100 * r["solves_done"] / SOLVES)
         assert r["gap"] is not None and r["iteration"] >= 1
         if r["stage"] == "path":
@@ -46,9 +46,21 @@ def _check_path(records: list[dict], chosen_C: float) -> None:
             assert r["C"] == CS[r["c_index"]]
         else:
             assert r["fold"] is None and r["c_index"] is None and r["C"] == chosen_C
-            assert r["solves_done"] == SOLVES - 1
+            assert r["solves_done"] >= SOLVES - 1
     done = [r["solves_done"] for r in records]
     assert done == sorted(done)  # the path's share never moves back
+    last = records[-1]  # the refit's end: every solve done
+    assert (last["stage"], last["solves_done"], last["percent"]) == ("refit", SOLVES, 100.0)
+
+
+def _ends(records: list[dict]) -> list[tuple]:
+    """The solves (fold, C index) in the order the count says they ended, one at a time."""
+    ended = []
+    for before, r in zip([{"solves_done": 0}, *records], records, strict=False):
+        assert r["solves_done"] - before["solves_done"] in (0, 1), (before, r)
+        if r["solves_done"] > before["solves_done"]:
+            ended.append((r["fold"], r["c_index"]))
+    return ended
 
 
 def test_every_record_of_a_search_job_says_where_on_the_path_it_is(app, client, db, heart):
@@ -77,6 +89,10 @@ def test_every_record_of_a_search_job_says_where_on_the_path_it_is(app, client, 
     solves = {(r["fold"], r["c_index"]) for r in seen}
     assert solves == {(f, c) for f in range(FOLDS) for c in range(len(CS))} | {(None, None)}
     assert seen[-1]["stage"] == "refit"
+    # each solve counted as it ended, the refit last (before: the count stepped by the folds
+    # once a C was done, and the last record said 9 of 10 beside a succeeded job)
+    ended = _ends(seen)
+    assert sorted(ended[:-1]) == sorted(solves - {(None, None)}) and ended[-1] == (None, None)
 
     replay = _progress_events(client.get(f"/v1/jobs/{job_id}/events").text.splitlines())
     stored = client.get(f"/v1/jobs/{job_id}/progress", params={"limit": 10_000}).json()["items"]
@@ -85,8 +101,8 @@ def test_every_record_of_a_search_job_says_where_on_the_path_it_is(app, client, 
     assert {r["stage"] for r in stored} == {"path", "refit"}
 
     latest = job["progress"]
-    assert latest["stage"] == "refit" and latest["percent"] == pytest.approx(90.0)
-    assert latest == seen[-1]
+    assert latest["stage"] == "refit" and latest["solves_done"] == latest["solves_total"]
+    assert latest["percent"] == 100.0 and latest == seen[-1]
     assert job["percent"] == 100.0  # succeeded
 
 
@@ -125,3 +141,27 @@ def test_a_search_history_is_thinned_per_solve(app, client, db, heart, fake_trai
         iterations = sorted(it for f, i, it in kept if (f, i) == (fold, c))
         assert iterations[:20] == list(range(1, 21)), (fold, c)  # its early reports kept
         assert len(iterations) < 300  # its later ones thinned
+
+
+def test_an_early_stopped_grid_counts_the_path_it_visited(app, client, db, heart):
+    """The library's grid (no min and max) stops once the score has not improved for 3 Cs: the
+    totals then shrink to the path visited, so the percent rises and never moves back, and the
+    finished job says 100 % (before: the totals counted the whole grid, and the last record
+    of the finished job said 33 of 37 solves done, 89 %)."""
+    search = {"Cs": {"num": 12}, "cv": FOLDS}
+    body = {"dataset_id": heart["id"],
+            "params": {"tol": 1e-3, "search": search, "calibration": "none"}}
+    job_id = client.post("/v1/jobs", json=body).json()["id"]
+    assert run_job(job_id, RunContext(app.state.settings, db)) == "succeeded"
+    job = client.get(f"/v1/jobs/{job_id}").json()
+    visited = len(client.get(f"/v1/models/{job['model_id']}").json()["selection"]["table"])
+    assert visited < 12  # the grid stopped early
+
+    stored = client.get(f"/v1/jobs/{job_id}/progress", params={"limit": 10_000}).json()["items"]
+    assert {r["cs_total"] for r in stored} == {12, visited}
+    percents = [r["percent"] for r in stored]
+    assert percents == sorted(percents)
+    latest = job["progress"]
+    assert latest == stored[-1] and latest["stage"] == "refit" and latest["cs_total"] == visited
+    assert latest["solves_done"] == latest["solves_total"] >= visited * FOLDS + 1
+    assert latest["percent"] == 100.0 and job["percent"] == 100.0

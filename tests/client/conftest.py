@@ -1,5 +1,6 @@
 """A real `margin serve` on loopback for the client, CLI and browser tests (one per session),
-plus one that requires API keys, and a dataset whose training runs until it is cancelled."""
+plus one that requires API keys, a dataset whose training runs until it is cancelled, and the
+dashboard tests' browser and page (helpers of those tests: `tests.client.dashboard`)."""
 
 from __future__ import annotations
 
@@ -148,3 +149,47 @@ def artifact_dir(name: str) -> Path:
     path = ARTIFACTS / name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# the dashboard tests' browser: Debian's Chromium driven by Playwright (never a downloaded
+# browser), one per test module, and a page per test that may reach the service only
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.fail("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        # Playwright gives the browser a new, empty profile directory of its own
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, service):
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    elsewhere = []
+
+    def only_the_service(route):
+        if route.request.url.startswith(service.url):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_service)
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.service = service
+    yield page
+    context.close()
+    assert not elsewhere, f"the page reached outside the service: {elsewhere}"
+    assert not errors, errors

@@ -271,8 +271,8 @@ def test_follow_draws_a_search_jobs_whole_path_on_a_terminal(service, heart_data
     screen = term.read()
     assert code == 0, screen
     assert ESC + "[" in screen and "━" in screen
-    # the last frame: the job succeeded during the refit, the 10th and last solve
-    assert "100%" in screen and "solves 9/10" in screen and "refit at C " in screen, screen
+    # the last frame: the refit, the 10th and last solve, ended
+    assert "100%" in screen and "solves 10/10" in screen and "refit at C " in screen, screen
     assert re.search(r"job_\w+ succeeded", screen)
     assert "iter " not in screen and "ETA" not in screen  # not the single solve's bar
     job_id = re.search(r"(job_\w+) succeeded", screen).group(1)
@@ -292,7 +292,7 @@ def test_follow_draws_a_search_jobs_whole_path_on_a_terminal(service, heart_data
                                        f"C {record['c_index'] + 1}/3 = {C:.4g}")
         else:
             assert fields["where"] == f"refit at C {record['C']:.4g}"
-    assert shown == sorted(shown) and shown[0] == 0.0 and shown[-1] == 90.0
+    assert shown == sorted(shown) and shown[0] == 0.0 and shown[-1] == 100.0
     assert {r["fold"] for r in records} == {0, 1, 2, None}
 
 

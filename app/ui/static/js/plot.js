@@ -137,7 +137,8 @@ export class SearchPlot {
     const label = refit ? "refit" : `fold ${(record.fold ?? 0) + 1}`;
     const solve = refit ? "refit" : record.c_index;
     let line = this.lines.get(label);
-    const restart = !line || line.solve !== solve || record.iteration <= line.last;
+    // a solve's end repeats its last pass (same iteration): it stays on the line
+    const restart = !line || line.solve !== solve || record.iteration < line.last;
     if (restart) {
       line = { solve, C: record.C ?? NaN, last: -Infinity, points: new Map() };
       this.lines.set(label, line);
