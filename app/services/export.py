@@ -163,6 +163,7 @@ def json_document(model: LinearModel) -> dict:
         "classes": model.classes,
         "n_features": model.n_features,
         "zero_based": model.zero_based,
+        "feature_names": model.feature_names,
         "feature_index": (
             "coef column j is feature index j"
             if model.zero_based
@@ -194,7 +195,7 @@ def json_chunks(model: LinearModel, per_chunk: int = 1 << 14):
         arrays = [sparse["columns"], sparse["values"]]
         document["coef_sparse"] = {"columns": _SLOT, "values": _SLOT}
     pieces = dumps(document).split(dumps(_SLOT))
-    if len(pieces) != len(arrays) + 1:  # a name held the slot's text: the document at once
+    if len(pieces) != len(arrays) + 1:  # a label or name held the slot's text: all at once
         yield dumps(json_document(model))
         return
     for piece, array in zip(pieces, arrays, strict=False):

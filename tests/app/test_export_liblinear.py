@@ -178,8 +178,9 @@ def test_the_streamed_json_document_is_the_document(per_chunk):
     dense = model(rng.standard_normal((3, 7)), [0.5, -1, 2], classes=[1, 2, 3])
     sparse = replace(dense, coef=np.ascontiguousarray(dense.coef[:, [1, 4, 5]]),
                      columns=np.array([1, 4, 5]))  # fmt: skip
-    named = replace(dense, feature_names=[f"\x00array\x00{j}" for j in range(7)])
-    for m in (dense, sparse, named, model([[]], [0.0], classes=[-1, 1])):
+    named = replace(dense, feature_names=[f"f{j}" for j in range(7)])
+    slot = replace(dense, classes=["\x00array\x00", "b", "c"])  # the document written at once
+    for m in (dense, sparse, named, slot, model([[]], [0.0], classes=[-1, 1])):
         streamed = b"".join(json_chunks(m, per_chunk))
         assert json.loads(streamed) == json.loads(dumps(json_document(m)))
 

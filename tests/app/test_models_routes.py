@@ -111,14 +111,15 @@ def test_coefficients_of_a_sparse_model_name_their_features(service):
 def test_coefficients_name_the_columns_of_a_table(service):
     # before: a model trained on a CSV upload showed its weights by index only ("feature 3"),
     # though it knows its columns' names; a sparse model's names are those of its columns
-    coef = np.zeros((2, 4))
-    coef[0, 3], coef[1, 1] = -2.0, 1.0
-    names = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
-    named = service.add_model(coef, [0.0, 0.0], classes=[0, 1], zero_based=True,
-                              feature_names=names)  # fmt: skip
-    top = service.client.get(f"/v1/models/{named}/coefficients", params={"top": 2}).json()
-    assert [(i["feature"], i["name"], i["output"]) for i in top["items"]] == [
-        (3, "petal_width", 0), (1, "sepal_width", 1)]  # fmt: skip
+    names = [f"c{j}" for j in range(10)]
+    for columns in (4, 10):  # stored densely; sparsely (2 of 10 columns hold a weight)
+        coef = np.zeros((2, columns))
+        coef[0, 3], coef[1, 1] = -2.0, 1.0
+        named = service.add_model(coef, [0.0, 0.0], classes=[0, 1], zero_based=True,
+                                  feature_names=names[:columns])  # fmt: skip
+        top = service.client.get(f"/v1/models/{named}/coefficients", params={"top": 2}).json()
+        assert [(i["feature"], i["name"], i["output"]) for i in top["items"]] == [
+            (3, "c3", 0), (1, "c1", 1)]  # fmt: skip
     plain = service.add_model(coef, [0.0, 0.0], classes=[0, 1])
     top = service.client.get(f"/v1/models/{plain}/coefficients", params={"top": 1}).json()
     assert top["items"] == [{"feature": 4, "name": None, "output": 0, "weight": -2.0}]
