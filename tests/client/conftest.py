@@ -145,6 +145,21 @@ def heart_model(service, heart_dataset) -> str:
         return job.model_id
 
 
+def heart_table(path, delimiter: str = ",", names=None) -> list[str]:
+    """heart_scale as a table with a header (label first), and the feature names."""
+    names = names or [f"f{j}" for j in range(1, 14)]
+    lines = [delimiter.join(["label", *names])]
+    for line in HEART.read_text().splitlines():
+        label, *pairs = line.split()
+        row = ["0"] * 13
+        for pair in pairs:
+            index, value = pair.split(":")
+            row[int(index) - 1] = value
+        lines.append(delimiter.join([label, *row]))
+    path.write_text("\n".join(lines) + "\n")
+    return names
+
+
 def artifact_dir(name: str) -> Path:
     path = ARTIFACTS / name
     path.mkdir(parents=True, exist_ok=True)

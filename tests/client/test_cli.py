@@ -18,7 +18,7 @@ import pytest
 
 from margin_client import Client
 from margin_client.tables import TableError, read_instances
-from tests.client.conftest import HEART, ROOT, SLOW_PARAMS, Service
+from tests.client.conftest import HEART, ROOT, SLOW_PARAMS, Service, heart_table
 from tests.deploy.cluster import wait_for
 
 ESC = "\x1b"
@@ -358,21 +358,6 @@ def test_an_empty_or_path_like_id_names_no_other_resource(service, heart_dataset
     assert result.returncode == 1 and json.loads(result.stderr)["status"] == 404
     result = margin(service, "datasets", "show", f"../datasets/{heart_dataset}", "--json")
     assert result.returncode == 1 and json.loads(result.stderr)["status"] == 404
-
-
-def heart_table(path, delimiter: str = ",", names=None) -> list[str]:
-    """heart_scale as a table with a header (label first), and the feature names."""
-    names = names or [f"f{j}" for j in range(1, 14)]
-    lines = [delimiter.join(["label", *names])]
-    for line in HEART.read_text().splitlines():
-        label, *pairs = line.split()
-        row = ["0"] * 13
-        for pair in pairs:
-            index, value = pair.split(":")
-            row[int(index) - 1] = value
-        lines.append(delimiter.join([label, *row]))
-    path.write_text("\n".join(lines) + "\n")
-    return names
 
 
 def test_predict_reads_a_table_by_the_models_feature_names(service, tmp_path):

@@ -86,24 +86,61 @@ function evaluateBox(model, datasets) {
 }
 
 // A model trained on a table (its columns named) is predicted from CSV rows under a header of
-// its feature names, in any order ("label" left out), sent as records; any model from LIBSVM lines.
+// its feature names, read by the rules `margin predict` follows for a table: every feature a
+// column, in any order, a column "label" (when not a feature) left out, any other column, an empty
+// or non-decimal cell an error naming its line; sent as records. Any model takes LIBSVM lines.
 const LIBSVM_HINT = "LIBSVM lines, one instance each (a leading label is ignored)";
+const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
 
-function csvRecords(text) {
-  const [header, ...lines] = text.split(/\r?\n/).filter((line) => line.trim());
-  if (!header) throw new Error("a header line naming the columns comes first");
-  const names = header.split(",").map((name) => name.trim());
-  return lines.map((line, k) => {
-    const cells = line.split(",");
-    if (cells.length !== names.length) {
-      throw new Error(`line ${k + 2}: ${cells.length} cells, the header names ${names.length}`);
+// The cells of one CSV line; a quoted cell may hold commas, and "" inside quotes is one quote.
+function csvCells(line) {
+  const cells = [];
+  let cell = "", quoted = false, opened = false;
+  for (let i = 0; i < line.length; i++) {
+    const c = line[i];
+    if (quoted) {
+      if (c === '"' && line[i + 1] === '"') { cell += '"'; i++; }
+      else if (c === '"') quoted = false;
+      else cell += c;
+    } else if (c === '"' && !opened && !cell.trim()) { quoted = opened = true; cell = ""; }
+    else if (c === ",") { cells.push(cell); cell = ""; opened = false; }
+    else cell += c;
+  }
+  cells.push(cell);
+  return cells;
+}
+
+function csvColumns(header, names) {
+  const features = new Set(names);
+  const twice = header.find((name, k) => header.indexOf(name) !== k);
+  if (twice !== undefined) throw new Error(`the header names column '${twice}' twice`);
+  const missing = names.filter((name) => !header.includes(name));
+  if (missing.length) {
+    throw new Error(`the model's feature '${missing[0]}' is not a column `
+                    + `(${missing.length} of its ${names.length} features missing)`);
+  }
+  const extra = header.find((name) => !features.has(name) && name !== "label");
+  if (extra !== undefined) throw new Error(`column '${extra}' is not one of the model's features (nor 'label')`);
+  return features;
+}
+
+function csvRecords(text, names) {
+  const lines = text.split(/\r?\n/).map((line, k) => [k + 1, line]).filter(([, line]) => line.trim());
+  if (!lines.length) throw new Error("a header line naming the columns comes first");
+  const header = csvCells(lines[0][1].replace(/^\ufeff/, "")).map((name) => name.trim());
+  const features = csvColumns(header, names);
+  if (lines.length === 1) throw new Error("no instances after the header line");
+  return lines.slice(1).map(([number, line]) => {
+    const cells = csvCells(line);
+    if (cells.length !== header.length) {
+      throw new Error(`line ${number}: ${cells.length} cells, the header names ${header.length}`);
     }
     const record = {};
-    names.forEach((name, j) => {
-      if (name === "label") return;
+    header.forEach((name, j) => {
+      if (!features.has(name)) return;
       const cell = cells[j].trim();
-      if (cell === "" || !isFinite(Number(cell))) {
-        throw new Error(`line ${k + 2}, column '${name}': '${cell}' is not a number`);
+      if (!DECIMAL.test(cell)) {
+        throw new Error(`line ${number}, column '${name}': ${cell ? `'${cell}' is not a number` : "the cell is empty"}`);
       }
       record[name] = Number(cell);
     });
@@ -111,16 +148,18 @@ function csvRecords(text) {
   });
 }
 
-function predictRequest(format, text) {
-  if (format === "csv") {
-    return { body: JSON.stringify({ records: csvRecords(text) }), headers: { "content-type": "application/json" } };
-  }
+const csvName = (name) => (/[",]/.test(name) ? `"${name.replace(/"/g, '""')}"` : name);
+
+function predictRequest(format, text, names) {
+  if (format === "csv") return { json: { records: csvRecords(text, names) } };
   return { body: text, headers: { "content-type": "text/plain" } };
 }
 
 function predictBox(model) {
   const named = Array.isArray(model.feature_names) && model.feature_names.length > 0;
-  const csvHint = named ? `${model.feature_names.join(",")}\n${model.feature_names.map(() => "0").join(",")}` : "";
+  const shown = named ? model.feature_names.slice(0, 12).map(csvName) : [];
+  const more = named && model.feature_names.length > shown.length ? ",…" : "";
+  const csvHint = named ? `${shown.join(",")}${more}\n${shown.map(() => "0").join(",")}${more}` : "";
   const input = h("textarea", { id: "predict-input", name: "instances", spellcheck: "false",
                                 placeholder: named ? csvHint : "+1 1:0.5 3:1\n2:0.25 7:1" });
   const format = h("select", { id: "predict-format", name: "format" },
@@ -143,7 +182,7 @@ function predictBox(model) {
     try {
       const query = probabilities && probabilities.checked ? "?probabilities=true" : "";
       const result = await api(`/v1/models/${model.id}/predict${query}`,
-                               { method: "POST", ...predictRequest(format.value, input.value) });
+                               { method: "POST", ...predictRequest(format.value, input.value, model.feature_names) });
       const rows = (result.labels || result.values).map((v, i) => ({ i, v, d: result.decision_values?.[i],
                                                                      p: result.probabilities?.[i] }));
       output.replaceChildren(table(rows, [
