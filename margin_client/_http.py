@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -107,6 +108,24 @@ class Client:
         response = self.http.request(method, path, **kwargs)
         if response.status_code >= 300:
             raise MarginError.from_response(response)
+        return response
+
+    def download(self, path: str, target: str | Path, **kwargs: Any) -> httpx.Response:
+        """GET `path` streamed into the file `target`, written whole or not at all (a large
+        export or prediction CSV is never held in memory). An answer other than 2xx raises
+        `MarginError`; another 2xx than 200 (a run still active) is returned, nothing written."""
+        target = Path(target)
+        with self.http.stream("GET", path, **kwargs) as response:
+            if response.status_code != 200:
+                response.read()
+                if response.status_code >= 300:
+                    raise MarginError.from_response(response)
+                return response
+            partial = target.with_name(target.name + ".part")
+            with partial.open("wb") as out:
+                for chunk in response.iter_bytes():
+                    out.write(chunk)
+            partial.replace(target)
         return response
 
     def get_json(self, path: str, **kwargs: Any) -> Any:

@@ -91,12 +91,11 @@ class Models:
         """The model as a LIBLINEAR model file (text), JSON (a dict), or an ONNX graph or a
         skops file of a scikit-learn estimator (bytes); written to `path` instead when given
         (then `path` is returned)."""
-        response = self._client.request(
-            "GET", f"/v1/models/{segment(model_id(model))}/export", params={"format": format}
-        )
+        url = f"/v1/models/{segment(model_id(model))}/export"
         if path is not None:
-            Path(path).write_bytes(response.content)
+            self._client.download(url, path, params={"format": format})
             return Path(path)
+        response = self._client.request("GET", url, params={"format": format})
         if format == "json":
             return response.json()
         return response.text if format == "liblinear" else response.content

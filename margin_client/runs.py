@@ -42,8 +42,7 @@ class PredictionRuns:
     def download(self, model: str | dict[str, Any], run: str, path: str | Path) -> Path:
         """Write a succeeded run's CSV to `path` (MarginError 409 for a failed or cancelled
         run; a run still active answers 202, raised as a RuntimeError)."""
-        response = self._client.request("GET", self._path(model, run), params={"format": "csv"})
+        response = self._client.download(self._path(model, run), path, params={"format": "csv"})
         if response.status_code == 202:
             raise RuntimeError(f"prediction run {run} is still {response.json()['status']}")
-        Path(path).write_bytes(response.content)
         return Path(path)

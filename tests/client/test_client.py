@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import time
 
 import numpy as np
@@ -234,3 +235,19 @@ def test_a_dot_segment_id_names_no_other_resource(client, heart_dataset, ident):
     with pytest.raises(MarginError) as info:
         client.datasets.get(ident)
     assert info.value.status == 404
+
+
+def test_downloads_are_streamed_into_their_file(client, heart_model, heart_dataset, tmp_path):
+    # an export or a run's CSV is written to its file as it arrives (the whole body was held
+    # in memory first), whole or not at all
+    exported = client.models.export(heart_model, format="json", path=tmp_path / "m.json")
+    assert json.loads(exported.read_text()) == client.models.export(heart_model, format="json")
+    run = client.runs.start(heart_model, heart_dataset)
+    while client.runs.get(heart_model, run["id"])["status"] in ("queued", "running"):
+        time.sleep(0.1)
+    csv = client.runs.download(heart_model, run["id"], tmp_path / "p.csv")
+    rows = csv.read_text().splitlines()
+    assert len(rows) == 271 and rows[0].startswith("row,label")
+    with pytest.raises(MarginError) as refused:
+        client.models.export(heart_model, format="pickle", path=tmp_path / "x")
+    assert refused.value.status == 422 and not list(tmp_path.glob("x*"))
