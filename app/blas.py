@@ -1,12 +1,13 @@
 """How many threads the BLAS library (OpenBLAS under numpy) may use in each service process.
 
 The service runs its own concurrency: requests in threads, jobs in worker processes whose solver
-threads take the cores (`SOLVER_THREADS`). A BLAS call that splits itself over threads then has
-to wait until each of its threads gets a core: on a busy 2-core machine a dense prediction of
-5,000 rows x 100 features took 16 ms with two BLAS threads against 2.3 ms with one, and a dot
-product of 27,000 values 10 ms against 0.07 ms (`benchmarks/bench_blas_threads.py`). So each
-process gets `BLAS_THREADS` (default 1), set in its BLAS library at once and in the environment
-the processes it spawns (local workers, parsers) start from.
+threads take the cores (`SOLVER_THREADS`). A BLAS call that splits itself over threads then waits
+until each of its threads gets a core: on the 2-core development machine, with its cores taken by
+training and concurrent requests, a dense prediction of 5,000 rows x 100 features took 5 times as
+long with a thread per core as with one, while alone on an idle machine it was a quarter faster
+(`benchmarks/bench_blas_threads.py`, BENCHMARKS.md). So each process gets `BLAS_THREADS`
+(default 1), set in its BLAS library at once and in the environment the processes it spawns
+(local workers, parsers) start from.
 """
 
 from __future__ import annotations

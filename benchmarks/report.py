@@ -36,6 +36,7 @@ SECTIONS = [
     "service",
     "predict",
     "protocols",
+    "blas_threads",
     "formats",
     "request_memory",
     "workers",
