@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from margin_client import Client
 from tests.client.conftest import slow_problem
-from tests.client.test_dashboard import browser, open_ui, page  # noqa: F401  (fixtures)
+from tests.client.dashboard import open_ui
 
 # C = 1e-4 converges in a few passes; C = 1000 with the hinge loss runs until the budget ends
 CS = [1e-4, 1000.0]
