@@ -1,6 +1,7 @@
 """A streamed download whose client reads nothing is given up after SEND_TIMEOUT_S, against a real
 `margin api` (uvicorn, SQLite): a LIBLINEAR export of a model of 8 million features (24 MB of
-text) and a prediction run's 24 MB CSV. The connection is dropped at once, the CSV's file is
+text), the JSON export of a dense model of a million weights (20 MB) and a prediction run's 24 MB
+CSV. The connection is dropped at once, the CSV's file is
 closed, the server serves other requests meanwhile, and nothing is logged as an error. (The
 event streams' own test is test_stalled_event_stream.py, whose approach this follows.)"""
 
@@ -27,11 +28,15 @@ def sparse_model(db: Database) -> str:
     """A stored model of FEATURES features, all but two weights zero (a small row)."""
     coef = np.zeros((1, FEATURES))
     coef[0, [0, FEATURES // 2]] = (0.5, -0.25)
+    return stored_model(db, coef)
+
+
+def stored_model(db: Database, coef: np.ndarray) -> str:
     model_id = new_id("model")
     with db.write() as session:
         session.add(Model(
             id=model_id, estimator="LinearSVC", params={"C": 1.0}, kind="classifier",
-            classes=[-1, 1], n_features=FEATURES, zero_based=False,
+            classes=[-1, 1], n_features=coef.shape[1], zero_based=False,
             weights=pack_weights(coef, [0.1]), status="converged", gap=1e-3, n_iter=7,
             train_time_s=0.25, train_accuracy=0.9, validation_accuracy=None,
         ))  # fmt: skip
@@ -73,19 +78,22 @@ def test_downloads_whose_clients_read_nothing_are_dropped(tmp_path):
         db = Database(f"sqlite:///{data / 'margin.db'}")
         model_id = sparse_model(db)
         run_id, csv_path = succeeded_run(db, data, model_id)
+        # a dense model of a million weights: its JSON export is about 20 MB
+        dense_id = stored_model(db, np.random.default_rng(0).standard_normal((1, 1_000_000)))
         db.dispose()
         api, http = margin.api(port)
         log = tmp_path / f"api-{port}.log"
         export = stalled_get(port, f"/v1/models/{model_id}/export")
         csv = stalled_get(port, f"/v1/models/{model_id}/predictions/{run_id}")
+        document = stalled_get(port, f"/v1/models/{dense_id}/export?format=json")
         server = psutil.Process(api.pid)
         wait_for(lambda: any(f.path == csv_path for f in server.open_files()), 30, "the CSV read")
         assert http.get("/healthz").status_code == 200  # served while both downloads wait
-        wait_for(lambda: log.read_text().count("read nothing for 1 s") == 2, 60, "both closed")
-        wait_for(lambda: not holds(api.pid, export) and not holds(api.pid, csv), 10, "drops")
+        wait_for(lambda: log.read_text().count("read nothing for 1 s") == 3, 60, "all closed")
+        wait_for(lambda: not any(holds(api.pid, c) for c in (export, csv, document)), 10, "drops")
         assert all(f.path != csv_path for f in server.open_files())
-        export.close()
-        csv.close()
+        for conn in (export, csv, document):
+            conn.close()
         whole = http.get(f"/v1/models/{model_id}/export")  # a client that reads gets it all
         assert whole.status_code == 200 and whole.text.count("0 \n") == FEATURES - 2
     finally:
