@@ -403,10 +403,13 @@ def _read_lines(path: Path) -> list[str]:
 def _instances(client, args):
     """(what to predict, the model's record or None): LIBSVM lines, or a table's rows matched
     to the model's features by name."""
-    from margin_client.tables import read_instances, table_format
+    from margin_client.tables import TableError, read_instances, table_format
 
     fmt = args.format or (None if str(args.file) == "-" else table_format(args.file)) or "libsvm"
     if fmt == "libsvm":
+        if args.label_column is not None:
+            raise TableError("--label-column is for CSV and TSV tables (a LIBSVM line's label "
+                             "comes first)")  # fmt: skip
         return _read_lines(args.file), None
     model = client.models.get(args.model)
     with _open_text(args.file) as handle:

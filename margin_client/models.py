@@ -80,7 +80,10 @@ class Models:
         return list(self._client.paginate("/v1/models", params, limit))
 
     def get(self, model: str | dict[str, Any]) -> ModelInfo:
-        return self._client.get_json(f"/v1/models/{segment(model_id(model))}")
+        ident = model_id(model)
+        record = self._client.get_json(f"/v1/models/{segment(ident)}")
+        self._bases[ident] = 0 if record["zero_based"] else 1  # what `predict` would ask for
+        return record
 
     def delete(self, model: str | dict[str, Any]) -> None:
         self._client.request("DELETE", f"/v1/models/{segment(model_id(model))}")

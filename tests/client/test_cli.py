@@ -423,3 +423,5 @@ def test_a_table_error_is_one_line(service, heart_model, tmp_path):
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == (f"error: {tmp_path / 'bad.csv'}: this model's training data had no "
                              "column names: predict LIBSVM lines instead\n")  # fmt: skip
+    result = margin(service, "predict", heart_model, str(HEART), "--label-column", "y")
+    assert result.returncode == 1 and "--label-column is for CSV and TSV" in result.stderr
