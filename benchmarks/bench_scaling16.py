@@ -7,6 +7,12 @@ threads at tol 0.1 (squared hinge; the hinge at 1 and 16 threads), and LIBLINEAR
 the ``liblinear`` module is importable (in a child process with a time limit, the problem's
 conversion not counted). Writes a Markdown table to ``--out`` (a file in the output folder).
 
+Each row also says where the wall time went (`Anatomy`): the rounds' compiled epochs (the
+slowest thread of each round summed, and its excess over the mean thread), the rest of the
+rounds (dealing the samples out, regrouping), the exact rebuilds of w̃, the objectives and the
+final checks, and what is left (setup and the driver); and how many threads the last round used
+(fewer when shrinking left little work, one after the busy-machine fallback).
+
     python3 benchmarks/bench_scaling16.py --out "$OUT/scaling16.md"   # bench_parallel_16.sh
 """
 
@@ -25,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from solvers.binary import solve_binary  # noqa: E402
+from solvers.binary import parallel, solve_binary  # noqa: E402
+from solvers.binary import parallel_kernels as pk  # noqa: E402
 
 LIBLINEAR = """
 import sys, time, numpy as np, scipy.sparse as sp
@@ -56,6 +63,85 @@ def uniform_set(n, d=1_000_000, per_row=40, seed=1):
     return X, np.where(scores + noise > 0, 1.0, -1.0)
 
 
+class Anatomy:
+    """Wall time of the parallel rounds' parts, by wrapping their methods for one solve."""
+
+    PARTS = {"resync": "resync", "objectives": "objectives", "full_range": "checks"}
+
+    def __init__(self):
+        self.seconds = dict.fromkeys(["rounds", "resync", "objectives", "checks"], 0.0)
+        self.epochs = []  # (thread id, seconds) of the current round's compiled epochs
+        self.slowest = self.excess = 0.0
+        self.last_threads = 0
+        self.originals = {}
+        self.busy = False  # a timed part in progress: the parts it calls count as its own
+
+    def __enter__(self):
+        self._wrap(pk, "block_epoch", self._epoch)
+        self._wrap(parallel._Round, "run", self._round)
+        for name, part in self.PARTS.items():
+            self._wrap(parallel._Round, name, self._timed(part))
+        return self
+
+    def __exit__(self, *exc):
+        for (owner, name), fn in self.originals.items():
+            setattr(owner, name, fn)
+
+    def _wrap(self, owner, name, make):
+        self.originals[(owner, name)] = fn = getattr(owner, name)
+        setattr(owner, name, make(fn))
+
+    def _epoch(self, fn):
+        def epoch(*args):
+            t = time.perf_counter()
+            out = fn(*args)
+            self.epochs.append(time.perf_counter() - t)
+            return out
+
+        return epoch
+
+    def _round(self, fn):
+        def run(rounds, *args):
+            self.epochs = []
+            parts_before = sum(self.seconds.values())  # a rebuild inside the round is its own
+            t = time.perf_counter()
+            out = fn(rounds, *args)
+            inner = sum(self.seconds.values()) - parts_before
+            self.seconds["rounds"] += time.perf_counter() - t - inner
+            if self.epochs:
+                self.slowest += max(self.epochs)
+                self.excess += max(self.epochs) - sum(self.epochs) / len(self.epochs)
+            self.last_threads = len(self.epochs)
+            return out
+
+        return run
+
+    def _timed(self, part):
+        def wrap(fn):
+            def timed(*args):
+                if self.busy:
+                    return fn(*args)
+                self.busy, t = True, time.perf_counter()
+                try:
+                    return fn(*args)
+                finally:
+                    self.seconds[part] += time.perf_counter() - t
+                    self.busy = False
+
+            return timed
+
+        return wrap
+
+    def cells(self, wall):
+        s = self.seconds
+        if s["rounds"] == 0.0:  # one thread: the serial passes, not the rounds
+            return "serial passes | | | | | | 1"
+        rest = wall - sum(s.values())
+        return (f"{self.slowest:.2f} (+{self.excess:.2f}) | {s['rounds'] - self.slowest:.2f} | "
+                f"{s['resync']:.2f} | {s['objectives']:.2f} | {s['checks']:.2f} | {rest:.2f} | "
+                f"{self.last_threads}")  # fmt: skip
+
+
 def liblinear_time(X, y, limit):
     path = Path(os.environ.get("TMPDIR", "/tmp")) / "scaling16.npz"
     np.savez(path, data=X.data, indices=X.indices, indptr=X.indptr, shape=X.shape, y=y)
@@ -73,6 +159,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--hinge-threads", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--liblinear-limit", type=int, default=150)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -81,25 +168,27 @@ def main():
     X, y = uniform_set(args.rows)
     lines.append(f"set: {X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} non-zeros, made in "
                  f"{time.perf_counter() - t:.0f} s")  # fmt: skip
-    # compile every kernel a timed run uses: the parallel ones need a problem worth 2+ threads
+    # compile every kernel a timed run uses, the final checks' too (a solve that converges): the
+    # parallel ones need a problem worth 2+ threads
     for deterministic in (False, True):
         for loss in ("squared_hinge", "hinge"):
             solve_binary(X[:100_000], y[:100_000], loss=loss, n_jobs=max(args.threads),
-                         deterministic=deterministic, max_iter=2)  # fmt: skip
-    solve_binary(X[:5000], y[:5000], n_jobs=1, max_iter=2)
-    lines += ["", "| loss | threads | s | passes | speed-up | status |"]
-    lines += ["|---|---|---|---|---|---|"]
+                         deterministic=deterministic, tol=1.0)  # fmt: skip
+    solve_binary(X[:5000], y[:5000], n_jobs=1, tol=1.0)
+    lines += ["", "| loss | threads | s | passes | speed-up | status | epochs, slowest thread "
+              "(its excess over the mean) | rest of the rounds | w̃ rebuilds | objectives | "
+              "final checks | setup and driver | threads in the last round |"]  # fmt: skip
+    lines += ["|---" * 13 + "|"]
     for loss in ("squared_hinge", "hinge"):
         base = None
-        for k in args.threads:
-            if loss == "hinge" and k not in (1, max(args.threads)):
-                continue
-            t = time.perf_counter()
-            r = solve_binary(X, y, loss=loss, tol=0.1, n_jobs=k)
-            s = time.perf_counter() - t
+        for k in args.threads if loss == "squared_hinge" else args.hinge_threads:
+            with Anatomy() as anatomy:
+                t = time.perf_counter()
+                r = solve_binary(X, y, loss=loss, tol=0.1, n_jobs=k)
+                s = time.perf_counter() - t
             base = base or s
             lines.append(f"| {loss} | {k} | {s:.2f} | {r.n_iter} | {base / s:.2f} | "
-                         f"{r.status.value} |")  # fmt: skip
+                         f"{r.status.value} | {anatomy.cells(s)} |")  # fmt: skip
             print(lines[-1], flush=True)
             Path(args.out).write_text("\n".join(lines) + "\n")
     reference = liblinear_time(X, y, args.liblinear_limit)

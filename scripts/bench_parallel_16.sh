@@ -11,4 +11,5 @@ if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-build-isolation --find-links .whl liblinear-official >/dev/null 2>&1 || true
 fi
 nproc > "$OUT/cores.txt"
+export PYTHONUNBUFFERED=1
 timeout 500 python3 benchmarks/bench_scaling16.py --out "$OUT/scaling16.md"
