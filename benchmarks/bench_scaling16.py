@@ -75,10 +75,12 @@ class Anatomy:
         self.last_threads = 0
         self.originals = {}
         self.busy = False  # a timed part in progress: the parts it calls count as its own
+        self.shares = []  # (threads, the slowest thread's CPU time over the round's wall time)
 
     def __enter__(self):
         self._wrap(pk, "block_epoch", self._epoch)
         self._wrap(parallel._Round, "run", self._round)
+        self._wrap(parallel._Round, "_watch_crowding", self._crowding)
         for name, part in self.PARTS.items():
             self._wrap(parallel._Round, name, self._timed(part))
         return self
@@ -115,6 +117,25 @@ class Anatomy:
             return out
 
         return run
+
+    def _crowding(self, fn):
+        def watch(rounds, least_cpu, wall):
+            self.shares.append((len(self.epochs), least_cpu / wall if wall > 0 else 1.0))
+            return fn(rounds, least_cpu, wall)
+
+        return watch
+
+    def crowding(self):
+        """The rounds' thread counts in order, and the slowest thread's share of each round."""
+        runs = []
+        for k, _ in self.shares:
+            if runs and runs[-1][0] == k:
+                runs[-1][1] += 1
+            else:
+                runs.append([k, 1])
+        threads = ", ".join(f"{k}×{n}" for k, n in runs)
+        shares = " ".join(f"{share:.2f}" for _, share in self.shares)
+        return f"threads by round {threads}; slowest thread's CPU share of each round {shares}"
 
     def _timed(self, part):
         def wrap(fn):
@@ -160,7 +181,7 @@ def main():
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--hinge-threads", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--liblinear-limit", type=int, default=150)
+    parser.add_argument("--liblinear-limit", type=int, default=150, help="0: LIBLINEAR not run")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     lines = [f"# {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"]
@@ -179,6 +200,7 @@ def main():
               "(its excess over the mean) | rest of the rounds | w̃ rebuilds | objectives | "
               "final checks | setup and driver | threads in the last round |"]  # fmt: skip
     lines += ["|---" * 13 + "|"]
+    crowding = []
     for loss in ("squared_hinge", "hinge"):
         base = None
         for k in args.threads if loss == "squared_hinge" else args.hinge_threads:
@@ -189,10 +211,14 @@ def main():
             base = base or s
             lines.append(f"| {loss} | {k} | {s:.2f} | {r.n_iter} | {base / s:.2f} | "
                          f"{r.status.value} | {anatomy.cells(s)} |")  # fmt: skip
+            if anatomy.shares:
+                crowding.append(f"- {loss}, {k} threads: {anatomy.crowding()}")
             print(lines[-1], flush=True)
-            Path(args.out).write_text("\n".join(lines) + "\n")
-    reference = liblinear_time(X, y, args.liblinear_limit)
-    lines += ["", f"LIBLINEAR -s 1 -e 0.1, 1 thread: {reference} s"]
+            Path(args.out).write_text("\n".join(lines + [""] + crowding) + "\n")
+    lines += [""] + crowding
+    if args.liblinear_limit > 0:
+        reference = liblinear_time(X, y, args.liblinear_limit)
+        lines += ["", f"LIBLINEAR -s 1 -e 0.1, 1 thread: {reference} s"]
     lines.append(f"load average at the end {os.getloadavg()[0]:.2f}")
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -84,7 +84,7 @@ NNZ_PER_FEATURE_PER_THREAD = 8  # a round's merge costs K·d: keep it under ~1/8
 RELAX_AFTER = 10
 RESYNC_EVERY = 4
 CPU_SHARE_FLOOR = 0.7  # a round whose slowest thread ran less than this share of it was crowded
-CROWDED_ROUNDS = 2  # crowded rounds in a row after which the solve goes on one thread
+CROWDED_ROUNDS = 2  # crowded rounds in a row after which the solve halves its threads
 GROW, RELAX = 1.5, 1.25
 
 
@@ -261,26 +261,28 @@ class _Round:
         return False, before, np.inf, -np.inf
 
     def _watch_crowding(self, least_cpu, wall):
-        """Go on one thread when the machine is too busy for threads to help.
+        """Use fewer threads when the machine is too busy for all of them to help.
 
         Each round ends when its slowest thread does. When other processes keep the cores busy,
         some thread is regularly descheduled for part of the round (its CPU time well short of
-        the round's wall time) and the others wait for it: such rounds cost more than serial
-        passes. After ``CROWDED_ROUNDS`` rounds in a row in which the slowest thread ran less
-        than ``CPU_SHARE_FLOOR`` of the round, the remaining rounds run on one thread, on a w̃
-        rebuilt once: no update can be lost from then on, so the rounds are serial passes,
-        judged by the serial rule without further rebuilds. Not in the deterministic mode,
-        whose result must not depend on the machine's load.
+        the round's wall time) and the others wait for it: such rounds cost more than rounds on
+        fewer threads. After ``CROWDED_ROUNDS`` rounds in a row in which the slowest thread ran
+        less than ``CPU_SHARE_FLOOR`` of the round, the remaining rounds run on half the threads
+        (one or two busy cores of sixteen should cost a few threads, not all but one). Down to
+        one thread, w̃ is rebuilt once: no update can be lost from then on, so the rounds are
+        serial passes, judged by the serial rule without further rebuilds. Not in the
+        deterministic mode, whose result must not depend on the machine's load.
         """
         if not self.shared or self.n_threads == 1 or wall <= 0.0:
             return
         crowded = least_cpu < CPU_SHARE_FLOOR * wall
         self.crowded_in_row = self.crowded_in_row + 1 if crowded else 0
         if self.crowded_in_row >= CROWDED_ROUNDS:
-            self.n_threads = 1
-            self.U = self.U[:1]
-            self.resync()
-            self.consistent = True
+            self.crowded_in_row = 0
+            self.n_threads //= 2
+            if self.n_threads == 1:
+                self.resync()
+                self.consistent = True
 
     def resync(self):
         """w̃ ← Σ_i s_i α_i x̃_i exactly (a shared-mode round may lose a racing update): each

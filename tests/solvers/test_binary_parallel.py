@@ -149,6 +149,27 @@ def test_crowded_rounds_go_on_one_thread(forced_threads, chunk_sizes, monkeypatc
     assert max(chunk_sizes[n_threaded:]) == 2000
 
 
+def test_crowded_rounds_halve_the_threads(forced_threads, monkeypatch):
+    # every round crowded: 4 threads go to 2 after CROWDED_ROUNDS rounds, then to 1, and the
+    # answer is still the certified optimum
+    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", np.inf)
+    monkeypatch.setattr(parallel._Round, "_map", lambda self, fn, items: [fn(*i) for i in items])
+    threads = []
+    deal = parallel._Round._deal
+
+    def recording(self, seeds, K):
+        threads.append(K)
+        return deal(self, seeds, K)
+
+    monkeypatch.setattr(parallel._Round, "_deal", recording)
+    X, y = synthetic(n=2000, d=200, density=0.05)
+    result = solve_binary(X, y, C=0.5, tol=1e-6, max_iter=100_000, n_jobs=4, newton=False)
+    _check_certified(X, y, result, 0.5, "squared_hinge", 0.0, 1e-6)
+    n = parallel.CROWDED_ROUNDS
+    assert threads[: 2 * n] == [4] * n + [2] * n
+    assert len(threads) > 2 * n and set(threads[2 * n :]) == {1}
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("shrinking", [True, False])
 @pytest.mark.parametrize("bias", [0.0, 1.0])
