@@ -75,7 +75,7 @@ class Anatomy:
         self.last_threads = 0
         self.originals = {}
         self.busy = False  # a timed part in progress: the parts it calls count as its own
-        self.shares = []  # (threads, the slowest thread's CPU time over the round's wall time)
+        self.shares = []  # (threads, the least CPU share of a thread's own time in the round)
 
     def __enter__(self):
         self._wrap(pk, "block_epoch", self._epoch)
@@ -119,14 +119,14 @@ class Anatomy:
         return run
 
     def _crowding(self, fn):
-        def watch(rounds, least_cpu, wall):
-            self.shares.append((len(self.epochs), least_cpu / wall if wall > 0 else 1.0))
-            return fn(rounds, least_cpu, wall)
+        def watch(rounds, least_share):
+            self.shares.append((len(self.epochs), least_share))
+            return fn(rounds, least_share)
 
         return watch
 
     def crowding(self):
-        """The rounds' thread counts in order, and the slowest thread's share of each round."""
+        """The rounds' thread counts in order, and each round's least CPU share of a thread."""
         runs = []
         for k, _ in self.shares:
             if runs and runs[-1][0] == k:
@@ -135,7 +135,7 @@ class Anatomy:
                 runs.append([k, 1])
         threads = ", ".join(f"{k}×{n}" for k, n in runs)
         shares = " ".join(f"{share:.2f}" for _, share in self.shares)
-        return f"threads by round {threads}; slowest thread's CPU share of each round {shares}"
+        return f"threads by round {threads}; least CPU share of a thread's own time {shares}"
 
     def _timed(self, part):
         def wrap(fn):

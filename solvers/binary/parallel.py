@@ -83,7 +83,7 @@ MIN_FEATURES_PER_THREAD = 256
 NNZ_PER_FEATURE_PER_THREAD = 8  # a round's merge costs K·d: keep it under ~1/8 of the pass
 RELAX_AFTER = 10
 RESYNC_EVERY = 4
-CPU_SHARE_FLOOR = 0.7  # a round whose slowest thread ran less than this share of it was crowded
+CPU_SHARE_FLOOR = 0.7  # a thread that ran less than this share of its own time was crowded
 CROWDED_ROUNDS = 2  # crowded rounds in a row after which the solve halves its threads
 GROW, RELAX = 1.5, 1.25
 
@@ -220,23 +220,23 @@ class _Round:
         sigma = 1.0 if self.shared else self.sigma
 
         def one(b):
+            cpu, wall = time.thread_time(), time.perf_counter()
             seg = chunks[b]
             self._fill(seg, pieces, b, int(seeds[self.n_threads + b]))
             u = st.w
             if not self.shared:
                 u = self.U[b]
                 u[:] = st.w
-            started = time.thread_time()
             out = pk.block_epoch(
                 st.csr, st.bias, st.record, u, seg, seg.shape[0], bars, sigma, self.saved, 0,
                 st.long_rows,
             )  # fmt: skip
-            return (*out, time.thread_time() - started)
+            wall = time.perf_counter() - wall
+            return (*out, (time.thread_time() - cpu) / wall if wall > 0.0 else 1.0)
 
-        started = time.perf_counter()
         outs = self._map(one, [(b,) for b in range(K)])
         if K > 1:
-            self._watch_crowding(min(o[3] for o in outs), time.perf_counter() - started)
+            self._watch_crowding(min(o[3] for o in outs))
         M, m = max(o[1] for o in outs), min(o[2] for o in outs)
         if self.shared:
             self._regroup(chunks, [o[0] for o in outs])
@@ -260,22 +260,25 @@ class _Round:
         self.accepted_in_row = 0
         return False, before, np.inf, -np.inf
 
-    def _watch_crowding(self, least_cpu, wall):
+    def _watch_crowding(self, least_share):
         """Use fewer threads when the machine is too busy for all of them to help.
 
         Each round ends when its slowest thread does. When other processes keep the cores busy,
-        some thread is regularly descheduled for part of the round (its CPU time well short of
-        the round's wall time) and the others wait for it: such rounds cost more than rounds on
-        fewer threads. After ``CROWDED_ROUNDS`` rounds in a row in which the slowest thread ran
-        less than ``CPU_SHARE_FLOOR`` of the round, the remaining rounds run on half the threads
-        (one or two busy cores of sixteen should cost a few threads, not all but one). Down to
-        one thread, w̃ is rebuilt once: no update can be lost from then on, so the rounds are
-        serial passes, judged by the serial rule without further rebuilds. Not in the
+        some thread is regularly descheduled for part of its share of the round (its CPU time
+        well short of its own wall time) and the others wait for it: such rounds cost more than
+        rounds on fewer threads. Each thread's own ratio is the measure: the threads' spread in
+        speed (a slower core, more memory traffic, a late start) is no crowding, and judged
+        against the round's wall time it made idle 16-core rounds look crowded (the slowest
+        thread at 0.67–0.9 of the round). After ``CROWDED_ROUNDS`` rounds in a row in which some
+        thread ran less than ``CPU_SHARE_FLOOR`` of its own time, the remaining rounds run on
+        half the threads (one or two busy cores of sixteen should cost a few threads, not all but
+        one). Down to one thread, w̃ is rebuilt once: no update can be lost from then on, so the
+        rounds are serial passes, judged by the serial rule without further rebuilds. Not in the
         deterministic mode, whose result must not depend on the machine's load.
         """
-        if not self.shared or self.n_threads == 1 or wall <= 0.0:
+        if not self.shared or self.n_threads == 1:
             return
-        crowded = least_cpu < CPU_SHARE_FLOOR * wall
+        crowded = least_share < CPU_SHARE_FLOOR
         self.crowded_in_row = self.crowded_in_row + 1 if crowded else 0
         if self.crowded_in_row >= CROWDED_ROUNDS:
             self.crowded_in_row = 0
