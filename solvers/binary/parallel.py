@@ -269,7 +269,7 @@ class _Round:
         rounds on fewer threads. Each thread's own ratio is the measure: the threads' spread in
         speed (a slower core, more memory traffic, a late start) is no crowding, and judged
         against the round's wall time it made idle 16-core rounds look crowded (the slowest
-        thread at 0.67–0.9 of the round). After ``CROWDED_ROUNDS`` rounds in a row in which some
+        thread at 0.62–0.93 of the round). After ``CROWDED_ROUNDS`` rounds in a row in which some
         thread ran less than ``CPU_SHARE_FLOOR`` of its own time, the remaining rounds run on
         half the threads (one or two busy cores of sixteen should cost a few threads, not all but
         one). Down to one thread, w̃ is rebuilt once: no update can be lost from then on, so the
