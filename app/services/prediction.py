@@ -149,8 +149,7 @@ def predict_body(
     probabilities = probabilities or _asks_probabilities(body, content_type)
     if probabilities and (model.is_regressor or model.calibration is None):
         raise InvalidInstances(
-            "this model has no probability calibration: train it with a search or with "
-            "probability=true to get probabilities",
+            _why_no_calibration(model),
             status=422,
             title="No probability calibration",  # the instances themselves may be fine
         )
@@ -160,6 +159,21 @@ def predict_body(
     if probabilities:
         payload["probabilities"] = probabilities_of(model, payload["decision_values"])
     return payload
+
+
+def _why_no_calibration(model: LinearModel) -> str:
+    """What a predict asking for probabilities is told by a model that has none."""
+    params = model.info.get("params") or {}
+    asked = params.get("search") is not None or bool(params.get("probability"))
+    if not model.is_regressor and asked and params.get("calibration") != "none":
+        return (
+            "this model has no probability calibration: its training ran out of time before "
+            "its held-out folds were scored; train it again with a larger time_limit"
+        )
+    return (
+        "this model has no probability calibration: train it with a search or with "
+        "probability=true to get probabilities"
+    )
 
 
 def _asks_probabilities(body: bytes, content_type: str) -> bool:

@@ -165,6 +165,19 @@ def test_a_calibrated_model_serves_probabilities_through_onnx_and_v2(app, client
     assert refused.json()["title"] == "No probability calibration"
 
 
+def test_a_calibration_cut_short_by_the_time_limit_says_so(app, client, served):
+    # probability=true, but the folds never finish: the model serves labels, and a request for
+    # probabilities is told why there are none
+    model = train(app, client, served["dataset"]["id"], probability=True, time_limit=1e-6)
+    record = client.get(f"/v1/models/{model}").json()
+    assert record["status"] == "time_limit"
+    assert len(predict(client, model, {"instances": served["X"][:2].tolist()})["labels"]) == 2
+    refused = client.post(f"/v1/models/{model}/predict",
+                          json={"instances": served["X"][:1].tolist(), "probabilities": True})
+    assert refused.status_code == 422, refused.text
+    assert "ran out of time" in refused.json()["detail"]
+
+
 # ------------------------------------------------------------------------------------------
 # The Open Inference Protocol
 
