@@ -11,7 +11,9 @@ Each row also says where the wall time went (`Anatomy`): the rounds' compiled ep
 slowest thread of each round summed, and its excess over the mean thread), the rest of the
 rounds (dealing the samples out, regrouping), the exact rebuilds of w̃, the objectives and the
 final checks, and what is left (setup and the driver); and how many threads the last round used
-(fewer when shrinking left little work, one after the busy-machine fallback).
+(fewer when shrinking left little work, one after the busy-machine fallback). ``--busy`` runs a
+CPU-bound competing process beside the timed solves; ``--rows`` makes a smaller set of the same
+law (the 2-core development machine: ``--rows 2000000``).
 
     python3 benchmarks/bench_scaling16.py --out "$OUT/scaling16.md"   # bench_parallel_16.sh
 """
@@ -30,6 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_parallel import spin  # noqa: E402
 
 from solvers.binary import parallel, solve_binary  # noqa: E402
 from solvers.binary import parallel_kernels as pk  # noqa: E402
@@ -176,30 +180,9 @@ def liblinear_time(X, y, limit):
         path.unlink(missing_ok=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 4, 8, 16])
-    parser.add_argument("--hinge-threads", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--liblinear-limit", type=int, default=150, help="0: LIBLINEAR not run")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    lines = [f"# {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"]
-    t = time.perf_counter()
-    X, y = uniform_set(args.rows)
-    lines.append(f"set: {X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} non-zeros, made in "
-                 f"{time.perf_counter() - t:.0f} s")  # fmt: skip
-    # compile every kernel a timed run uses, the final checks' too (a solve that converges): the
-    # parallel ones need a problem worth 2+ threads
-    for deterministic in (False, True):
-        for loss in ("squared_hinge", "hinge"):
-            solve_binary(X[:100_000], y[:100_000], loss=loss, n_jobs=max(args.threads),
-                         deterministic=deterministic, tol=1.0)  # fmt: skip
-    solve_binary(X[:5000], y[:5000], n_jobs=1, tol=1.0)
-    lines += ["", "| loss | threads | s | passes | speed-up | status | epochs, slowest thread "
-              "(its excess over the mean) | rest of the rounds | w̃ rebuilds | objectives | "
-              "final checks | setup and driver | threads in the last round |"]  # fmt: skip
-    lines += ["|---" * 13 + "|"]
+def timed_rows(X, y, args, lines):
+    """Time the solves, a row each appended to ``lines`` (and the file written after each);
+    returns the lines on the rounds' threads."""
     crowding = []
     for loss in ("squared_hinge", "hinge"):
         base = None
@@ -215,6 +198,41 @@ def main():
                 crowding.append(f"- {loss}, {k} threads: {anatomy.crowding()}")
             print(lines[-1], flush=True)
             Path(args.out).write_text("\n".join(lines + [""] + crowding) + "\n")
+    return crowding
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--hinge-threads", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--liblinear-limit", type=int, default=150, help="0: LIBLINEAR not run")
+    parser.add_argument("--busy", action="store_true")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    lines = [f"# {os.cpu_count()} cores, busy={args.busy}; "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"]  # fmt: skip
+    t = time.perf_counter()
+    X, y = uniform_set(args.rows)
+    lines.append(f"set: {X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} non-zeros, made in "
+                 f"{time.perf_counter() - t:.0f} s")  # fmt: skip
+    # compile every kernel a timed run uses, the final checks' too (a solve that converges): the
+    # parallel ones need a problem worth 2+ threads
+    for deterministic in (False, True):
+        for loss in ("squared_hinge", "hinge"):
+            solve_binary(X[:100_000], y[:100_000], loss=loss, n_jobs=max(args.threads),
+                         deterministic=deterministic, tol=1.0)  # fmt: skip
+    solve_binary(X[:5000], y[:5000], n_jobs=1, tol=1.0)
+    lines += ["", "| loss | threads | s | passes | speed-up | status | epochs, slowest thread "
+              "(its excess over the mean) | rest of the rounds | w̃ rebuilds | objectives | "
+              "final checks | setup and driver | threads in the last round |"]  # fmt: skip
+    lines += ["|---" * 13 + "|"]
+    competitor = spin() if args.busy else None
+    try:
+        crowding = timed_rows(X, y, args, lines)
+    finally:
+        if competitor is not None:
+            competitor.kill()
     lines += [""] + crowding
     if args.liblinear_limit > 0:
         reference = liblinear_time(X, y, args.liblinear_limit)
