@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from margin_client import output
+from margin_client import output, predict_io
 
 UPLOAD_FORMATS = ("libsvm", "csv", "tsv", "parquet", "npz")
 COMMANDS = ("datasets", "train", "jobs", "models", "runs", "predict", "evaluate")
@@ -42,6 +42,9 @@ def _common() -> argparse.ArgumentParser:
     return parent
 
 
+AddCommand = Callable[..., argparse.ArgumentParser]  # (parent, name, handler, help) -> parser
+
+
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Register the client commands under the main parser's subcommands."""
     common = _common()
@@ -51,6 +54,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         sub.set_defaults(client_handler=handler)
         return sub
 
+    _add_datasets(commands, command)  # in this order in `margin --help`
+    _add_train(commands, command)
+    _add_jobs(commands, command)
+    _add_models(commands, command)
+    _add_runs(commands, command)
+    _add_predict(commands, command)
+    _add_evaluate(commands, command)
+
+
+def _add_datasets(commands: argparse._SubParsersAction, command: AddCommand) -> None:
     datasets = commands.add_parser("datasets", help="upload, list, show, remove datasets")
     sub = datasets.add_subparsers(dest="datasets_command", required=True)
     upload = command(sub, "upload", cmd_datasets_upload,
@@ -68,6 +81,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     command(sub, "show", cmd_datasets_show, "show a dataset").add_argument("id")
     command(sub, "rm", cmd_datasets_rm, "remove a dataset").add_argument("id")
 
+
+def _add_train(commands: argparse._SubParsersAction, command: AddCommand) -> None:
     train = command(commands, "train", cmd_train, "start a training job")
     train.add_argument("dataset", help="a dataset id, or a file to upload first")
     train.add_argument("--estimator", default="LinearSVC", help="LinearSVC, LinearSVR, ...")
@@ -94,6 +109,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--validation", help="a validation dataset id")
     train.add_argument("--follow", action="store_true", help="draw the progress until it ends")
 
+
+def _add_jobs(commands: argparse._SubParsersAction, command: AddCommand) -> None:
     jobs = commands.add_parser("jobs", help="list, show, cancel, follow jobs")
     sub = jobs.add_subparsers(dest="jobs_command", required=True)
     listing = command(sub, "list", cmd_jobs_list, "list jobs, newest first")
@@ -103,6 +120,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     command(sub, "cancel", cmd_jobs_cancel, "cancel a job").add_argument("id")
     command(sub, "follow", cmd_jobs_follow, "draw a job's progress").add_argument("id")
 
+
+def _add_models(commands: argparse._SubParsersAction, command: AddCommand) -> None:
     models = commands.add_parser("models", help="list, show, remove, export models")
     sub = models.add_subparsers(dest="models_command", required=True)
     listing = command(sub, "list", cmd_models_list, "list models, newest first")
@@ -115,6 +134,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                         default="liblinear")
     export.add_argument("-o", "--output", type=Path, required=True, help="the file to write")
 
+
+def _add_runs(commands: argparse._SubParsersAction, command: AddCommand) -> None:
     runs = commands.add_parser("runs", help="start, list, show, cancel background prediction runs")
     sub = runs.add_subparsers(dest="runs_command", required=True)
     start = command(sub, "start", cmd_runs_start, "predict every row of a stored dataset")
@@ -131,6 +152,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         one.add_argument("model")
         one.add_argument("id")
 
+
+def _add_predict(commands: argparse._SubParsersAction, command: AddCommand) -> None:
     predict = command(commands, "predict", cmd_predict,
                       "predict the lines of a LIBSVM file, or the rows of a CSV or TSV file")
     predict.add_argument("model")
@@ -146,6 +169,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          help="add each class's calibrated probability (a model from a search, "
                               "or trained with probability=true)")
 
+
+def _add_evaluate(commands: argparse._SubParsersAction, command: AddCommand) -> None:
     evaluate = command(commands, "evaluate", cmd_evaluate, "score a model on a dataset")
     evaluate.add_argument("model")
     evaluate.add_argument("dataset", help="a dataset id, or a file to upload first")
@@ -368,59 +393,11 @@ def cmd_runs_cancel(client, args) -> None:
     output.emit(args, client.runs.cancel(args.model, args.id), _run_summary)
 
 
-def _open_text(path: Path):
-    """A text handle on a file or stdin (-), gzip, bz2 or xz compressed or not; a UTF-8
-    byte-order mark is dropped."""
-    import bz2
-    import gzip
-    import io
-    import lzma
-
-    raw = io.BytesIO(sys.stdin.buffer.read()) if str(path) == "-" else path.open("rb")
-    head = raw.read(6)
-    raw.seek(0)
-    opener = (
-        gzip.open if head.startswith(b"\x1f\x8b")
-        else bz2.open if head.startswith(b"BZh")
-        else lzma.open if head.startswith(b"\xfd7zXZ")
-        else None
-    )  # fmt: skip
-    binary = raw if opener is None else opener(raw)
-    return io.TextIOWrapper(binary, encoding="utf-8-sig", newline="")
-
-
-def _read_lines(path: Path) -> list[str]:
-    from margin_client.tables import TableError
-
-    with _open_text(path) as handle:
-        try:
-            text = handle.read()
-        except UnicodeDecodeError as exc:
-            raise TableError(f"not UTF-8 text ({exc})") from None
-    return [line for line in text.splitlines() if line.strip()]
-
-
-def _instances(client, args):
-    """(what to predict, the model's record or None): LIBSVM lines, or a table's rows matched
-    to the model's features by name."""
-    from margin_client.tables import TableError, read_instances, table_format
-
-    fmt = args.format or (None if str(args.file) == "-" else table_format(args.file)) or "libsvm"
-    if fmt == "libsvm":
-        if args.label_column is not None:
-            raise TableError("--label-column is for CSV and TSV tables (a LIBSVM line's label "
-                             "comes first)")  # fmt: skip
-        return _read_lines(args.file), None
-    model = client.models.get(args.model)
-    with _open_text(args.file) as handle:
-        return read_instances(handle, fmt, model.get("feature_names"), args.label_column), model
-
-
 def cmd_predict(client, args) -> int | None:
     from margin_client.tables import TableError
 
     try:
-        X, model = _instances(client, args)
+        X, model = predict_io.instances(client, args)
     except TableError as exc:
         print(f"error: {args.file}: {exc}", file=sys.stderr)
         return 1
@@ -430,48 +407,16 @@ def cmd_predict(client, args) -> int | None:
     result = client.models.predict(args.model, X, batch_size=args.batch_size,
                                    probabilities=args.probabilities)
     if args.json:
-        output.emit(args, _prediction_json(result), print)
+        output.emit(args, predict_io.prediction_json(result), print)
         return
     model = model or client.models.get(args.model)
-    rows = _prediction_rows(result, model.get("classes") or [])
+    rows = predict_io.prediction_rows(result, model.get("classes") or [])
     text = "\n".join(",".join(row) for row in rows) + "\n"
     if args.output:
         args.output.write_text(text)
         print(f"wrote {len(rows) - 1} predictions to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def _prediction_json(result) -> dict[str, Any]:
-    out = {}
-    for key in ("labels", "decision_values", "values", "probabilities"):
-        value = getattr(result, key)
-        if value is not None:
-            out[key] = value.tolist()
-    return out
-
-
-def _prediction_rows(result, classes: list) -> list[list[str]]:
-    if result.values is not None:
-        return [["row", "value"]] + [[str(i), repr(v)] for i, v in enumerate(result.values)]
-    k = result.decision_values.shape[1]
-    header = ["row", "label"] + (
-        ["decision_value"] if k == 1 else [f"decision_value_{_number(c)}" for c in classes]
-    )
-    import numpy as np
-
-    columns = result.decision_values
-    if result.probabilities is not None:
-        header += [f"probability_{_number(c)}" for c in classes]
-        columns = np.hstack([columns, result.probabilities])
-    return [header] + [
-        [str(i), _number(label), *(repr(float(v)) for v in values)]
-        for i, (label, values) in enumerate(zip(result.labels, columns, strict=True))
-    ]
 
 
 def cmd_evaluate(client, args) -> None:

@@ -1,0 +1,96 @@
+"""The `margin` client commands on tables: a CSV or TSV upload with its parse options, and
+predict reading a table's columns by the model's feature names (refused, naming why, when the
+table does not fit the model)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+
+import pytest
+
+from margin_client import Client
+from margin_client.tables import TableError, read_instances
+from tests.client.cli_helpers import as_json, margin
+from tests.client.conftest import HEART, heart_table
+
+
+def test_upload_a_table_with_its_parse_options(service, tmp_path):
+    # before: --format took only libsvm or npz, and a table's label column could not be named
+    table = tmp_path / "table.txt"  # no extension to go by
+    table.write_text("a,b,target\n1,,1\n0,2,-1\n3,1,1\n")
+    dataset = as_json(margin(service, "datasets", "upload", str(table), "--format", "csv",
+                             "--label-column", "target", "--empty-cells", "zero", "--json"))
+    assert dataset["format"] == "csv" and dataset["feature_names"] == ["a", "b"]
+    assert dataset["n_rows"] == 3 and dataset["nnz"] == 4
+    assert {c["label"]: c["count"] for c in dataset["labels"]["classes"]} == {-1: 1, 1: 2}
+    refused = margin(service, "datasets", "upload", str(table), "--format", "csv")
+    assert refused.returncode == 1 and "line 2" in refused.stderr  # the empty cell, named
+
+
+def test_predict_reads_a_table_by_the_models_feature_names(service, tmp_path):
+    # before: margin predict read LIBSVM lines only, though a model trained on a CSV upload
+    # knows its columns by name
+    names = heart_table(tmp_path / "heart.csv")
+    dataset = as_json(margin(service, "datasets", "upload", str(tmp_path / "heart.csv"), "--json"))
+    assert dataset["feature_names"] == names
+    with Client(service.url) as client:
+        model = client.jobs.create(dataset["id"], C=0.5, tol=1e-3).wait(check=True).model_id
+        # the table's column j is feature j of a zero-based model: the LIBSVM lines, shifted
+        shifted = [" ".join([line.split()[0], *(f"{int(p.split(':')[0]) - 1}:{p.split(':')[1]}"
+                                                 for p in line.split()[1:])])
+                   for line in HEART.read_text().splitlines()]  # fmt: skip
+        expected = client.models.predict(model, shifted).decision_values[:, 0]
+    # columns in another order, as TSV, without the label column, and gzip-compressed
+    reordered = tmp_path / "reordered.tsv.gz"
+    rows = [line.split(",") for line in (tmp_path / "heart.csv").read_text().splitlines()]
+    reordered.write_bytes(gzip.compress(("\n".join("\t".join(row[:0:-1]) for row in rows)
+                                         + "\n").encode()))  # fmt: skip
+    for path in (tmp_path / "heart.csv", reordered):
+        result = margin(service, "predict", model, str(path), "-o", str(tmp_path / "p.csv"))
+        assert result.returncode == 0, result.stderr
+        got = [float(r.split(",")[2]) for r in (tmp_path / "p.csv").read_text().splitlines()[1:]]
+        assert got == expected.tolist()
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("label,f1\n1,0.5\n", "the model's feature 'f2' is not a column of the file"),
+        ("y,f1,f2\n1,0,0\n", "column 'y' is not one of the model's features"),
+        ("label,f1,f2\n1,,0\n", "line 2, column 'f1': the cell is empty"),
+        ("label,f1,f2\n1,x,0\n", "line 2, column 'f1': 'x' is not a number"),
+        ("label,f1,f2\n1,inf,0\n", "line 2, column 'f1': 'inf' is not a finite number"),
+        ("f1,f2\n1,0\n2\n", "line 3: 1 cells, the header names 2"),
+        ("label,f1,f2\n", "no instances after the header line"),
+        ("f1,f2\n1,2\n,\n", "line 3, column 'f1': the cell is empty"),  # not a blank line
+        ("f1,f1,f2\n1,2,3\n", "the header names column 'f1' twice"),
+        ("f1,f2\n1_000,2\n", "line 2, column 'f1': '1_000' is not a number"),
+        ("label,f1,f2\n\n1,2,3\n\n4,x,6\n", "line 5, column 'f1': 'x' is not a number"),
+        ("", "the file is empty"),
+    ],
+)  # fmt: skip
+def test_a_table_that_does_not_fit_the_model_is_refused_naming_why(table, message):
+    with pytest.raises(TableError, match=re.escape(message)):
+        read_instances(io.StringIO(table), "csv", ["f1", "f2"])
+
+
+def test_a_table_is_read_as_the_service_reads_an_upload():
+    # a byte-order mark (Excel's "CSV UTF-8") and CRLF line ends, as the service's own upload
+    # takes them; a feature named "label" is a feature; blank lines are skipped
+    text = "\ufefff2,label,f1\r\n\r\n1,2,3\r\n4,5,6\r\n"
+    X = read_instances(io.StringIO(text, newline=""), "csv", ["f1", "f2", "label"])
+    assert X.tolist() == [[3, 1, 2], [6, 4, 5]]
+    X = read_instances(io.StringIO(text, newline=""), "csv", ["f1", "f2"])
+    assert X.tolist() == [[3, 1], [6, 4]]
+
+
+def test_a_table_error_is_one_line(service, heart_model, tmp_path):
+    (tmp_path / "bad.csv").write_text("label,f1\n1,0.5\n")  # heart's model has no names
+    result = margin(service, "predict", heart_model, str(tmp_path / "bad.csv"))
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (f"error: {tmp_path / 'bad.csv'}: this model's training data had no "
+                             "column names: predict LIBSVM lines instead\n")  # fmt: skip
+    result = margin(service, "predict", heart_model, str(HEART), "--label-column", "y")
+    assert result.returncode == 1 and "--label-column is for CSV and TSV" in result.stderr
