@@ -75,7 +75,7 @@ def prediction_json(result) -> dict[str, Any]:
 
 def prediction_rows(result, classes: list) -> list[list[str]]:
     if result.values is not None:
-        return [["row", "value"]] + [[str(i), repr(v)] for i, v in enumerate(result.values)]
+        return [["row", "value"]] + [[str(i), repr(float(v))] for i, v in enumerate(result.values)]
     k = result.decision_values.shape[1]
     header = ["row", "label"] + (
         ["decision_value"] if k == 1 else [f"decision_value_{_number(c)}" for c in classes]

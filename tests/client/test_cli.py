@@ -140,6 +140,19 @@ def test_predict_writes_probabilities(service, heart_dataset, tmp_path):
     assert shown == expected.tolist()
 
 
+def test_predict_writes_a_regressors_values_as_numbers(service, heart_dataset, tmp_path):
+    # before: each cell was numpy's repr, "np.float64(0.93...)"
+    with Client(service.url) as client:
+        job = client.jobs.create(heart_dataset, "LinearSVR", {"tol": 1e-3}).wait(check=True)
+        expected = client.models.predict(job.model_id, HEART.read_text().splitlines()).values
+    out = tmp_path / "v.csv"
+    result = margin(service, "predict", job.model_id, str(HEART), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = out.read_text().splitlines()
+    assert rows[0] == "row,value"
+    assert [float(row.split(",")[1]) for row in rows[1:]] == expected.tolist()
+
+
 def test_train_searches_C_and_calibrates(service, heart_dataset):
     # before: a search could only be asked for by --param 'search={...}' in JSON
     job = as_json(margin(service, "train", heart_dataset, "--Cs", "0.01,0.1,1", "--cv", "3",
