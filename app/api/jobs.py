@@ -62,24 +62,26 @@ def create_job(
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:
         response.headers["Idempotent-Replayed"] = "true"
-    return service.job_view(job)
+    return service.job_view(job, settings.max_job_seconds)
 
 
 @router.get("/jobs", response_model=Page[JobOut])
 def list_jobs(
     session: SessionDep,
+    settings: SettingsDep,
     status: Annotated[list[JobStatusName] | None, Query()] = None,
     dataset_id: str | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     cursor: str | None = None,
 ):
     items, nxt = service.list_jobs(session, limit, cursor, status, dataset_id)
-    return {"items": [service.job_view(j) for j in items], "next": nxt}
+    bound = settings.max_job_seconds
+    return {"items": [service.job_view(j, bound) for j in items], "next": nxt}
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
-def get_job(job: JobDep):
-    return service.job_view(job)
+def get_job(job: JobDep, settings: SettingsDep):
+    return service.job_view(job, settings.max_job_seconds)
 
 
 @router.get("/jobs/{job_id}/progress", response_model=ProgressPage)
@@ -109,7 +111,7 @@ def cancel_job(
     job = service.cancel_job(db, request.app.state.queue, job_id, keep_model)
     if job.status not in TERMINAL_STATUSES:
         response.status_code = status.HTTP_202_ACCEPTED
-    return service.job_view(job)
+    return service.job_view(job, request.app.state.settings.max_job_seconds)
 
 
 @router.delete("/jobs/{job_id}", status_code=status.HTTP_204_NO_CONTENT)
@@ -138,9 +140,9 @@ async def job_events(
     feeds = getattr(request.app.state, "job_feeds", None)
     if feeds is None:
         poll_s = min(settings.progress_interval_s, 0.25)
-        events = _polled_events(db, job.id, start, poll_s)
+        events = _polled_events(db, job.id, start, poll_s, settings.max_job_seconds)
     else:
-        events = _notified_events(db, feeds, job.id, start)
+        events = _notified_events(db, feeds, job.id, start, settings.max_job_seconds)
     stream = _counted(events, streams, tenant)
     return _EventStream(stream, ping=15, send_timeout=settings.send_timeout_s)
 
@@ -212,13 +214,13 @@ def _resume_after(last_event_id: str | None) -> int:
     return 0 if after is None else after
 
 
-async def _polled_events(db: Database, job_id: str, start: int, poll_s: float):
+async def _polled_events(db: Database, job_id: str, start: int, poll_s: float, bound):
     """SQLite: no notifications, so look a few times a second."""
     after = start
     while True:
         rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)
         after = rows[-1].id if rows else after
-        for event in _events(rows, current):
+        for event in _events(rows, current, bound):
             yield event
         if _ended(rows, current):
             return
@@ -226,7 +228,7 @@ async def _polled_events(db: Database, job_id: str, start: int, poll_s: float):
             await asyncio.sleep(poll_s)
 
 
-async def _notified_events(db: Database, feeds, job_id: str, start: int):
+async def _notified_events(db: Database, feeds, job_id: str, start: int, bound):
     """PostgreSQL: woken by LISTEN/NOTIFY, rows read once per process."""
     feed = feeds.subscribe(job_id)
     try:
@@ -234,7 +236,7 @@ async def _notified_events(db: Database, feeds, job_id: str, start: int):
         rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)  # before
         while True:
             after = rows[-1].id if rows else after
-            for event in _events(rows, current):
+            for event in _events(rows, current, bound):
                 yield event
             if _ended(rows, current):
                 return
@@ -273,20 +275,21 @@ def _ended(rows: list[JobProgress], current: Job | None) -> bool:
     return current is None or (current.status in TERMINAL_STATUSES and len(rows) < PAGE_ROWS)
 
 
-def _events(rows: list[JobProgress], current: Job | None) -> Iterator[dict]:
+def _events(rows: list[JobProgress], current: Job | None, bound) -> Iterator[dict]:
     """The rows' progress events, then the end event if the stream ends with them."""
     for row in rows:
         yield _progress_event(row)
     if _ended(rows, current):
-        yield _end_event(current)
+        yield _end_event(current, bound)
 
 
 def _progress_event(row: JobProgress) -> dict:
     return {"event": "progress", "id": str(row.id), "data": json.dumps(row.as_record())}
 
 
-def _end_event(current: Job | None) -> dict:
-    view = JobOut.model_validate(service.job_view(current)) if current else None
+def _end_event(current: Job | None, bound) -> dict:
+    """``bound``: MAX_JOB_SECONDS, for the job's `time_bound_s`."""
+    view = JobOut.model_validate(service.job_view(current, bound)) if current else None
     return {"event": "end", "data": view.model_dump_json() if view else "null"}
 
 

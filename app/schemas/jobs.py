@@ -117,6 +117,12 @@ class JobOut(BaseModel):
     )
     elapsed_s: float | None
     tol: float | None
+    time_bound_s: float | None = Field(
+        None,
+        description="the bound on the job's running time over all its attempts, in seconds: its "
+        "time_limit, or the server's MAX_JOB_SECONDS where the job asked none (null: no bound). "
+        "A job that reaches it ends with stop_reason time_limit and the model it had",
+    )
     converged: bool | None
     stop_reason: StopReason | None
     attempt: int

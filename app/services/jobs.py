@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.db import Database
 from app.errors import ProblemError, describe_validation_errors
-from app.jobs import lifecycle
+from app.jobs import budget, lifecycle
 from app.jobs.queue import JobQueue
 from app.schemas.common import decimal, keyset_page
 from app.schemas.jobs import JobCreate
@@ -347,7 +347,8 @@ def delete_job(db: Database, settings, job_id: str) -> None:
         pass
 
 
-def job_view(job: Job) -> dict[str, Any]:
+def job_view(job: Job, max_job_seconds: float | None = None) -> dict[str, Any]:
+    """The job as the API shows it; ``max_job_seconds`` (MAX_JOB_SECONDS) for its time bound."""
     end = job.finished_at or (utcnow() if job.started_at else None)
     elapsed = (end - job.started_at).total_seconds() if job.started_at and end else None
     return {
@@ -363,6 +364,7 @@ def job_view(job: Job) -> dict[str, Any]:
         "eta_s": job.eta_s,
         "elapsed_s": elapsed,
         "tol": job.params.get("tol"),
+        "time_bound_s": budget.bound(job.params.get("time_limit"), max_job_seconds),
         "converged": job.converged,
         "stop_reason": job.stop_reason,
         "attempt": job.attempt,

@@ -67,6 +67,21 @@ def test_a_time_limit_above_max_job_seconds_is_refused(app, client, heart):
     assert _submit(client, heart)  # no time_limit: the job gets the bound
 
 
+def test_a_job_shows_the_bound_in_force(app, client, heart):
+    # its own time_limit, else MAX_JOB_SECONDS (read when shown: the one its next attempt gets)
+    own, default = _submit(client, heart, time_limit=30), _submit(client, heart)
+    assert client.get(f"/v1/jobs/{default}").json()["time_bound_s"] is None
+    app.state.settings.max_job_seconds = 60.0
+    assert client.get(f"/v1/jobs/{own}").json()["time_bound_s"] == 30.0
+    assert client.get(f"/v1/jobs/{default}").json()["time_bound_s"] == 60.0
+    listed = {j["id"]: j["time_bound_s"] for j in client.get("/v1/jobs").json()["items"]}
+    assert listed[own] == 30.0 and listed[default] == 60.0
+    assert run_job(default, RunContext(app.state.settings, app.state.db)) == "succeeded"
+    with client.stream("GET", f"/v1/jobs/{default}/events") as events:
+        end = [line for line in events.iter_lines() if line.startswith("data:")][-1]
+    assert '"time_bound_s":60.0' in end.replace(" ", "")
+
+
 def test_max_job_seconds_empty_is_no_bound_and_zero_is_refused():
     assert Settings(max_job_seconds="").max_job_seconds is None
     assert Settings(max_job_seconds="90").max_job_seconds == 90.0

@@ -1,7 +1,7 @@
 """A search job's time_limit bounds the whole job, over real HTTP on a real `margin serve`: on a
 problem whose large C keeps the solver busy for minutes, the job ends `succeeded` with stop reason
 time_limit, its model predicts, its selection keeps only the Cs every fold finished, and the
-dashboard's model page says the search ended at the time limit."""
+dashboard's job page shows the bound and its model page says the search ended at the time limit."""
 
 from __future__ import annotations
 
@@ -33,5 +33,10 @@ def test_a_search_job_ends_at_its_time_limit_with_a_usable_model(page, slow_data
     assert all("time_limit" not in row["status"] for row in selection["table"])
     assert set(np.asarray(labels).tolist()) <= {-1, 1} and len(labels) == 50
 
+    assert info["time_bound_s"] == PARAMS["time_limit"]
+    open_ui(page, f"#/jobs/{job.id}")
+    label = page.locator("dl.facts dt", has_text="Time bound")
+    bound = label.locator("xpath=following-sibling::dd[1]")
+    expect(bound).to_have_text("0:03")
     open_ui(page, f"#/models/{job.model_id}")
     expect(page.locator("#cv-section")).to_contain_text("ended at the job's time limit")

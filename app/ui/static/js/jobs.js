@@ -64,6 +64,8 @@ function jobFacts(job, last) {
       ["Done", percentText(job.percent)],
       ["ETA", clock(job.eta_s)]);
   }
+  // the bound in force (the job's time_limit or the server's MAX_JOB_SECONDS), over all attempts
+  rows.push(["Time bound", job.time_bound_s == null ? "none" : clock(job.time_bound_s)]);
   for (const key of ["duality_gap", "pg_range", "max_violation", "primal", "dual"]) {
     if (p[key] !== undefined && p[key] !== null) rows.push([key, fmt(p[key])]);
   }
