@@ -79,7 +79,7 @@ class Anatomy:
         self.last_threads = 0
         self.originals = {}
         self.busy = False  # a timed part in progress: the parts it calls count as its own
-        self.shares = []  # (threads, the least CPU share of a thread's own time in the round)
+        self.shares = []  # (threads, the least share of a thread's span on a core in the round)
 
     def __enter__(self):
         self._wrap(pk, "block_epoch", self._epoch)
@@ -123,14 +123,16 @@ class Anatomy:
         return run
 
     def _crowding(self, fn):
-        def watch(rounds, least_share):
-            self.shares.append((len(self.epochs), least_share))
-            return fn(rounds, least_share)
+        def watch(rounds, K, shares):
+            judged = None not in shares
+            self.shares.append((K, min(shares) if judged else None))
+            return fn(rounds, K, shares)
 
         return watch
 
     def crowding(self):
-        """The rounds' thread counts in order, and each round's least CPU share of a thread."""
+        """The rounds' thread counts in order, and each round's least share of a thread's span on
+        a core ("-": a round too short to judge)."""
         runs = []
         for k, _ in self.shares:
             if runs and runs[-1][0] == k:
@@ -138,8 +140,8 @@ class Anatomy:
             else:
                 runs.append([k, 1])
         threads = ", ".join(f"{k}×{n}" for k, n in runs)
-        shares = " ".join(f"{share:.2f}" for _, share in self.shares)
-        return f"threads by round {threads}; least CPU share of a thread's own time {shares}"
+        shares = " ".join("-" if share is None else f"{share:.2f}" for _, share in self.shares)
+        return f"threads by round {threads}; least share of a thread's span on a core {shares}"
 
     def _timed(self, part):
         def wrap(fn):

@@ -83,8 +83,9 @@ MIN_FEATURES_PER_THREAD = 256
 NNZ_PER_FEATURE_PER_THREAD = 8  # a round's merge costs K·d: keep it under ~1/8 of the pass
 RELAX_AFTER = 10
 RESYNC_EVERY = 4
-CPU_SHARE_FLOOR = 0.7  # a thread that ran less than this share of its own time was crowded
+CPU_SHARE_FLOOR = 0.7  # a thread on a core less than this share of its own span was crowded
 CROWDED_ROUNDS = 2  # crowded rounds in a row after which the solve halves its threads
+MIN_JUDGED_S = 0.005  # rounds whose shortest thread span is under this are not judged
 GROW, RELAX = 1.5, 1.25
 
 
@@ -127,6 +128,38 @@ def _cut(index, bounds):
     return [index[bounds[b] : bounds[b + 1]] for b in range(bounds.shape[0] - 1)]
 
 
+def _thread_clocks():
+    """(time waited for a core so far, CPU time, wall time) of the calling thread, in seconds;
+    the first is None where the kernel does not report it."""
+    return _waited_s(), time.thread_time(), time.perf_counter()
+
+
+def _waited_s():
+    """Seconds this thread has been runnable but waiting for a core (Linux schedstat's
+    run_delay), or None."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stat:
+            return int(stat.read().split()[1]) * 1e-9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _share_on_a_core(started):
+    """The share of the thread's span since ``started`` (`_thread_clocks`) it was not kept
+    waiting for a core: from the scheduler's run-queue delay where Linux reports it (a wait for
+    the GIL or the disk is no crowding), else the CPU time over the span. None for a span under
+    ``MIN_JUDGED_S``."""
+    waited, cpu, wall = started
+    span = time.perf_counter() - wall
+    if span < MIN_JUDGED_S:
+        return None
+    if waited is not None:
+        now = _waited_s()
+        if now is not None:
+            return max(0.0, 1.0 - (now - waited) / span)
+    return (time.thread_time() - cpu) / span
+
+
 class _Round:
     """The threads, their vectors and σ′ of one parallel solve.
 
@@ -155,6 +188,7 @@ class _Round:
         self.accepted_in_row = 0
         self.crowded_in_row = 0
         self.consistent = False  # w̃ exact and updated by one thread only since
+        self.serial_round = False  # the last round ran on one thread over an exact w̃
 
     @property
     def active(self):
@@ -220,7 +254,7 @@ class _Round:
         sigma = 1.0 if self.shared else self.sigma
 
         def one(b):
-            cpu, wall = time.thread_time(), time.perf_counter()
+            started = _thread_clocks()
             seg = chunks[b]
             self._fill(seg, pieces, b, int(seeds[self.n_threads + b]))
             u = st.w
@@ -231,12 +265,11 @@ class _Round:
                 st.csr, st.bias, st.record, u, seg, seg.shape[0], bars, sigma, self.saved, 0,
                 st.long_rows,
             )  # fmt: skip
-            wall = time.perf_counter() - wall
-            return (*out, (time.thread_time() - cpu) / wall if wall > 0.0 else 1.0)
+            return (*out, _share_on_a_core(started))
 
+        self.serial_round = self.consistent and K == 1  # before a fallback can change either
         outs = self._map(one, [(b,) for b in range(K)])
-        if K > 1:
-            self._watch_crowding(min(o[3] for o in outs))
+        self._watch_crowding(K, [o[3] for o in outs])
         M, m = max(o[1] for o in outs), min(o[2] for o in outs)
         if self.shared:
             self._regroup(chunks, [o[0] for o in outs])
@@ -260,29 +293,37 @@ class _Round:
         self.accepted_in_row = 0
         return False, before, np.inf, -np.inf
 
-    def _watch_crowding(self, least_share):
+    def _watch_crowding(self, K, shares):
         """Use fewer threads when the machine is too busy for all of them to help.
 
         Each round ends when its slowest thread does. When other processes keep the cores busy,
-        some thread is regularly descheduled for part of its share of the round (its CPU time
-        well short of its own wall time) and the others wait for it: such rounds cost more than
-        rounds on fewer threads. Each thread's own ratio is the measure: the threads' spread in
-        speed (a slower core, more memory traffic, a late start) is no crowding, and judged
-        against the round's wall time it made idle 16-core rounds look crowded (the slowest
-        thread at 0.62–0.93 of the round). After ``CROWDED_ROUNDS`` rounds in a row in which some
-        thread ran less than ``CPU_SHARE_FLOOR`` of its own time, the remaining rounds run on
-        half the threads (one or two busy cores of sixteen should cost a few threads, not all but
-        one). Down to one thread, w̃ is rebuilt once: no update can be lost from then on, so the
-        rounds are serial passes, judged by the serial rule without further rebuilds. Not in the
-        deterministic mode, whose result must not depend on the machine's load.
+        some thread is regularly kept waiting for a core during its share of the round, and the
+        others wait for it: such rounds cost more than rounds on fewer threads. ``shares`` holds
+        each thread's share of its own span in the round spent on a core (`_share_on_a_core`):
+        the threads' spread in speed (a slower core, more memory traffic) is no crowding, and
+        judged against the round's wall time it made idle 16-core rounds look crowded (the
+        slowest thread at 0.62–0.93 of the round). After ``CROWDED_ROUNDS`` judged rounds in a
+        row in which some thread ran less than ``CPU_SHARE_FLOOR`` of its span, the remaining
+        rounds run on half the threads the last round used (one or two busy cores of sixteen
+        should cost a few threads, not all but one); the count never grows back within a solve.
+        Rounds on one thread (shrinking left little work) break the row; rounds with a span
+        under ``MIN_JUDGED_S`` are not judged (one preemption weighs too much there). Down to one
+        thread, w̃ is rebuilt once: no update can be lost from then on, so the rounds are serial
+        passes, judged by the serial rule without further rebuilds. Not in the deterministic
+        mode, whose result must not depend on the machine's load.
         """
         if not self.shared or self.n_threads == 1:
             return
-        crowded = least_share < CPU_SHARE_FLOOR
+        if K == 1:
+            self.crowded_in_row = 0
+            return
+        if any(share is None for share in shares):
+            return
+        crowded = min(shares) < CPU_SHARE_FLOOR
         self.crowded_in_row = self.crowded_in_row + 1 if crowded else 0
         if self.crowded_in_row >= CROWDED_ROUNDS:
             self.crowded_in_row = 0
-            self.n_threads //= 2
+            self.n_threads = min(self.n_threads, K) // 2
             if self.n_threads == 1:
                 self.resync()
                 self.consistent = True
@@ -332,9 +373,10 @@ class _Round:
         return float(primal), float(dual)
 
     def confirm(self, M, m):
-        """The (M, m) that judge a full round that met tol: the round's own when w̃ is exact and
-        one thread updated it (as the serial solver judges its passes), else `full_range`."""
-        return (M, m) if self.consistent else self.full_range()
+        """The (M, m) that judge a full round that met tol: the round's own when w̃ was exact and
+        one thread updated it all round (as the serial solver judges its passes), else
+        `full_range` (the round that fell back to one thread measured its own on the old w̃)."""
+        return (M, m) if self.serial_round else self.full_range()
 
     def full_range(self):
         """M and m over every kept sample at the merged w̃, the threads in parallel."""

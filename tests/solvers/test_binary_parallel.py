@@ -136,9 +136,28 @@ def test_rounds_over_few_active_samples_run_on_one_thread(monkeypatch):
     assert all((K == 2) == (n_active >= enough) for n_active, K in rounds), rounds
 
 
-def test_crowded_rounds_go_on_one_thread(forced_threads, chunk_sizes, monkeypatch):
-    # every round crowded (no thread can run more than all of the round)
+@pytest.fixture
+def crowded(monkeypatch):
+    """Every round judged, and crowded (no thread can be on a core more than all of its span)."""
     monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", np.inf)
+    monkeypatch.setattr(parallel, "MIN_JUDGED_S", 0.0)
+
+
+@pytest.fixture
+def thread_counts(monkeypatch):
+    """The thread count of every round, in order."""
+    counts = []
+    deal = parallel._Round._deal
+
+    def recording(self, seeds, K):
+        counts.append(K)
+        return deal(self, seeds, K)
+
+    monkeypatch.setattr(parallel._Round, "_deal", recording)
+    return counts
+
+
+def test_crowded_rounds_go_on_one_thread(forced_threads, chunk_sizes, crowded):
     X, y = synthetic(n=2000, d=200, density=0.05)
     result = solve_binary(X, y, C=0.5, tol=1e-6, max_iter=100_000, n_jobs=2, newton=False)
     _check_certified(X, y, result, 0.5, "squared_hinge", 0.0, 1e-6)
@@ -149,25 +168,49 @@ def test_crowded_rounds_go_on_one_thread(forced_threads, chunk_sizes, monkeypatc
     assert max(chunk_sizes[n_threaded:]) == 2000
 
 
-def test_crowded_rounds_halve_the_threads(forced_threads, monkeypatch):
-    # every round crowded: 4 threads go to 2 after CROWDED_ROUNDS rounds, then to 1, and the
-    # answer is still the certified optimum
-    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", np.inf)
-    monkeypatch.setattr(parallel._Round, "_map", lambda self, fn, items: [fn(*i) for i in items])
-    threads = []
-    deal = parallel._Round._deal
-
-    def recording(self, seeds, K):
-        threads.append(K)
-        return deal(self, seeds, K)
-
-    monkeypatch.setattr(parallel._Round, "_deal", recording)
+def test_crowded_rounds_halve_the_threads(forced_threads, crowded, thread_counts):
+    # 4 threads go to 2 after CROWDED_ROUNDS rounds, then to 1, and the answer is still the
+    # certified optimum (the threads race: real ones)
+    threads = thread_counts
     X, y = synthetic(n=2000, d=200, density=0.05)
     result = solve_binary(X, y, C=0.5, tol=1e-6, max_iter=100_000, n_jobs=4, newton=False)
     _check_certified(X, y, result, 0.5, "squared_hinge", 0.0, 1e-6)
     n = parallel.CROWDED_ROUNDS
     assert threads[: 2 * n] == [4] * n + [2] * n
     assert len(threads) > 2 * n and set(threads[2 * n :]) == {1}
+
+
+def test_crowding_halves_the_threads_a_round_used(crowded, thread_counts, monkeypatch):
+    # shrinking-sized rounds on 3 of 8 threads: halving 8 would change nothing; 3 halves to 1
+    monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs, *mode: min(n_jobs, 3))
+    X, y = synthetic(n=2000, d=200, density=0.05)
+    result = solve_binary(X, y, C=0.5, tol=1e-6, max_iter=100_000, n_jobs=8, newton=False)
+    _check_certified(X, y, result, 0.5, "squared_hinge", 0.0, 1e-6)
+    n = parallel.CROWDED_ROUNDS
+    assert thread_counts[:n] == [3] * n and set(thread_counts[n:]) == {1}
+
+
+def test_short_rounds_are_not_judged(forced_threads, thread_counts, monkeypatch):
+    # rounds of microseconds: one preemption would weigh as crowding there
+    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", np.inf)
+    X, y = synthetic(n=2000, d=200, density=0.05)
+    solve_binary(X, y, C=0.5, tol=1e-3, n_jobs=2, newton=False)
+    assert len(thread_counts) > parallel.CROWDED_ROUNDS and set(thread_counts) == {2}
+
+
+def test_the_round_that_falls_back_is_checked_on_the_rebuilt_vector(crowded, forced_threads,
+                                                                     monkeypatch):  # fmt: skip
+    # its own M and m were measured by two threads on the old w̃: a round that meets tol then
+    # is confirmed by the exact pass, as every multi-thread round is
+    monkeypatch.setattr(parallel, "CROWDED_ROUNDS", 1)
+    checks = []
+    full_range = parallel._Round.full_range
+    monkeypatch.setattr(parallel._Round, "full_range",
+                        lambda self: checks.append(1) or full_range(self))  # fmt: skip
+    X, y = synthetic(n=2000, d=200, density=0.05)
+    result = solve_binary(X, y, C=0.5, tol=1e3, n_jobs=2, newton=False)
+    assert result.n_iter == 1 and result.status is Status.CONVERGED
+    assert checks == [1]
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
