@@ -279,17 +279,25 @@ def decision_function(model: LinearModel, X) -> np.ndarray:
     return np.asarray(X @ model.coef.T) + model.intercept
 
 
-def finite(D: np.ndarray) -> np.ndarray:
-    """D, the decision values of a request's instances, unless one is not a finite number:
-    feature values large enough (each a finite float) overflow the products to inf, or inf -
-    inf to nan, and a label picked from those, or a value sent as null, would be no answer."""
+OVERFLOW = (
+    "its decision value overflows a float64 (beyond ±1.8e308); its feature values are too "
+    "large for this model's weights"
+)
+
+
+def first_overflow(D: np.ndarray) -> int | None:
+    """The first row of decision values D that is not all finite numbers, if any: feature
+    values large enough (each a finite float) overflow the products to inf, or inf - inf to
+    nan, and a label picked from those, or a value written as null, would be no answer."""
     overflowed = ~np.isfinite(D).all(axis=1)
-    if overflowed.any():
-        index = int(np.argmax(overflowed))
-        raise InvalidInstances(
-            f"instance {index} (counting from 0): its decision value overflows a float64 "
-            f"(beyond ±1.8e308); its feature values are too large for this model's weights"
-        )
+    return int(np.argmax(overflowed)) if overflowed.any() else None
+
+
+def finite(D: np.ndarray) -> np.ndarray:
+    """D, the decision values of a request's instances, unless one overflowed (a 422)."""
+    index = first_overflow(D)
+    if index is not None:
+        raise InvalidInstances(f"instance {index} (counting from 0): {OVERFLOW}")
     return D
 
 
