@@ -32,6 +32,7 @@ from app.services.prediction import (
     _chunks,
     decision_function,
     dumps,
+    finite,
     probabilities_of,
 )
 from app.services.tensors import OUTPUTS, decision_dense, parse_infer
@@ -163,6 +164,7 @@ def _infer_bytes(body, header, model, max_batch, name, version) -> bytes:
     else:
         parts = [decision_function(model, X) for X in _chunks(parsed.sparse, model.n_features)]
         D = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    D = finite(D)
     outputs = []
     for output in parsed.outputs:
         if output == "label":

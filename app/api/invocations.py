@@ -28,7 +28,13 @@ from app.auth import authenticate
 from app.errors import ProblemError
 from app.services.predict_input import InvalidInstances, batch_limit, json_type
 from app.services.predict_json import items_rows, json_rows
-from app.services.prediction import _chunks, decision_function, dumps, labels_from_decision
+from app.services.prediction import (
+    _chunks,
+    decision_function,
+    dumps,
+    finite,
+    labels_from_decision,
+)
 from app.services.tensors import decision_dense
 
 router = APIRouter(tags=["models"])
@@ -74,6 +80,7 @@ def _predict(body: bytes, media: str, model, max_batch: int) -> bytes:
         raise InvalidInstances(
             f"unsupported content type '{media}': send application/json or text/csv", 415
         )
+    D = finite(D)
     predictions = D[:, 0] if model.is_regressor else labels_from_decision(model, D)
     return dumps({"predictions": predictions})
 

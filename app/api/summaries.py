@@ -21,9 +21,22 @@ def _histogram(values: np.ndarray, integral: bool) -> dict:
     if integral and high - low < BINS:
         edges = np.arange(low, high + 2)
     else:
-        edges = np.linspace(low, high if high > low else low + 1, BINS + 1)
+        edges = _even_edges(low, high)
     counts, edges = np.histogram(values, bins=edges)
     return {"edges": edges.tolist(), "counts": counts.tolist()}
+
+
+def _even_edges(low: float, high: float) -> np.ndarray:
+    """BINS + 1 evenly spaced edges from low to high (from a single value to that value + 1).
+    Labels may be any finite float: the span of -1e308 and 1e308 overflows to inf, so such
+    edges are spaced over the halves (exact for floats this large) and doubled."""
+    if high <= low:
+        if low + 1.0 == low:  # too large for + 1 to change it: one bin holding the value
+            return np.array([low, low])
+        high = low + 1.0
+    if np.isfinite(high - low):
+        return np.linspace(low, high, BINS + 1)
+    return np.linspace(low / 2, high / 2, BINS + 1) * 2
 
 
 @router.get("/datasets/{dataset_id}/stats", response_model=DatasetStats, tags=["datasets"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.services.dataset_source import DatasetMismatch, DatasetSource
+from app.services.dataset_source import DatasetMismatch, DatasetSource, finite_rows
 from app.services.evaluation import classification_report, regression_report
 from app.services.prediction import (
     LinearModel,
@@ -45,8 +45,8 @@ def evaluate(model: LinearModel, source: DatasetSource) -> dict:
     (with log loss and Brier score when the model is calibrated), MSE and R² for regressors."""
     truth, predicted = [], []
     scores = ProbabilityScores(model) if model.calibration and not model.is_regressor else None
-    for _, X, y in source.chunks(model):
-        D = decision_function(model, X)
+    for start, X, y in source.chunks(model):
+        D = finite_rows(decision_function(model, X), start)
         truth.append(y)
         if model.is_regressor:
             predicted.append(D[:, 0])

@@ -15,13 +15,22 @@ import numpy as np
 import scipy.sparse as sp
 
 from app.services.dataset_files import align_columns
-from app.services.prediction import LinearModel
+from app.services.prediction import OVERFLOW, LinearModel, first_overflow
 
 CHUNK_ROWS = 8192
 
 
 class DatasetMismatch(ValueError):
     """A stored dataset that cannot be read in the model's feature space."""
+
+
+def finite_rows(D: np.ndarray, start: int) -> np.ndarray:
+    """D, the decision values of a chunk of a stored dataset's rows from row `start`, unless
+    one overflowed: a DatasetMismatch naming the row."""
+    index = first_overflow(D)
+    if index is not None:
+        raise DatasetMismatch(f"row {start + index} of the dataset (counting from 0): {OVERFLOW}")
+    return D
 
 
 class DatasetSource:

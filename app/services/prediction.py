@@ -33,7 +33,9 @@ from app.services.predict_input import InvalidInstances
 from app.services.predict_json import SMALL_JSON, json_rows
 from app.services.predict_text import text_rows
 
-__all__ = ["InvalidInstances", "LinearModel", "Rows", "decision_function", "predict_body"]
+__all__ = [
+    "InvalidInstances", "LinearModel", "Rows", "decision_function", "finite", "predict_body"
+]
 _EMPTY_IDX = np.empty(0, dtype=np.int32)
 _EMPTY_VAL = np.empty(0, dtype=np.float64)
 
@@ -155,7 +157,7 @@ def predict_body(
         )
     rows = _rows_of(body, content_type, model, max_batch)
     parts = [decision_function(model, X) for X in _chunks(rows, model.n_features)]
-    payload = payload_of(model, parts[0] if len(parts) == 1 else np.concatenate(parts))
+    payload = payload_of(model, finite(parts[0] if len(parts) == 1 else np.concatenate(parts)))
     if probabilities:
         payload["probabilities"] = probabilities_of(model, payload["decision_values"])
     return payload
@@ -289,6 +291,28 @@ def decision_function(model: LinearModel, X) -> np.ndarray:
         row = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[_hits(model.columns, X.indices)]
         X = sp.csr_matrix((vals, (row, cols)), shape=(X.shape[0], model.columns.size))
     return np.asarray(X @ model.coef.T) + model.intercept
+
+
+OVERFLOW = (
+    "its decision value overflows a float64 (beyond ±1.8e308); its feature values are too "
+    "large for this model's weights"
+)
+
+
+def first_overflow(D: np.ndarray) -> int | None:
+    """The first row of decision values D that is not all finite numbers, if any: feature
+    values large enough (each a finite float) overflow the products to inf, or inf - inf to
+    nan, and a label picked from those, or a value written as null, would be no answer."""
+    overflowed = ~np.isfinite(D).all(axis=1)
+    return int(np.argmax(overflowed)) if overflowed.any() else None
+
+
+def finite(D: np.ndarray) -> np.ndarray:
+    """D, the decision values of a request's instances, unless one overflowed (a 422)."""
+    index = first_overflow(D)
+    if index is not None:
+        raise InvalidInstances(f"instance {index} (counting from 0): {OVERFLOW}")
+    return D
 
 
 def _hits(columns: np.ndarray, cols: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ import csv
 import os
 from pathlib import Path
 
+from app.services.dataset_source import finite_rows
 from app.services.prediction import LinearModel, decision_function, labels_from_decision
 
 
@@ -38,7 +39,7 @@ def write_csv(path: Path, model: LinearModel, chunks) -> int:
             out = csv.writer(fh)
             out.writerow(csv_header(model))
             for start, X, _ in chunks:
-                D = decision_function(model, X)
+                D = finite_rows(decision_function(model, X), start)
                 rows = range(start, start + D.shape[0])
                 n_rows += D.shape[0]
                 if model.is_regressor:

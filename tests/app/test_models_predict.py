@@ -184,3 +184,40 @@ def test_a_model_deleted_by_another_process_stops_being_served(service, binary):
     cache.revalidate_s = 0.0
     assert service.client.post(url, json=doc).status_code == 404
     assert binary[0] not in cache
+
+
+OVERFLOWING = [[1.0, 0.0, 0.0], [1e308, -1.7e308, 0.0]]  # the second: 1e308 + 1.7e308 = inf
+
+
+def _overflow_requests(model_id: str) -> dict:
+    """The same two dense instances through each protocol: (url, request keywords)."""
+    libsvm = "1:1\n1:1e308 2:-1.7e308\n"
+    csv = "a,b,c\n1,0,0\n1e308,-1.7e308,0\n"
+    infer = {"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP64",
+                         "data": [v for row in OVERFLOWING for v in row]}]}  # fmt: skip
+    predict, invocations = f"/v1/models/{model_id}/predict", f"/v1/models/{model_id}/invocations"
+    return {
+        "predict json": (predict, {"json": {"instances": OVERFLOWING}}),
+        "predict text": (predict, {"content": libsvm, "headers": {"content-type": "text/plain"}}),
+        "invocations json": (invocations, {"json": {"instances": OVERFLOWING}}),
+        "invocations csv": (invocations, {"content": csv, "headers": {"content-type": "text/csv"}}),
+        "v2 infer": (f"/v2/models/{model_id}/infer", {"json": infer}),
+    }
+
+
+@pytest.mark.parametrize("kind", ["classifier", "regressor"])
+def test_an_instance_whose_decision_value_overflows_is_refused(service, kind):
+    # Each value is a finite float, but 1e308 - (-1.7e308) is inf (and inf - inf is nan): a
+    # classifier answered label 1 with a null decision value, a regressor a null value.
+    classes = [-1, 1] if kind == "classifier" else []
+    model_id = service.add_model([[1.0, -1.0, 0.5]], [0.0], classes=classes, kind=kind)
+    for name, (url, request) in _overflow_requests(model_id).items():
+        response = service.client.post(url, **request)
+        assert response.status_code == (422 if "predict" in name else 400), (name, response.text)
+        assert "instance 1 (counting from 0)" in response.text, (name, response.text)
+        assert "overflows" in response.text, name
+        # the first instance alone is answered
+        if name == "predict json":
+            alone = service.client.post(url, json={"instances": OVERFLOWING[:1]}).json()
+            assert alone == ({"labels": [1], "decision_values": [[1.0]]} if classes
+                             else {"values": [1.0]})  # fmt: skip

@@ -192,3 +192,27 @@ def test_datasets_are_read_in_chunks_with_the_same_result(service, binary, tmp_p
     np.testing.assert_allclose(
         [float(r[2]) for r in rows[1:]], reference(X, coef, intercept)[:, 0], rtol=1e-12
     )
+
+
+def test_a_stored_row_whose_decision_value_overflows_fails_evaluate_and_the_run(service):
+    # Each value finite, but 1e308 + 1.7e308 is inf: evaluate counted a label picked from nan
+    # (R² null for a regressor), and the run's CSV held the label with "nan". Row 8,200 lies
+    # in the second chunk read (CHUNK_ROWS 8,192), so the row named counts the chunks before it.
+    dense = np.tile([1.0, 0.5, 0.0], (8300, 1))
+    dense[8200] = [1e308, -1.7e308, 0.0]
+    X, y = sp.csr_matrix(dense), np.where(np.arange(8300) % 2, 1.0, -1.0)
+    dataset_id = service.add_dataset(X, y)
+    model_id = service.add_model([[1.0, -1.0, 0.5]], [0.0], classes=[-1, 1])
+    evaluated = service.client.post(
+        f"/v1/models/{model_id}/evaluate", json={"dataset_id": dataset_id}
+    )
+    assert evaluated.status_code == 422, evaluated.text
+    assert "row 8200 of the dataset (counting from 0)" in evaluated.json()["detail"]
+    assert "overflows" in evaluated.json()["detail"]
+    location = service.client.post(
+        f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset_id}
+    ).headers["location"]
+    run = finished_run(service.client, location)
+    assert run["status"] == "failed" and "row 8200 of the dataset" in run["error"], run
+    assert list((service.settings.data_dir / "predictions").iterdir()) == []
+    assert list((service.settings.data_dir / "tmp").iterdir()) == []
