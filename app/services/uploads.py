@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from app.errors import ProblemError
 
 MAX_FIELD_BYTES = 1024
+MAX_NAME_CHARS = 255  # a dataset's name, from the form field or the query
 MAX_FIELDS = 32  # form fields besides the file: a handful are read, the rest ignored
 
 
@@ -275,7 +276,9 @@ async def _stream_into(
         raise ProblemError(
             422, "Invalid upload", "file: a multipart field named 'file' is required"
         )
-    name = reader.fields.get("name")
-    return reader.filename, (
-        bytes(name).decode("utf-8", "replace").strip() or None
-    ) if name else None
+    name = bytes(reader.fields.get("name") or b"").decode("utf-8", "replace").strip()
+    if len(name) > MAX_NAME_CHARS:  # as the query's name: it was cut to its first 255 silently
+        raise ProblemError(
+            422, "Invalid upload", f"name: expected at most {MAX_NAME_CHARS} characters"
+        )
+    return reader.filename, name or None

@@ -104,6 +104,20 @@ def test_an_upload_takes_at_most_32_form_fields(client):
     assert refused.json()["detail"] == "at most 32 form fields besides 'file' may be sent"
 
 
+def test_an_uploads_name_field_is_at_most_255_characters(app, client):
+    # as the query's name (a 422); the form's was cut to its first 255 characters silently
+    text = HEART.read_bytes()
+    kept = client.post("/v1/datasets", files={"file": ("h.txt", text)}, data={"name": "é" * 255})
+    assert kept.status_code == 201, kept.text
+    assert kept.json()["name"] == "é" * 255
+    listed = len(client.get("/v1/datasets").json()["items"])
+    refused = client.post("/v1/datasets", files={"file": ("h.txt", text)},
+                          data={"name": "é" * 256})  # fmt: skip
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == "name: expected at most 255 characters"
+    assert len(client.get("/v1/datasets").json()["items"]) == listed  # nothing kept
+
+
 @pytest.mark.parametrize(
     "ref",
     ["a" * 129 + "@prod", "name@" + "a" * 65, "name@pr od", "-name@prod", "name@v1234567890",
