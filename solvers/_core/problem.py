@@ -15,9 +15,11 @@ Numba checks every access for a negative index). Anything else is converted once
   entry count fits an int32, widened otherwise), unless ``indices`` must widen because the
   entries outnumber what int32 can address (``INT32_ENTRIES``).
 
-Every entry is checked to be finite and every index to lie in [0, n_features): a malformed
-matrix must fail here, not write outside the weight vector. A `CSRArrays` passed back in is
-trusted as is, so a caller that solves many problems on the same data validates it once.
+Every entry is checked to be finite and at most ``MAX_ABS_VALUE`` (1e100) in magnitude, and
+every index to lie in [0, n_features): a malformed matrix must fail here, not write outside the
+weight vector, and values whose squares overflow must not train an all-zero model. A
+`CSRArrays` passed back in is trusted as is, so a caller that solves many problems on the same
+data validates it once.
 
 Labels and per-sample C are checked by the helpers below, with messages that say what was
 expected and what was got.
@@ -36,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from solvers._core.sparse import entries_in_range, unsigned_indices
+from solvers._core.sparse import MAX_ABS_VALUE, entries_in_range, unsigned_indices
 
 # Entries that int32 index arrays can address; the door widens beyond it. A module constant so
 # that tests can simulate a matrix of 2³¹ entries on a small one.
@@ -119,6 +121,11 @@ def check_csr(X, name: str = "X") -> sp.csr_matrix | sp.csr_array:
         raise ValueError(f"{name} contains NaN or infinite values; expected finite numbers")
     if problem == 2:
         raise ValueError(f"{name} has a column index outside [0, {n_features}); malformed matrix")
+    if problem == 3:
+        raise ValueError(
+            f"{name} has values beyond ±{MAX_ABS_VALUE:g}, where the squares of a row's values "
+            "overflow a float64 or come close; scale the features"
+        )
     return X
 
 

@@ -16,6 +16,11 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+# The largest magnitude a training value may have: its square, times any number of entries a row
+# can hold, stays far inside float64, as do the solvers' sums of such rows scaled by C. Finite
+# values near 1e308 passed before and trained an all-zero model (their squares overflow to inf).
+MAX_ABS_VALUE = 1e100
+
 
 def unsigned_indices(indices: np.ndarray) -> np.ndarray:
     """View of a CSR ``indices`` array as unsigned integers of the same width (no copy)."""
@@ -30,14 +35,17 @@ def unsigned_indices(indices: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def entries_in_range(data, indices, n_features):
-    """0 when every value is finite and every (unsigned) index below n_features; 1 at the first
-    non-finite value, 2 at the first index out of range. One pass, no temporaries."""
+    """0 when every value is finite and at most ``MAX_ABS_VALUE`` in magnitude, and every
+    (unsigned) index below n_features; 1 at the first non-finite value, 2 at the first index out
+    of range, 3 at the first value beyond ``MAX_ABS_VALUE``. One pass, no temporaries."""
     limit = np.uint64(n_features)
     for k in range(data.shape[0]):
         if not np.isfinite(data[k]):
             return 1
         if np.uint64(indices[k]) >= limit:
             return 2
+        if abs(data[k]) > MAX_ABS_VALUE:
+            return 3
     return 0
 
 

@@ -72,6 +72,16 @@ def test_solver_errors_fail_the_job_with_a_message(app, client, db, heart, fake_
     assert "Traceback" not in done["error"] and count(db, Model) == 0
 
 
+def test_values_whose_squares_overflow_fail_the_job_at_the_door(app, client, db):
+    # the real trainer: finite values near 1e308 trained an all-zero model, "succeeded"
+    text = b"1 1:1e200 2:1\n-1 1:-3 2:1e-3\n1 2:2\n-1 1:1\n"
+    dataset = client.post("/v1/datasets", files={"file": ("big.txt", text)}).json()
+    job = client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).json()
+    assert run_job(job["id"], context(app)) == "failed"
+    done = client.get(f"/v1/jobs/{job['id']}").json()
+    assert "values beyond ±1e+100" in done["error"] and count(db, Model) == 0
+
+
 def test_shutdown_releases_the_running_job(app, client, db, heart, fake_trainer):
     fake_trainer(n_iter=10_000, delay=0.01)
     job = client.post(

@@ -141,6 +141,8 @@ def test_the_door_converts_the_least_and_copies_nothing_it_need_not():
         (np.array([[1.0, "a"]], dtype=object), "got dtype object"),
         (np.array([["1", "2"]]), "got dtype <U1"),
         (np.array([[np.inf, 1.0]]), "NaN or infinite"),
+        # finite, but its square overflows: it trained an all-zero model
+        (np.array([[1.0, -1.0000001e100]]), r"values beyond ±1e\+100"),
         (np.zeros(3), "2-D matrix"),
     ],
 )
@@ -149,6 +151,11 @@ def test_the_door_refuses_other_types_with_a_clear_message(X, message):
         check_csr(X)
     with pytest.raises(ValueError, match=message):
         solvers.solve_binary(X, np.ones(X.shape[0] if X.ndim == 2 else 3))
+
+
+def test_values_up_to_the_bound_pass_the_door():
+    at_bound = check_csr(np.array([[1e100, -1e100], [0.0, 1.0]]))
+    assert at_bound.nnz == 3 and abs(at_bound.data).max() == 1e100
 
 
 def test_a_malformed_matrix_fails_at_the_door():
