@@ -119,7 +119,10 @@ BAD_CSV = {
     "an underscore": (b"label,a,b\n1,2,3\n1,2,1_000\n", "line 3, column 'b': '1_000' is not"),
     "a short row": (b"label,a,b\n1,2,3\n1,2\n", "line 3: expected 3 cells"),
     "a long row": (b"label,a,b\n1,2,3,4\n", "line 2: expected 3 cells"),
-    "nan": (b"label,a,b\n1,nan,3\n", "line 2, column 'a': nan is not a finite number"),
+    "nan": (b"label,a,b\n1,nan,3\n", "line 2, column 'a': 'nan' is not a finite number"),
+    # read as inf: the message quoted "inf", not what the file holds
+    "beyond float64": (b'label,a,b\n1,2,3\n1,2,"1e309"\n',
+                       "line 3, column 'b': '1e309' is not a finite number"),
     "no rows": (b"label,a,b\n", "no rows"),
     "duplicate names": (b"label,a,a\n1,2,3\n", "'a' appears twice"),
     "no feature": (b"label\n1\n", "at least one feature"),

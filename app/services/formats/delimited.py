@@ -170,10 +170,10 @@ class DelimitedChunks:
             raise self._locate(block, line)
         if not np.isfinite(rows).all():
             r, c = np.argwhere(~np.isfinite(rows))[0]
-            value = rows[r, c]
+            offset = _row_line(block, r)
             raise ValueError(
-                f"line {line + _row_line(block, r)}, column {self.names[c]!r}: {value} is not "
-                "a finite number"
+                f"line {line + offset}, column {self.names[c]!r}: "
+                f"{_cell(block, offset, c, self.sep)!r} is not a finite number"
             )
         return rows
 
@@ -232,6 +232,14 @@ def _row_line(block: bytes, row: int) -> int:
             if seen == row:
                 return offset
     return 0
+
+
+def _cell(block: bytes, offset: int, column: int, sep: str) -> str:
+    """The text of a cell as sent (its quotes removed), for a message: a cell of 1e309 is read
+    as inf, and the message quoted the inf instead of what the file holds."""
+    raw = block.split(b"\n")[offset].decode("utf-8", "replace").rstrip("\r")
+    cells = next(csv.reader([raw], delimiter=sep), [])
+    return cells[column].strip() if column < len(cells) else ""
 
 
 def _decode(raw: bytes, line: int) -> str:
