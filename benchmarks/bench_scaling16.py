@@ -132,7 +132,7 @@ class Anatomy:
 
     def crowding(self):
         """The rounds' thread counts in order, and each round's least share of a thread's span on
-        a core ("-": a round too short to judge)."""
+        a core ("-": a round not judged: too short, or after the fall to one thread)."""
         runs = []
         for k, _ in self.shares:
             if runs and runs[-1][0] == k:

@@ -253,8 +253,10 @@ class _Round:
         chunks, pieces = self._deal(seeds, K)
         sigma = 1.0 if self.shared else self.sigma
 
+        watched = self.shared and self.n_threads > 1  # else no rule reads the threads' shares
+
         def one(b):
-            started = _thread_clocks()
+            started = _thread_clocks() if watched else None
             seg = chunks[b]
             self._fill(seg, pieces, b, int(seeds[self.n_threads + b]))
             u = st.w
@@ -265,7 +267,7 @@ class _Round:
                 st.csr, st.bias, st.record, u, seg, seg.shape[0], bars, sigma, self.saved, 0,
                 st.long_rows,
             )  # fmt: skip
-            return (*out, _share_on_a_core(started))
+            return (*out, None if started is None else _share_on_a_core(started))
 
         self.serial_round = self.consistent and K == 1  # before a fallback can change either
         outs = self._map(one, [(b,) for b in range(K)])
