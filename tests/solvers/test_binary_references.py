@@ -1,9 +1,13 @@
 """solve_binary against LIBLINEAR (liblinear-official) and scikit-learn's LinearSVC."""
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from liblinear.liblinear import liblinear, parameter, problem, toPyModel
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.svm import LinearSVC
 
 from solvers.binary import solve_binary
 from tests.solvers._binary_helpers import load, primal, synthetic, w_tilde_of
@@ -23,6 +27,14 @@ def liblinear_w_tilde(X, y, options, bias):
     return w if model.get_labels()[0] == 1 else -w
 
 
+def converged_primal(X, y, C, loss):
+    """The primal of scikit-learn's LinearSVC solved to tol 1e-10 (its bias regularized: -B 1)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a9a's hinge: within 2e-6 of optimal
+        model = LinearSVC(loss=loss, C=C, tol=1e-10, max_iter=200_000, random_state=0).fit(X, y)
+    return primal(X, y, np.append(model.coef_.ravel(), model.intercept_), C, loss, 1.0)
+
+
 @pytest.mark.parametrize("name", ["heart_scale", "breast-cancer", "a9a", "reuters-money-fx"])
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 def test_default_tol_primal_within_a_tenth_of_a_percent(name, loss):
@@ -34,12 +46,13 @@ def test_default_tol_primal_within_a_tenth_of_a_percent(name, loss):
     # both stop early at tol 0.1; ours may land lower (better), never more than 0.1% higher.
     # How much lower depends on LIBLINEAR's pass order (its process-wide RNG, so on the tests
     # run before: 2.2% on reuters-money-fx in one order), so the lower side is held by bounds
-    # that do not depend on it: the dual bound, which neither primal may cross, and LIBLINEAR's
-    # own near-optimum, below which no primal can be.
+    # that do not depend on it: the dual bound, which neither primal may cross, and the optimum,
+    # below which no primal can be. LIBLINEAR at -e 1e-6 is not that optimum for the hinge (its
+    # dual solver stops at 1,000 passes: 0.09% above it on heart_scale in one order), so the
+    # optimum comes from scikit-learn's copy of that solver, seeded and with a far higher cap.
     assert ours.primal <= p_ref * (1 + 1e-3)
     assert -ours.dual <= min(ours.primal, p_ref) * (1 + 1e-12)
-    optimum = liblinear_w_tilde(X, y, f"-s {SOLVER[loss]} -c {C} -e 1e-6", 1.0)
-    assert ours.primal >= primal(X, y, optimum, C, loss, 1.0) * (1 - 1e-4)
+    assert ours.primal >= converged_primal(X, y, C, loss) * (1 - 1e-4)
 
 
 @pytest.mark.parametrize("name", ["heart_scale", "breast-cancer", "reuters-money-fx"])
@@ -80,8 +93,6 @@ def test_class_weights_match_liblinear_wi(loss):
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 @pytest.mark.parametrize("tol", [0.1, 1e-6])
 def test_sample_weights_match_scikit_learn(loss, tol):
-    from sklearn.svm import LinearSVC
-
     X, y = synthetic(n=400, d=30, seed=7)
     sw = np.random.default_rng(1).uniform(0.0, 3.0, size=y.shape)
     sw[:20] = 0.0
