@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npy
 
+from solvers._core.sparse import MAX_ABS_VALUE
+
 HEADER_BYTES = 128  # a 1-D array's .npy header, whatever its length
 BLOCK = 1 << 20  # elements rewritten at a time by the finishing passes
 INT32_MAX = 2**31 - 1
@@ -148,6 +150,20 @@ def _number(value: float) -> int | float:
     return int(value) if value.is_integer() and abs(value) < 2**53 else value
 
 
+def _refuse_huge_values(indptr: np.ndarray, data: np.ndarray, rows_before: int) -> None:
+    """Refuse a chunk holding a value beyond the solvers' bound (±1e100), naming its row: no
+    job could train on it (the squares of a row's values overflow), so it is refused at the
+    upload rather than at every job on it."""
+    beyond = np.flatnonzero(np.abs(data) > MAX_ABS_VALUE)
+    if beyond.size:
+        k = int(beyond[0])
+        row = rows_before + int(np.searchsorted(indptr, k, side="right"))  # counted from 1
+        raise ValueError(
+            f"row {row}: the value {float(data[k]):g} is beyond ±{MAX_ABS_VALUE:g}, where the "
+            "squares of a row's values overflow a float64; scale the features"
+        )
+
+
 class DatasetWriter:
     """A dataset's arrays (`data`, `indices`, `indptr`, `y`, `qid`) written a chunk at a time
     into `directory` (created here), each write counted against `budget`."""
@@ -165,6 +181,7 @@ class DatasetWriter:
         }
         self.labels = LabelSummary()
         self.nnz = 0
+        self.n_rows = 0
         self._append("indptr", np.zeros(1, dtype=np.int64))
 
     def _append(self, name: str, values: np.ndarray, counted: bool = True) -> None:
@@ -175,6 +192,7 @@ class DatasetWriter:
 
     def append(self, indptr, indices, data, labels, qids) -> None:
         """Rows with local `indptr` (starting at 0) and their entries, labels and qids."""
+        _refuse_huge_values(indptr, data, self.n_rows)
         self.labels.add(labels)
         self._append("data", data)
         self._append("indices", indices)
@@ -182,6 +200,7 @@ class DatasetWriter:
         self._append("y", labels)
         self._append("qid", qids, counted=False)  # counted at the end, if the file has qids
         self.nnz += len(indices)
+        self.n_rows += len(indptr) - 1
 
     def finish(self, zero_based: bool, has_qid: bool, shift: int = 0) -> dict[str, Any]:
         """Close the arrays: subtract `shift` from the stored indices (a one-based file's raw

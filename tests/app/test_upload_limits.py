@@ -45,6 +45,19 @@ def test_max_features_just_over_and_at_the_limit(client, app):
     assert upload(client, b"1 0:1\n-1 10:1\n").status_code == 413
 
 
+def test_values_beyond_the_solvers_bound_are_refused_naming_the_row(client, app):
+    # the solvers refuse |x| > 1e100 (their squares overflow): refused here, not at every job
+    response = upload(client, b"1 1:1\n\n-1 2:3 3:-1.0000001e100\n")
+    assert response.status_code == 422, response.text
+    assert "row 2: the value -1e+100 is beyond ±1e+100" in response.json()["detail"]
+    nothing_stored(app)
+    csv = upload(client, b"label,a,b\n1,0,2\n-1,1e101,0\n", filename="t.csv")
+    assert csv.status_code == 422 and "row 2: the value 1e+101" in csv.json()["detail"]
+    nothing_stored(app)
+    at_bound = upload(client, b"1 1:1e100\n-1 2:-1e100\n")
+    assert at_bound.status_code == 201, at_bound.text
+
+
 def test_a_line_over_max_line_is_413_and_a_nul_line_is_not_text(client, app):
     app.state.settings.max_line_mb = 1024 / 2**20  # 1 KiB
     ok = b"1 " + b" ".join(b"%d:1" % i for i in range(1, 150)) + b"\n"  # ~900 bytes
