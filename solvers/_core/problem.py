@@ -169,7 +169,25 @@ def check_labels(y, n_samples: int, *, binary: bool) -> np.ndarray:
         raise ValueError("y contains NaN or infinite values")
     if binary:
         _check_binary(y)
+    else:
+        _check_target_range(y)
     return y
+
+
+def check_targets(y, n_samples: int) -> np.ndarray:
+    """Regression targets: a finite float64 vector of length n_samples within ±MAX_ABS_VALUE."""
+    y = check_vector(y, n_samples, "y")
+    _check_target_range(y)
+    return y
+
+
+def _check_target_range(y: np.ndarray) -> None:
+    # the losses square y − w̃ᵀx̃: beyond the bound the objectives overflow to inf or nan
+    if y.size and np.abs(y).max() > MAX_ABS_VALUE:
+        raise ValueError(
+            f"y has values beyond ±{MAX_ABS_VALUE:g}, where the squared losses overflow a "
+            "float64; scale the targets"
+        )
 
 
 def _check_binary(y: np.ndarray) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 from solvers._core.params import check_bias, check_choice, check_max_iter, check_tol
 from solvers._core.problem import (
     check_rows,
-    check_vector,
+    check_targets,
     csr_arrays,
     per_sample_C,
     restrict_C,
@@ -132,7 +132,7 @@ def solve_svr(
         raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
     tol, max_iter, bias = check_tol(tol), check_max_iter(max_iter), check_bias(bias)
     X = csr_arrays(X)
-    y = check_vector(y, X.n_samples, "y")
+    y = check_targets(y, X.n_samples)
     rows = check_rows(rows, X.n_samples)
     c = restrict_C(per_sample_C(C, X.n_samples), X.n_samples, rows)
     terms = _terms(X, y, c, loss, float(epsilon), bias)

@@ -158,6 +158,19 @@ def test_values_up_to_the_bound_pass_the_door():
     assert at_bound.nnz == 3 and abs(at_bound.data).max() == 1e100
 
 
+@pytest.mark.parametrize("loss", ["epsilon_insensitive", "squared_epsilon_insensitive"])
+def test_regression_targets_beyond_the_bound_are_refused(loss):
+    # 1e300 trained a "converged" model of weights near 1e299 with overflowing objectives
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    for y in ([1e300, -1e300, 3.0], [1.0000001e100, 0.0, 1.0]):
+        with pytest.raises(ValueError, match=r"y has values beyond ±1e\+100.*scale the targets"):
+            solvers.LinearSVR(loss=loss).fit(X, y)
+    with pytest.raises(ValueError, match=r"y has values beyond ±1e\+100"):
+        solvers.solve_binary(X, [1e101, 0.0, 1.0], loss="squared_error")
+    at_bound = solvers.LinearSVR(loss=loss, tol=1e-3).fit(X, [1e100, -1e100, 0.0])
+    assert np.isfinite(at_bound.coef_).all()
+
+
 def test_a_malformed_matrix_fails_at_the_door():
     bad = sp.csr_matrix(np.eye(3))
     bad.indices = np.array([0, 1, 7], dtype=np.int32)  # column 7 of 3
