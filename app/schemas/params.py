@@ -11,12 +11,22 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator
 
 from app.schemas.common import RequestBody
 from app.services.dataset_store import MAX_CLASSES
+from solvers._core.params import MAX_BIAS
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+def _at_most_max_bias(value: float) -> float:
+    if value > MAX_BIAS:  # the bias feature's square would overflow
+        raise ValueError(f"must be at most {MAX_BIAS:g}")
+    return value
+
+
+BiasValue = Annotated[PositiveFloat, AfterValidator(_at_most_max_bias)]
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 JOB_TIME_LIMIT = (
     "wall-clock budget in seconds of the whole job (a search: its path and refit), counted over "
@@ -61,7 +71,9 @@ class LinearSVCParams(_Params):
     tol: PositiveFloat = Field(0.1, description="stopping tolerance on the optimality gap")
     max_iter: int = Field(1000, ge=1, le=10_000_000, description="outer iterations at most")
     fit_intercept: bool = True
-    intercept_scaling: PositiveFloat = Field(1.0, description="value of the bias feature")
+    intercept_scaling: BiasValue = Field(
+        1.0, description="value of the bias feature, at most 1e100 (its square must not overflow)"
+    )
     class_weight: (
         Literal["balanced"]
         | Annotated[dict[str, PositiveFloat], Field(max_length=MAX_CLASSES)]
@@ -110,7 +122,7 @@ class LinearSVRParams(_Params):
     C: PositiveFloat = 1.0
     loss: Literal["epsilon_insensitive", "squared_epsilon_insensitive"] = "epsilon_insensitive"
     fit_intercept: bool = True
-    intercept_scaling: PositiveFloat = 1.0
+    intercept_scaling: BiasValue = 1.0
     max_iter: int = Field(1000, ge=1, le=10_000_000)
     random_state: Seed | None = 0
     shrinking: bool = True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import numbers
 
+MAX_BIAS = 1e100  # the bound on every training value (`solvers._core.sparse.MAX_ABS_VALUE`)
+
 
 def check_tol(tol) -> float:
     if (
@@ -26,9 +28,11 @@ def check_bias(bias) -> float:
     if (
         isinstance(bias, bool)
         or not isinstance(bias, numbers.Real)
-        or not (math.isfinite(bias) and bias >= 0)
+        or not (math.isfinite(bias) and 0 <= bias <= MAX_BIAS)
     ):
-        raise ValueError(f"bias must be a finite number >= 0, got {bias!r}")
+        # beyond the data's bound (±1e100) the bias feature's square overflows: 1e200 trained
+        # an all-zero model
+        raise ValueError(f"bias must be a number in [0, {MAX_BIAS:g}], got {bias!r}")
     return float(bias)
 
 

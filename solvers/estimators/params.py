@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from solvers._core.params import MAX_BIAS
+
 
 def _real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
@@ -19,6 +21,11 @@ def _real(value) -> bool:
 
 def positive() -> tuple[Callable, str]:
     return (lambda v: _real(v) and math.isfinite(v) and v > 0), "a finite float > 0"
+
+
+def bias_value() -> tuple[Callable, str]:
+    # the value of the bias feature: beyond the data's bound its square overflows
+    return (lambda v: _real(v) and 0 < v <= MAX_BIAS), f"a float in (0, {MAX_BIAS:g}]"
 
 
 def non_negative() -> tuple[Callable, str]:

@@ -21,6 +21,9 @@ pytestmark = pytest.mark.timeout(120)
         ({"params": {"Cee": 1}}, "params.Cee", "unknown field"),
         ({"params": {"loss": "log"}}, "params.loss", "'squared_hinge', 'hinge' or 'squared_error'"),
         ({"params": {"max_iter": 0}}, "params.max_iter", "greater than or equal to 1"),
+        # its square overflows: 1e200 trained an all-zero model
+        ({"params": {"intercept_scaling": 1.0000001e100}}, "params.intercept_scaling",
+         "must be at most 1e+100"),
         ({"params": {"tol": "0.1"}}, "params.tol", "valid number"),
         ({"params": {"class_weight": {"a": 1}}}, "params.class_weight", "numeric class labels"),
         ({"params": {"class_weight": {"7": 1}}}, "params.class_weight", "not classes"),
