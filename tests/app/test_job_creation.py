@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
         ({"params": {"loss": "log"}}, "params.loss", "'squared_hinge', 'hinge' or 'squared_error'"),
         ({"params": {"max_iter": 0}}, "params.max_iter", "greater than or equal to 1"),
         ({"params": {"tol": "0.1"}}, "params.tol", "valid number"),
-        ({"params": {"class_weight": {"a": 1}}}, "params.class_weight", "numeric class labels"),
+        ({"params": {"class_weight": {"a": 1}}}, "params.class_weight", "'a'] are not classes"),
         ({"params": {"class_weight": {"7": 1}}}, "params.class_weight", "not classes"),
         ({"params": {"multi_class": "ovo"}}, "params.multi_class", "'ovr'"),
         ({"estimator": "SVC"}, "estimator", "expected one of LinearSVC"),
