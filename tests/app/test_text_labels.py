@@ -347,3 +347,19 @@ def test_more_numbers_than_classes_before_a_text_label_is_refused(tmp_path, monk
     meta = parse_to_arrays(str(path), str(tmp_path / "out"), fmt="csv")
     # 0.5 and 999 more numbers are 1000 classes: the next number is one too many
     assert meta["error"].startswith(f"line {20_000 + MAX_CLASSES + 1}: more than {MAX_CLASSES} ")
+
+
+def test_the_skops_export_predicts_the_names(app, client, tmp_path):
+    import skops.io
+
+    X, labels = flowers(10)
+    dataset = post(client, csv_text(X, labels), "f.csv").json()
+    model = train(app, client, dataset["id"])
+    exported = client.get(f"/v1/models/{model['id']}/export", params={"format": "skops"})
+    assert exported.status_code == 200, exported.text
+    path = tmp_path / "m.skops"
+    path.write_bytes(exported.content)
+    estimator = skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))
+    served = client.post(f"/v1/models/{model['id']}/predict", json={"instances": X.tolist()})
+    assert estimator.predict(X).tolist() == served.json()["labels"]
+    assert estimator.classes_.tolist() == sorted(NAMES)
