@@ -363,3 +363,57 @@ def test_the_skops_export_predicts_the_names(app, client, tmp_path):
     served = client.post(f"/v1/models/{model['id']}/predict", json={"instances": X.tolist()})
     assert estimator.predict(X).tolist() == served.json()["labels"]
     assert estimator.classes_.tolist() == sorted(NAMES)
+
+
+def test_probabilities_follow_the_named_classes(app, client):
+    """A calibrated model (probability=true): the probability columns are in the order of its
+    classes, each row's largest is its predicted name, and evaluate scores them by name."""
+    X, labels = flowers(11, n=120)
+    dataset = post(client, csv_text(X, labels), "f.csv").json()
+    model = train(app, client, dataset["id"], probability=True)
+    assert model["classes"] == sorted(NAMES)
+    answer = client.post(f"/v1/models/{model['id']}/predict", params={"probabilities": "true"},
+                         json={"instances": X.tolist()}).json()  # fmt: skip
+    P = np.asarray(answer["probabilities"])
+    assert P.shape == (120, 3) and np.allclose(P.sum(axis=1), 1.0)
+    truth = np.searchsorted(sorted(NAMES), labels.astype(str))
+    report = client.post(f"/v1/models/{model['id']}/evaluate",
+                         json={"dataset_id": dataset["id"]}).json()  # fmt: skip
+    from sklearn.metrics import log_loss
+
+    assert report["log_loss"] == pytest.approx(log_loss(truth, P, labels=[0, 1, 2]), rel=1e-9)
+    brier = np.mean(np.sum((P - np.eye(3)[truth]) ** 2, axis=1))
+    assert report["brier_score"] == pytest.approx(brier, rel=1e-9)
+
+
+def test_a_numeric_model_on_a_text_dataset_is_matched_by_name(service):
+    """Classes 1 and 2 of a model trained on numbers are the names "1" and "2" of a text
+    dataset; its class "x" is one the model lacks."""
+    model_id = service.add_model([[1.0, -1.0]], [0.0], classes=[1, 2], zero_based=True)
+    body = b"label,a,b\n2,1,0\n1,0,1\nx,1,0\n2,0,1\n"
+    dataset = service.client.post("/v1/datasets", files={"file": ("m.csv", body)}).json()
+    assert [c["label"] for c in dataset["labels"]["classes"]] == ["1", "2", "x"]
+    report = service.client.post(f"/v1/models/{model_id}/evaluate",
+                                 json={"dataset_id": dataset["id"]}).json()  # fmt: skip
+    # decision a - b: rows 1 and 3 predict 2, rows 2 and 4 predict 1
+    assert report["labels"] == [1, 2, "x"]
+    assert report["confusion_matrix"] == [[1, 0, 0], [1, 1, 0], [0, 1, 0]]
+    assert report["accuracy"] == pytest.approx(2 / 4)
+
+
+def test_a_text_model_on_a_numeric_dataset_is_matched_by_name(app, client):
+    X, labels = flowers(12)
+    mixed = np.where(labels == "setosa", "1", labels)  # the class "1" beside two words
+    dataset = post(client, csv_text(X, mixed), "f.csv").json()
+    model = train(app, client, dataset["id"])
+    assert model["classes"] == ["1", "versicolor", "virginica"]
+    X_test, test_labels = flowers(13, n=30)
+    numbers = np.where(test_labels == "setosa", 1.0, 3.0)  # 3 is no class of the model
+    test = post(client, csv_text(X_test, numbers), "n.csv").json()
+    assert [c["label"] for c in test["labels"]["classes"]] == [1, 3]
+    report = client.post(f"/v1/models/{model['id']}/evaluate", json={"dataset_id": test["id"]})
+    assert report.status_code == 200, report.text
+    predicted = sklearn_reference(X, mixed.astype(str)).predict(X_test)
+    truth = np.where(numbers == 1.0, "1", "3")
+    assert report.json()["labels"] == ["1", "versicolor", "virginica", "3"]
+    assert report.json()["accuracy"] == pytest.approx(np.mean(predicted == truth))
