@@ -417,3 +417,27 @@ def test_a_text_model_on_a_numeric_dataset_is_matched_by_name(app, client):
     truth = np.where(numbers == 1.0, "1", "3")
     assert report.json()["labels"] == ["1", "versicolor", "virginica", "3"]
     assert report.json()["accuracy"] == pytest.approx(np.mean(predicted == truth))
+
+
+def test_npz_text_labels(app, client, settings):
+    """An npz whose y is a unicode array (as the client sends (X, y) with text labels): the
+    same classes and model as the CSV; a label over the bound is refused before it is read."""
+    from margin_client._encode import npz_bytes
+
+    X, labels = flowers(14)
+    uploaded = post(client, npz_bytes(X, labels), "f.npz")  # an object array of str
+    assert uploaded.status_code == 201, uploaded.text
+    names, counts = np.unique(labels.astype(str), return_counts=True)
+    assert uploaded.json()["labels"]["classes"] == [
+        {"label": n, "count": int(c)} for n, c in zip(names, counts, strict=True)
+    ]
+    model = train(app, client, uploaded.json()["id"])
+    predicted = client.post(f"/v1/models/{model['id']}/predict", json={"instances": X.tolist()})
+    expected = sklearn_reference(X, labels.astype(str)).predict(X).tolist()
+    assert predicted.json()["labels"] == expected
+    client.delete(f"/v1/datasets/{uploaded.json()['id']}")
+    wide = labels.astype(str).astype(f"<U{MAX_LABEL_CHARS + 1}")
+    wide[3] = "x" * (MAX_LABEL_CHARS + 1)
+    refused = post(client, npz_bytes(X, wide), "w.npz")
+    assert refused.status_code == 422 and "256 characters" in refused.json()["detail"]
+    nothing_stored(client, settings)
