@@ -16,7 +16,7 @@ import numpy as np
 @dataclass
 class Trained:
     kind: str  # "classifier" | "regressor"
-    classes: list[int | float] | None
+    classes: list[int | float | str] | None  # str: class names of text labels (runner)
     coef: np.ndarray  # (n_outputs, n_features)
     intercept: np.ndarray  # (n_outputs,)
     status: str  # the solver's status: converged, max_iter, stopped, time_limit

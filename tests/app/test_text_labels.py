@@ -131,6 +131,10 @@ def test_exports_carry_the_names_and_liblinear_refuses(app, client):
     model = train(app, client, dataset["id"])
     document = client.get(f"/v1/models/{model['id']}/export", params={"format": "json"}).json()
     assert document["classes"] == sorted(NAMES)
+    top = client.get(f"/v1/models/{model['id']}/coefficients", params={"top": 12}).json()
+    assert {item["output"] for item in top["items"]} <= set(NAMES)
+    stats = client.get(f"/v1/datasets/{dataset['id']}/stats").json()
+    assert [c["label"] for c in stats["classes"]] == sorted(NAMES)
 
     onnx = client.get(f"/v1/models/{model['id']}/export", params={"format": "onnx"})
     assert onnx.status_code == 200, onnx.text
