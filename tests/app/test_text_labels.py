@@ -445,3 +445,17 @@ def test_npz_text_labels(app, client, settings):
     refused = post(client, npz_bytes(X, wide), "w.npz")
     assert refused.status_code == 422 and "256 characters" in refused.json()["detail"]
     nothing_stored(client, settings)
+
+
+def test_quoted_and_spaced_names_and_an_open_quote(client, settings):
+    """A name may be quoted (holding the separator) and is read without surrounding spaces; a
+    quote left open is a line of the wrong cell count, named."""
+    body = b'label,a\n"Smith, J",1\n  ham ,2\n"ham",3\r\nSmith\xc3\xa9,4\n'
+    uploaded = post(client, body, "q.csv").json()
+    client.delete(f"/v1/datasets/{uploaded['id']}")
+    classes = uploaded["labels"]["classes"]
+    assert classes == [{"label": "Smith, J", "count": 1}, {"label": "Smith\u00e9", "count": 1},
+                       {"label": "ham", "count": 2}]  # fmt: skip
+    refused = post(client, b'label,a\nspam,1\n"ham,2\nspam,3\n', "open.csv")
+    assert refused.status_code == 422 and refused.json()["detail"].startswith("line 3: expected 2")
+    nothing_stored(client, settings)

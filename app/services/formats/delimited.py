@@ -200,13 +200,19 @@ class DelimitedChunks:
         """A block whose labels are not all numbers: the features read as numbers, the label
         cells as text (from the block as sent: an empty label is an error even with
         empty_cells=zero, a text class is never made up)."""
+        try:
+            lines = raw.decode("utf-8").split("\n")
+        except UnicodeDecodeError:  # named by its line
+            lines = [_decode(text, line + offset) for offset, text in enumerate(raw.split(b"\n"))]
         offsets, cells = [], []
-        for offset, text in enumerate(raw.split(b"\n")):
+        rows = list(csv.reader([text.rstrip("\r") for text in lines], delimiter=self.sep))
+        if len(rows) != len(lines):  # a quote left open took the next line: read them one by one
+            rows = [next(csv.reader([t.rstrip("\r")], delimiter=self.sep), []) for t in lines]
+        for offset, (text, row) in enumerate(zip(lines, rows, strict=True)):
             if not text.strip():
                 continue
-            row = next(csv.reader([_decode(text, line + offset).rstrip("\r")], delimiter=self.sep))
             if len(row) != len(self.names):
-                raise self._locate(block, line)
+                raise self._locate(block, line, skip=self.label_at)
             offsets.append(offset)
             cells.append(row[self.label_at])
         if not cells:

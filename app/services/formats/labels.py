@@ -40,6 +40,15 @@ def _as_number(cell: str) -> float | None:
         return None
 
 
+def _meaning(cell: str | None) -> float | str | None:
+    """A label cell as a number, as text (stripped), or None when it is empty."""
+    if cell is None or not cell.strip():
+        return None
+    text = cell.strip()
+    value = _as_number(text)
+    return text if value is None else value
+
+
 class LabelColumn:
     """Labels chunk by chunk; `where(i)` names the i-th cell of a chunk in messages."""
 
@@ -66,29 +75,24 @@ class LabelColumn:
         return self._encode([number_name(v) for v in y.tolist()], where)
 
     def cells(self, cells: list[str | None], where: Callable[[int], str]) -> np.ndarray:
-        """A chunk of label cells as text (None: a missing cell)."""
-        numbers = []
-        for i, cell in enumerate(cells):
-            if cell is None or not cell.strip():
-                raise ValueError(f"{where(i)}: the label is empty")
-            value = _as_number(cell.strip())
-            if value is None:
-                break
-            numbers.append(value)
-        else:
-            return self.numeric(np.asarray(numbers, dtype=np.float64), where)
-        self._start_text(where(len(numbers)))
-        names = []
-        for i, cell in enumerate(cells):
-            if cell is None or not cell.strip():
-                raise ValueError(f"{where(i)}: the label is empty")
-            text = cell.strip()
-            value = _as_number(text)
-            if value is not None and not np.isfinite(value):
-                raise ValueError(f"{where(i)}: the label is not a finite number")
-            names.append(number_name(value) if value is not None else text)
+        """A chunk of label cells as text (None: a missing cell). Each distinct cell is read
+        once (a column of classes repeats a few texts)."""
+        meaning = {cell: _meaning(cell) for cell in set(cells)}
+
+        def first(test) -> int:
+            return next(i for i, cell in enumerate(cells) if test(meaning[cell]))
+
+        if None in meaning.values():
+            raise ValueError(f"{where(first(lambda m: m is None))}: the label is empty")
+        if all(isinstance(m, float) for m in meaning.values()):
+            return self.numeric(np.asarray([meaning[c] for c in cells], dtype=np.float64), where)
+        if any(isinstance(m, float) and not np.isfinite(m) for m in meaning.values()):
+            bad = first(lambda m: isinstance(m, float) and not np.isfinite(m))
+            raise ValueError(f"{where(bad)}: the label is not a finite number")
+        self._start_text(where(first(lambda m: isinstance(m, str))))
         self.rows += len(cells)
-        return self._encode(names, where)
+        names = {c: number_name(m) if isinstance(m, float) else m for c, m in meaning.items()}
+        return self._encode([names[c] for c in cells], where)
 
     def _remember(self, y: np.ndarray) -> None:
         if self.numbers is None:
