@@ -143,5 +143,13 @@ def test_text_labels_are_shown_by_name(page, tmp_path):
     page.click("#evaluate-submit")
     expect(page.locator("#evaluate-output table thead")).to_contain_text("<b>spam</b>")
     assert report["labels"] == ["<b>spam</b>", "ham"]
+    # CSV rows by feature name; the label column (text here) is left out
+    page.fill("#predict-input", "label,a,b\nx,2,-1\ny,-1,2")
+    page.click("#predict-submit")
+    cells = page.locator("#predict-output tbody tr td:nth-child(2)")
+    expect(cells).to_have_count(2)
+    with Client(page.service.url) as client:
+        expected = client.models.predict(model, [[2.0, -1.0], [-1.0, 2.0]]).labels.tolist()
+    assert cells.all_inner_texts() == expected
     assert page.locator("main b").count() == 0
     shot(page, "text-labels")

@@ -59,10 +59,6 @@ class LabelColumn:
         self.text_from: int | None = None  # the first row of the chunk where text began
         self.number_codes: dict[float, int] = {}  # numbers of the rows before it -> code
 
-    @property
-    def is_text(self) -> bool:
-        return self.codes is not None
-
     def numeric(self, y: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
         """A chunk whose cells all read as numbers: the numbers (still numeric) or the codes."""
         bad = np.flatnonzero(~np.isfinite(y))
