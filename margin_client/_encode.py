@@ -32,8 +32,10 @@ def npz_bytes(X: Any, y: Any) -> bytes:
     y = np.asarray(y)
     if y.ndim != 1 or len(y) != X.shape[0]:
         raise ValueError(f"y: expected {X.shape[0]} labels (one per row of X), got {y.shape}")
-    if y.dtype.kind not in "iuf":
-        raise ValueError("y: expected numeric labels")
+    if y.dtype.kind == "O" and all(isinstance(v, str) for v in y.tolist()):
+        y = y.astype(str)  # class names, sent as a unicode array
+    if y.dtype.kind not in "iufU":
+        raise ValueError("y: expected numeric labels or text class names")
     buffer = io.BytesIO()
     np.savez_compressed(
         buffer,
@@ -42,7 +44,7 @@ def npz_bytes(X: Any, y: Any) -> bytes:
         format=np.array(b"csr"),
         shape=np.array(X.shape),
         data=X.data,
-        y=y.astype(np.float64),
+        y=y if y.dtype.kind == "U" else y.astype(np.float64),
     )
     return buffer.getvalue()
 

@@ -55,6 +55,8 @@ class Prediction:
             if not parts or key not in parts[0]:
                 return None
             rows = [row for part in parts for row in part[key]]
+            if key == "labels" and any(isinstance(r, str) for r in rows):
+                return np.asarray(rows, dtype=str)  # class names of text labels
             return np.asarray(rows, dtype=np.float64).reshape((len(rows), -1) if two_d else -1)
 
         return cls(stack("labels"), stack("decision_values", True), stack("values"),

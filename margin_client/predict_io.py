@@ -60,7 +60,9 @@ def instances(client, args):
         return read_instances(handle, fmt, model.get("feature_names"), args.label_column), model
 
 
-def _number(value: float) -> str:
+def _number(value: float | str) -> str:
+    if isinstance(value, str):  # a class name of text labels (numpy str_ too)
+        return str(value)
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 

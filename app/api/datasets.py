@@ -73,7 +73,7 @@ async def upload_dataset(
     label_column: Annotated[
         str | None,
         Query(max_length=255, description="csv, tsv, parquet: the label column (default "
-              "'label', else the first column)"),
+              "'label', else the first column); numbers, or text class names"),
     ] = None,
     empty_cells: Annotated[
         Literal["error", "zero"] | None,
@@ -83,7 +83,14 @@ async def upload_dataset(
     """Upload a LIBSVM/SVMlight file, a CSV or TSV file with a header row (each optionally
     gzip, bzip2 or xz compressed), a Parquet file or an npz archive, as the multipart field
     `file` or as the raw request body. Parse options come in the query string or as multipart
-    fields sent before `file` (the file is parsed while it arrives)."""
+    fields sent before `file` (the file is parsed while it arrives).
+
+    Labels of csv, tsv and parquet (a numeric, string or dictionary column): a label column
+    whose every cell reads as a number is numeric; otherwise every label is text, a class
+    named by it (a number among them by its value: 1 and 1.0 are the class "1"). Text labels
+    make a classification dataset whose classes are listed by name, sorted; at most 255
+    characters a name and 1000 classes, an empty label is an error (422 naming the line or
+    row). LIBSVM and npz labels are numbers."""
     options = UploadOptions(format=format, label_column=label_column, empty_cells=empty_cells)
     tenant = tenancy.current_tenant() or LOCAL_TENANT
     with request.app.state.upload_slots.hold(tenant):  # before the body is read

@@ -85,6 +85,8 @@ async def _model(request: Request):
 def _label_type(model) -> str:
     if model.is_regressor:
         return "FP64"
+    if any(isinstance(c, str) for c in model.classes):
+        return "BYTES"  # text class names
     return "INT64" if all(float(c).is_integer() for c in model.classes) else "FP64"
 
 
@@ -188,8 +190,10 @@ def _infer_bytes(body, header, model, max_batch, name, version) -> bytes:
 
 
 def _labels(model, D):
-    classes = np.asarray(model.classes, dtype=np.float64)
     index = (D[:, 0] > 0).astype(np.intp) if D.shape[1] == 1 else D.argmax(axis=1)
+    if _label_type(model) == "BYTES":
+        return [model.classes[i] for i in index.tolist()]
+    classes = np.asarray(model.classes, dtype=np.float64)
     labels = classes[index]
     return labels.astype(np.int64) if _label_type(model) == "INT64" else labels
 

@@ -33,6 +33,7 @@ from app.logs import job_context
 from app.services import lineage
 from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as
 from app.services.distributed_training import distributed_arrays, distributed_trainer
+from app.services.formats.labels import coded_weights, number_name, recode, text_classes
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
 from app.services.trainers import TRAINERS, Trained, resumable, streams
@@ -127,11 +128,16 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
     trainer, X, y, qid = _trainer_and_data(ctx, job, dataset)
     segments = _segments(ctx, attempt, job) if resumable(trainer, job.params) else None
     params = _attempt_params(ctx, job)
+    names = text_classes(dataset.classes)
+    if names is not None:  # y holds class codes: so do the class weights' keys
+        params = coded_weights(params, names)
     trained, train_time = _train(ctx, job, params, trainer, (X, y, qid), recorder, segments)
     keep = trained.status == "stopped" and _keeps_model(ctx, attempt)
     model = None
     if trained.status != "stopped" or keep:
         scores = _scores(ctx, trained, X, y, dataset, valid)
+        if names is not None and trained.classes is not None:  # codes -> the class names
+            trained.classes = [names[int(c)] for c in trained.classes]
         model = _model_row(job, trained, dataset, train_time, scores)
         model["lineage"] = lineage.record(dataset, valid)
     elif segments is not None and segments.last is not None and ctx.shutdown.is_set():
@@ -242,8 +248,24 @@ def _scores(ctx, trained: Trained, X, y, dataset: Dataset, valid: Dataset | None
     out = {} if X is None else {"train_accuracy": float(np.mean(trained.predict(X) == y))}
     if valid is not None:
         Xv, yv, _ = load_dataset_as(ctx.settings, valid, dataset.n_features, dataset.zero_based)
+        yv = _as_training_labels(yv, valid, dataset)
         out["validation_accuracy"] = float(np.mean(trained.predict(Xv) == yv))
     return out
+
+
+def _as_training_labels(yv: np.ndarray, valid: Dataset, dataset: Dataset) -> np.ndarray:
+    """The validation labels as the model predicts them before its classes are named: the
+    training set's codes when its labels are text (-1, never predicted, for a class it lacks)."""
+    names, valid_names = text_classes(dataset.classes), text_classes(valid.classes)
+    if names is None and valid_names is None:
+        return yv
+    if valid_names is None:  # numeric labels against text classes: matched by name
+        values = np.unique(yv)
+        valid_names = [number_name(v) for v in values.tolist()]
+        yv = np.searchsorted(values, yv)
+    if names is None:  # text labels against numeric classes: never equal
+        return np.full(len(yv), np.nan)
+    return recode(yv, valid_names, names)
 
 
 def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores) -> dict:

@@ -9,7 +9,10 @@ from pydantic import BaseModel, Field
 
 
 class ClassCount(BaseModel):
-    label: int | float = Field(description="the label as it appears in the file")
+    label: int | float | str = Field(
+        description="the label as it appears in the file: a number, or the class name of a "
+        "text label column (csv, tsv, parquet)"
+    )
     count: int
 
 

@@ -25,7 +25,10 @@ class ModelOut(BaseModel):
         "search chose",
     )
     kind: Literal["classifier", "regressor"] | str
-    classes: list[Any] | None = Field(description="labels in the order of decision_values columns")
+    classes: list[Any] | None = Field(
+        description="labels in the order of decision_values columns: numbers, or the class "
+        "names of a dataset with text labels (sorted)"
+    )
     n_features: int = Field(description="the training file's feature count")
     zero_based: bool = Field(description="index base of the training file (and of predict input)")
     feature_names: list[str] | None = Field(
@@ -78,7 +81,10 @@ class ClassificationEvaluation(BaseModel):
     dataset_id: str
     n: int
     accuracy: float | None
-    labels: list[Any] = Field(description="row and column order of the confusion matrix")
+    labels: list[Any] = Field(
+        description="row and column order of the confusion matrix: the model's classes, then "
+        "the dataset's labels the model lacks (matched by name: the number 1 is the text \"1\")"
+    )
     confusion_matrix: list[list[int]] = Field(
         description="[i][j]: instances of true label labels[i] predicted as labels[j]"
     )
@@ -175,7 +181,11 @@ PREDICT_OPENAPI: dict[str, Any] = {
                     "schema": {
                         "type": "object",
                         "properties": {
-                            "labels": {"type": "array", "items": {"type": "number"}},
+                            "labels": {
+                                "type": "array",
+                                "items": {"oneOf": [{"type": "number"}, {"type": "string"}]},
+                                "description": "the model's classes: numbers, or class names",
+                            },
                             "decision_values": {
                                 "type": "array",
                                 "items": {"type": "array", "items": {"type": "number"}},

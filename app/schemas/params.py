@@ -11,7 +11,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field
 
 from app.schemas.common import RequestBody
 from app.services.dataset_store import MAX_CLASSES
@@ -78,7 +78,11 @@ class LinearSVCParams(_Params):
         Literal["balanced"]
         | Annotated[dict[str, PositiveFloat], Field(max_length=MAX_CLASSES)]
         | None
-    ) = Field(None, description='"balanced", or {"label": weight} multiplying C per class')
+    ) = Field(
+        None,
+        description='"balanced", or {"label": weight} multiplying C per class (the keys are the '
+        "dataset's classes: numbers as text, e.g. \"-1\", or the class names of text labels)",
+    )
     random_state: Seed | None = Field(0, description="seed of the coordinate order")
     shrinking: bool = True
     order: Literal["permute", "cyclic", "random"] = Field(
@@ -99,19 +103,6 @@ class LinearSVCParams(_Params):
         "values: auto is Platt per class for ovr, a softmax temperature for the joint "
         "formulations; none: no probabilities",
     )
-
-    @field_validator("class_weight")
-    @classmethod
-    def _numeric_labels(cls, value):
-        if isinstance(value, dict):
-            for key in value:
-                try:
-                    float(key)
-                except ValueError:
-                    raise ValueError(
-                        f"expected numeric class labels as keys, got {key!r}"
-                    ) from None
-        return value
 
 
 class LinearSVRParams(_Params):

@@ -190,7 +190,8 @@ def _parse_into(
         return {"error": "the dataset does not fit in the parser's memory", "line": None}
     try:
         shift = 0 if chunks.zero_based else 1  # a one-based file's raw indices, minus one
-        stored = writer.finish(chunks.zero_based, chunks.has_qid, shift=shift)
+        text = chunks.label_text() if hasattr(chunks, "label_text") else None
+        stored = writer.finish(chunks.zero_based, chunks.has_qid, shift=shift, text=text)
     except QuotaExceeded as exc:
         return _quota_error(exc)
     return {

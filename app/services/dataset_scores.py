@@ -7,6 +7,7 @@ import numpy as np
 
 from app.services.dataset_source import DatasetMismatch, DatasetSource, finite_rows
 from app.services.evaluation import classification_report, regression_report
+from app.services.formats.labels import class_name, recode
 from app.services.prediction import (
     LinearModel,
     decision_function,
@@ -27,8 +28,8 @@ def check_labels(model: LinearModel, dataset) -> None:
             "dataset whose labels are classes"
         )
     labels = [c["label"] for c in dataset.classes or []]
-    known = {float(c) for c in model.classes}
-    if not any(float(label) in known for label in labels):
+    known = {class_name(c) for c in model.classes}  # by name: the number 1 is the text "1"
+    if not any(class_name(label) in known for label in labels):
         raise DatasetMismatch(
             f"none of dataset {dataset.id!r}'s labels ({_listed(labels)}) is a class of the "
             f"model ({_listed(model.classes)}): it is not a test set of this model"
@@ -43,6 +44,9 @@ def _listed(values: list, limit: int = 10) -> str:
 def evaluate(model: LinearModel, source: DatasetSource) -> dict:
     """Scores of the model on a stored dataset: accuracy and confusion matrix for classifiers
     (with log loss and Brier score when the model is calibrated), MSE and R² for regressors."""
+    names = getattr(source, "label_names", None)
+    if not model.is_regressor and (names is not None or _named(model.classes)):
+        return _evaluate_by_name(model, source, names)
     truth, predicted = [], []
     scores = ProbabilityScores(model) if model.calibration and not model.is_regressor else None
     for start, X, y in source.chunks(model):
@@ -64,15 +68,67 @@ def evaluate(model: LinearModel, source: DatasetSource) -> dict:
     return report
 
 
+def _named(classes: list) -> bool:
+    return any(isinstance(c, str) for c in classes)
+
+
+def _evaluate_by_name(model: LinearModel, source: DatasetSource, names: list[str] | None) -> dict:
+    """`evaluate` where the model's classes or the dataset's labels are text: the true labels
+    are matched to the model's classes by name (`formats.labels.class_name`), a label the model
+    lacks is a row of its own in the confusion matrix and counts as wrong, as a number does."""
+    k = len(model.classes)
+    truth, predicted = [], []
+    scores = ProbabilityScores(model, positions=True) if model.calibration else None
+    for start, X, y in source.chunks(model):
+        D = finite_rows(decision_function(model, X), start)
+        truth.append(np.asarray(y, dtype=np.float64))
+        predicted.append((D[:, 0] > 0).astype(np.int64) if D.shape[1] == 1 else D.argmax(axis=1))
+        if scores is not None:
+            scores.add(D, _positions(y, names, model.classes))
+    y_true = np.concatenate(truth) if truth else np.empty(0)
+    y_pred = np.concatenate(predicted) if predicted else np.empty(0, dtype=np.int64)
+    if names is None:  # numbers against text classes: named as `number_name` writes them
+        values, codes = np.unique(y_true, return_inverse=True)
+        names = [class_name(_number(v)) for v in values.tolist()]
+    else:
+        codes = y_true.astype(np.int64)
+    position = {class_name(c): i for i, c in enumerate(model.classes)}
+    unseen = sorted(n for n in set(names) if n not in position)
+    position.update({n: k + i for i, n in enumerate(unseen)})
+    table = np.asarray([position[n] for n in names] or [0], dtype=np.float64)
+    report = classification_report(table[codes], y_pred, list(range(k)))
+    report["labels"] = list(model.classes) + unseen
+    if scores is not None:
+        report.update(scores.report())
+    return report
+
+
+def _number(value: float):
+    return int(value) if float(value).is_integer() and abs(value) < 2**53 else value
+
+
+def _positions(y: np.ndarray, names: list[str] | None, classes: list) -> np.ndarray:
+    """Indices of the labels `y` in the model's classes (-1: a label the model lacks)."""
+    if names is not None:
+        return recode(y, names, classes)
+    values, codes = np.unique(np.asarray(y, dtype=np.float64), return_inverse=True)
+    return recode(codes, [class_name(_number(v)) for v in values.tolist()], classes)
+
+
 class ProbabilityScores:
     """Log loss and Brier score of a calibrated model's probabilities, summed chunk by chunk
     over the rows whose true label is one of the model's classes (the others have no column)."""
 
     EPS = 1e-15  # probabilities are clipped here, as scikit-learn's log_loss did
 
-    def __init__(self, model: LinearModel):
+    def __init__(self, model: LinearModel, positions: bool = False):
+        """`positions`: the labels given to `add` are indices into the model's classes."""
         self.model = model
-        self.classes = np.asarray(model.classes, dtype=np.float64)
+        self.classes = (
+            np.arange(len(model.classes), dtype=np.float64)
+            if positions
+            else np.asarray(model.classes, dtype=np.float64)
+        )
         self.n = 0
         self.log_loss = 0.0
         self.brier = 0.0

@@ -40,15 +40,19 @@ class DatasetSource:
     def __init__(self, locate: Callable[[], Path], n_features: int, zero_based: bool):
         self._locate, self._directory = locate, None
         self.n_features, self.zero_based = n_features, zero_based
+        self.label_names: list[str] | None = None
 
     @classmethod
     def of(cls, settings, dataset) -> DatasetSource:
         """From a ``tables.Dataset`` row."""
         from app.services.datasets import dataset_arrays
+        from app.services.formats.labels import text_classes
 
-        return cls(
+        source = cls(
             lambda: dataset_arrays(settings, dataset), dataset.n_features, dataset.zero_based
         )
+        source.label_names = text_classes(dataset.classes)  # y holds codes of these names
+        return source
 
     @property
     def directory(self) -> Path:

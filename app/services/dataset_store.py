@@ -202,10 +202,14 @@ class DatasetWriter:
         self.nnz += len(indices)
         self.n_rows += len(indptr) - 1
 
-    def finish(self, zero_based: bool, has_qid: bool, shift: int = 0) -> dict[str, Any]:
+    def finish(
+        self, zero_based: bool, has_qid: bool, shift: int = 0, text: dict | None = None
+    ) -> dict[str, Any]:
         """Close the arrays: subtract `shift` from the stored indices (a one-based file's raw
-        indices), narrow indptr to int32 when it fits, drop qid unless the file has qids.
+        indices), narrow indptr to int32 when it fits, drop qid unless the file has qids, and
+        store text labels (`text`: `formats.labels.LabelColumn.text()`) as class codes.
         Returns the summary of what was stored."""
+        summary = self.labels.result() if text is None else self._store_text(text)
         if shift:
             indices = self.arrays["indices"]
             for start, block in indices.blocks():
@@ -221,7 +225,29 @@ class DatasetWriter:
         for array in self.arrays.values():
             array.close()
         stored = sum(p.stat().st_size for p in self.directory.iterdir())
-        return {"nnz": self.nnz, "stored_bytes": stored, **self.labels.result()}
+        return {"nnz": self.nnz, "stored_bytes": stored, **summary}
+
+    def _store_text(self, text: dict) -> dict[str, Any]:
+        """Rewrite y as codes 0..k-1 in the sorted order of the class names: the rows before
+        ``text_from`` hold numbers (named through ``number_codes``), the others first-seen
+        codes. Returns the labels' summary: the classes by name with counts."""
+        names = text["names"]
+        order = sorted(range(len(names)), key=names.__getitem__)
+        rank = np.empty(len(names), dtype=np.float64)
+        rank[order] = np.arange(len(names))
+        numbers = np.asarray(sorted(text["number_codes"]), dtype=np.float64)
+        number_rank = rank[[text["number_codes"][v] for v in numbers.tolist()]]
+        counts = np.zeros(len(names), dtype=np.int64)
+        y = self.arrays["y"]
+        for start, block in y.blocks():
+            coded = rank[block.astype(np.int64).clip(0, len(names) - 1)]
+            before = max(0, min(text["text_from"] - start, len(block)))
+            if before:
+                coded[:before] = number_rank[np.searchsorted(numbers, block[:before])]
+            y.rewrite(start, coded)
+            counts += np.bincount(coded.astype(np.int64), minlength=len(names))
+        classes = [{"label": names[i], "count": int(counts[k])} for k, i in enumerate(order)]
+        return {"label_kind": "classes", "classes": classes, "target": {}}  # no numeric target
 
     def _narrow_indptr(self) -> None:
         wide = self.arrays["indptr"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.services.formats.labels import text_classes
 from app.services.trainers import Trained
 
 CONNECT_TIMEOUT_S = 30
@@ -41,7 +42,10 @@ def distributed_trainer(option: dict, directory, n_features: int, classes, addre
         if not address:
             raise RuntimeError("a distributed job needs DASK_SCHEDULER_ADDRESS; it is unset")
         parts = stored_partitions(directory, option["partitions"], n_features)
-        labels = sorted(float(c["label"]) for c in classes)
+        if text_classes(classes) is not None:  # y holds the class codes; named by the runner
+            labels = [float(k) for k in range(len(classes))]
+        else:
+            labels = sorted(float(c["label"]) for c in classes)
         weights = params.get("class_weight")
         if isinstance(weights, dict):
             weights = {float(k): float(v) for k, v in weights.items()}

@@ -83,6 +83,13 @@ def liblinear_solver_type(model: LinearModel) -> str:
 
 
 def _integer_labels(classes: list) -> list[int]:
+    names = [c for c in classes if isinstance(c, str)]
+    if names:
+        raise NotExportable(
+            f"LIBLINEAR model files hold integer labels only; this model's classes are text "
+            f"({', '.join(repr(c) for c in names[:3])}{', ...' if len(names) > 3 else ''}). "
+            "Export format=json, onnx or skops, which carry the class names"
+        )
     labels = []
     for c in classes:
         if float(c) != int(c):
@@ -246,6 +253,8 @@ def _coefficients(model: LinearModel) -> dict:
 
 
 def _classes_array(classes: list) -> np.ndarray:
+    if any(isinstance(c, str) for c in classes):  # class names: ONNX STRING labels
+        return np.asarray(classes, dtype=str)
     values = np.asarray(classes, dtype=np.float64)
     return values.astype(np.int64) if np.all(values == np.round(values)) else values
 

@@ -19,6 +19,7 @@ from app.schemas.jobs import JobCreate
 from app.schemas.params import ESTIMATORS, EstimatorSpec
 from app.services import idempotency, quotas
 from app.services.datasets import named_dataset
+from app.services.formats.labels import class_name, text_classes
 from app.tables import Dataset, Job, JobProgress, new_id, utcnow
 
 MAX_PROGRESS_ID = 2**63 - 1  # progress ids are 64-bit integers (migration 0012)
@@ -61,6 +62,13 @@ def check_dataset_fits(
     max_weights: int = MAX_MODEL_WEIGHTS,
 ) -> None:
     """422 when the estimator cannot train on this dataset's labels."""
+    if spec.kind != "classifier" and text_classes(dataset.classes) is not None:
+        raise _invalid(
+            "dataset_id",
+            f"dataset {dataset.id!r} has text labels (classes {_few(dataset.classes)}); "
+            f"{spec.name} needs numeric targets: train a classifier on it, or upload the "
+            "targets as numbers",
+        )
     if spec.kind == "classifier":
         if dataset.label_kind != "classes":
             raise _invalid(
@@ -77,8 +85,11 @@ def check_dataset_fits(
             )
         weights = params.get("class_weight")
         if isinstance(weights, dict):
-            classes = {float(v) for v in labels}
-            unknown = [k for k in weights if float(k) not in classes]
+            if text_classes(dataset.classes) is not None:  # keyed by the class names
+                unknown = [k for k in weights if k not in set(labels)]
+            else:
+                classes = {float(v) for v in labels}
+                unknown = [k for k in weights if _as_float(k) not in classes]
             if unknown:
                 raise _invalid(
                     "params.class_weight",
@@ -89,6 +100,18 @@ def check_dataset_fits(
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
     check_model_size(spec, dataset, max_weights)
     check_folds(spec, params, dataset)
+
+
+def _as_float(key: str) -> float | None:
+    try:
+        return float(key)
+    except ValueError:
+        return None
+
+
+def _few(classes: list[dict], shown: int = 5) -> str:
+    names = [repr(c["label"]) for c in classes[:shown]]
+    return ", ".join(names) + (", ..." if len(classes) > shown else "")
 
 
 def check_time_limit(params: dict[str, Any], max_job_seconds: float | None) -> None:
@@ -181,8 +204,8 @@ def check_validation_labels(spec: EstimatorSpec, dataset: Dataset, valid: Datase
             f"the validation set's labels are {valid.label_kind}, the training set's are "
             f"{dataset.label_kind}",
         )
-    train = {float(c["label"]) for c in dataset.classes or []}
-    if not any(float(c["label"]) in train for c in valid.classes or []):
+    train = {class_name(c["label"]) for c in dataset.classes or []}  # by name: 1 is "1"
+    if not any(class_name(c["label"]) in train for c in valid.classes or []):
         raise _invalid(
             "validation_dataset_id",
             "none of the validation set's labels is a class of the training set",

@@ -82,7 +82,8 @@ def _check_utf8(body: bytes, step: int = 1 << 20) -> None:
 def _text_row(where: str, tokens: list[bytes], model: LinearModel) -> Row:
     if b":" not in tokens[0]:
         try:
-            float(tokens[0])
+            if not any(isinstance(c, str) for c in model.classes):  # text classes: any label
+                float(tokens[0])
         except ValueError:
             raise InvalidInstances(
                 f"{where}: expected a label or 'index:value', got '{_word(tokens[0])}'"

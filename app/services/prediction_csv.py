@@ -58,6 +58,13 @@ def write_csv(path: Path, model: LinearModel, chunks) -> int:
 CSV_FIELD_BYTES = 24  # a row index, a label or a float64's repr, with its comma: at most about
 
 
-def csv_estimate(n_rows: int, outputs: int) -> int:
-    """An upper estimate of a run's CSV: a row index, a label and the decision values a row."""
-    return n_rows * CSV_FIELD_BYTES * (2 + outputs)
+def csv_estimate(n_rows: int, outputs: int, label_bytes: int = 0) -> int:
+    """An upper estimate of a run's CSV: a row index, a label and the decision values a row
+    (`label_bytes`: the widest label as written, when wider than a number: a class name)."""
+    return n_rows * (CSV_FIELD_BYTES * (2 + outputs) + max(0, label_bytes - CSV_FIELD_BYTES))
+
+
+def label_width(classes: list | None) -> int:
+    """Bytes of the widest class name in the CSV: quoted, its quotes doubled, with a comma."""
+    names = [c for c in classes or [] if isinstance(c, str)]
+    return max((2 * len(c.encode()) + 3 for c in names), default=0)

@@ -29,7 +29,7 @@ from app.errors import ProblemError
 from app.jobs.workers import dead_here
 from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.prediction import LinearModel
-from app.services.prediction_csv import csv_estimate, staging_path, write_csv
+from app.services.prediction_csv import csv_estimate, label_width, staging_path, write_csv
 from app.storage import StorageUnavailable, get_storage, prediction_key
 from app.tables import Dataset, Model, PredictionRun, new_id, utcnow
 
@@ -44,7 +44,7 @@ class RunCancelled(Exception):
     """The run being written is no longer this runner's: cancelled (or deleted) meanwhile."""
 
 
-def check_room(session, n_rows: int, outputs: int) -> None:
+def check_room(session, n_rows: int, outputs: int, label_bytes: int = 0) -> None:
     """429 when this run's CSV, with those the tenant's active runs will write (at one output
     a row), may not fit in its storage quota: the CSVs count once written, too late to refuse."""
     from app.services import quotas
@@ -55,7 +55,8 @@ def check_room(session, n_rows: int, outputs: int) -> None:
         .join(Dataset, Dataset.id == PredictionRun.dataset_id)
         .where(PredictionRun.status.in_(ACTIVE))
     )
-    quotas.check_storage(session, csv_estimate(n_rows, outputs) + csv_estimate(active_rows, 1))
+    label = csv_estimate(n_rows, outputs, label_bytes)
+    quotas.check_storage(session, label + csv_estimate(active_rows, 1))
 
 
 class ModelDeleted(LookupError):
@@ -70,11 +71,12 @@ def create_run(db, model_id: str, dataset_id: str, n_rows: int, outputs: int) ->
 
     with db.write() as session:
         # the model locked against its deletion until the run is committed (FOR KEY SHARE)
-        if session.get(Model, model_id, with_for_update={"key_share": True}) is None:
+        model = session.get(Model, model_id, with_for_update={"key_share": True})
+        if model is None:
             raise ModelDeleted(model_id)
         # in this transaction, the tenant's row locked (or first made): no two slip under
         quotas.check_active_prediction_runs(session)
-        check_room(session, n_rows, outputs)
+        check_room(session, n_rows, outputs, label_width(model.classes))
         run = PredictionRun(
             id=new_id("pred"), model_id=model_id, dataset_id=dataset_id, status="queued"
         )

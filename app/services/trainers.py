@@ -16,7 +16,7 @@ import numpy as np
 @dataclass
 class Trained:
     kind: str  # "classifier" | "regressor"
-    classes: list[int | float] | None
+    classes: list[int | float | str] | None  # str: class names of text labels (runner)
     coef: np.ndarray  # (n_outputs, n_features)
     intercept: np.ndarray  # (n_outputs,)
     status: str  # the solver's status: converged, max_iter, stopped, time_limit
@@ -33,11 +33,15 @@ def _labels(value: Any) -> list[int | float]:
     return label_values(np.asarray(value).ravel().tolist())
 
 
-def label_values(values) -> list[int | float]:
+def label_values(values) -> list[int | float | str]:
     """Each label as an int when it is integral (as the dataset summary keeps them), else a
-    float; predictions then return labels of the dataset's own type."""
+    float; predictions then return labels of the dataset's own type. Text labels (class
+    names) stay text."""
     out = []
     for v in values:
+        if isinstance(v, str):
+            out.append(v)
+            continue
         v = float(v)
         out.append(int(v) if v.is_integer() and abs(v) < 2**53 else v)
     return out

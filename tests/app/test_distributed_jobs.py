@@ -81,3 +81,38 @@ def test_what_a_distributed_job_cannot_be(client, heart, app, change, message):
     response = client.post("/v1/jobs", json=body)
     assert response.status_code == 422, response.text
     assert message in response.text
+
+
+def test_a_distributed_job_on_text_labels_names_its_classes(tmp_path, dask_cluster):
+    """A CSV of three text classes trained on the cluster: the model's classes are the names,
+    and it predicts the names the single-machine solver predicts."""
+    rng = np.random.default_rng(2)
+    X = np.round(rng.standard_normal((300, 6)), 3)
+    names = np.array(["ham", "eggs", "spam"])[(X @ rng.standard_normal((6, 3))).argmax(axis=1)]
+    path = tmp_path / "train.csv"
+    path.write_text("label," + ",".join(f"f{j}" for j in range(6)) + "\n" + "".join(
+        f"{n}," + ",".join(f"{v:g}" for v in row) + "\n" for n, row in zip(names, X, strict=True)))
+    server = Server(tmp_path / "data", workers=1,
+                    dask_scheduler_address=dask_cluster.scheduler_address)  # fmt: skip
+    try:
+        server.wait_ready()
+        with open(path, "rb") as handle:
+            dataset = server.http.post("/v1/datasets", files={"file": ("train.csv", handle)})
+        assert dataset.status_code == 201, dataset.text
+        params = {"loss": "squared_hinge", "C": 0.5, "tol": 1e-8, "fit_intercept": False}
+        body = {"dataset_id": dataset.json()["id"], "params": params,
+                "distributed": {"partitions": 2}}  # fmt: skip
+        job = server.http.post("/v1/jobs", json=body)
+        assert job.status_code == 202, job.text
+        seen = wait_for(server, job.json()["id"], lambda j: j["status"] in ("succeeded", "failed"))
+        assert seen[-1]["status"] == "succeeded", seen[-1]["error"]
+        model_id = seen[-1]["model_id"]
+        model = server.http.get(f"/v1/models/{model_id}").json()
+        assert model["classes"] == ["eggs", "ham", "spam"]
+        local = solvers.LinearSVC(C=0.5, tol=1e-10, fit_intercept=False, max_iter=100_000)
+        local.fit(X, names)
+        answer = server.http.post(f"/v1/models/{model_id}/predict",
+                                  json={"instances": X.tolist()})  # fmt: skip
+        assert answer.json()["labels"] == local.predict(X).tolist()
+    finally:
+        server.stop()

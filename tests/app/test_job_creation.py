@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(120)
         ({"params": {"intercept_scaling": 1.0000001e100}}, "params.intercept_scaling",
          "must be at most 1e+100"),
         ({"params": {"tol": "0.1"}}, "params.tol", "valid number"),
-        ({"params": {"class_weight": {"a": 1}}}, "params.class_weight", "numeric class labels"),
+        ({"params": {"class_weight": {"a": 1}}}, "params.class_weight", "'a'] are not classes"),
         ({"params": {"class_weight": {"7": 1}}}, "params.class_weight", "not classes"),
         ({"params": {"multi_class": "ovo"}}, "params.multi_class", "'ovr'"),
         ({"estimator": "SVC"}, "estimator", "expected one of LinearSVC"),

@@ -94,3 +94,33 @@ def test_a_table_error_is_one_line(service, heart_model, tmp_path):
                              "column names: predict LIBSVM lines instead\n")  # fmt: skip
     result = margin(service, "predict", heart_model, str(HEART), "--label-column", "y")
     assert result.returncode == 1 and "--label-column is for CSV and TSV" in result.stderr
+
+
+def test_text_labels_through_the_client_and_the_cli(service, tmp_path):
+    """A CSV of text labels: the CLI lists the classes by name, predict writes the names (the
+    client's labels are the same strings), and the LIBLINEAR export says why it cannot."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    X = np.round(rng.standard_normal((60, 2)), 3)
+    names = np.where(X[:, 0] > X[:, 1], "spam", "ham")
+    table = tmp_path / "mail.csv"
+    lines = [f"{n},{a},{b}\n" for n, (a, b) in zip(names, X, strict=True)]
+    table.write_text("label,a,b\n" + "".join(lines))
+    dataset = as_json(margin(service, "datasets", "upload", str(table), "--json"))
+    counts = {"ham": int(np.sum(names == "ham")), "spam": int(np.sum(names == "spam"))}
+    assert {c["label"]: c["count"] for c in dataset["labels"]["classes"]} == counts
+    listed = margin(service, "datasets", "list")
+    assert f"ham:{counts['ham']} spam:{counts['spam']}" in listed.stdout, listed.stdout
+    with Client(service.url) as client:
+        model = client.jobs.create(dataset["id"], C=1.0, tol=1e-4).wait(check=True).model_id
+        expected = client.models.predict(model, X).labels
+    assert expected.dtype.kind == "U" and set(expected) <= {"ham", "spam"}
+    result = margin(service, "predict", model, str(table), "-o", str(tmp_path / "p.csv"))
+    assert result.returncode == 0, result.stderr
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert rows[0].startswith("row,label,decision_value")
+    assert [r.split(",")[1] for r in rows[1:]] == expected.tolist()
+    assert '"ham", "spam"' in margin(service, "models", "show", model).stdout
+    export = margin(service, "models", "export", model, "-o", str(tmp_path / "m.model"))
+    assert export.returncode == 1 and "integer labels only" in export.stderr

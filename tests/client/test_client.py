@@ -69,6 +69,22 @@ def test_remote_estimator_equals_the_local_solver(client):
     assert twin.client is client and twin.get_params()["C"] == 0.5
 
 
+def test_remote_estimator_with_text_labels_equals_the_local_solver(client):
+    """Text labels are sent as a unicode y: the classes, predictions and score are the names."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(150, 5))
+    y = np.array(["setosa", "versicolor", "virginica"], dtype=object)[
+        (X @ rng.normal(size=(5, 3))).argmax(axis=1)]
+    params = {"C": 0.5, "tol": 1e-6}
+    remote = RemoteLinearSVC(client, **params).fit(X, y)
+    local = solvers.LinearSVC(**params).fit(X, y.astype(str))
+    assert list(remote.classes_) == list(local.classes_) == ["setosa", "versicolor", "virginica"]
+    np.testing.assert_allclose(remote.decision_function(X), local.decision_function(X),
+                               rtol=1e-9, atol=1e-12)
+    assert remote.predict(X).tolist() == local.predict(X).tolist()
+    assert remote.score(X, y) == pytest.approx(local.score(X, y.astype(str)))
+
+
 def test_predict_takes_every_input_form_and_batches_under_the_limit(client, heart_model):
     X, _ = read_libsvm(str(HEART))
     lines = [line for line in HEART.read_text().splitlines() if line.strip()]

@@ -115,3 +115,41 @@ def test_upload_a_table_with_its_options(page, tmp_path):
     histogram = page.locator("[aria-label='Label histogram'] [role=listitem]")
     expect(histogram).to_have_text(["0", "1", "2"])
     shot(page, "dataset-table")
+
+
+def test_text_labels_are_shown_by_name(page, tmp_path):
+    """A CSV of text labels: the dataset's histogram and the model's classes, its predictions
+    and its confusion matrix show the names."""
+    rows = [(i % 5 - 2.0, (i * 7) % 5 - 2.0) for i in range(40)]
+    names = ["<b>spam</b>" if a > b else "ham" for a, b in rows]  # markup shown as text
+    table = tmp_path / "mail.csv"
+    lines = [f"{n},{a},{b}\n" for n, (a, b) in zip(names, rows, strict=True)]
+    table.write_text("label,a,b\n" + "".join(lines))
+    open_ui(page)
+    page.set_input_files("#upload-file", str(table))
+    page.click("#upload-submit")
+    page.wait_for_url(re.compile(r"#/datasets/ds_"))
+    page.wait_for_selector("main[data-view=datasets-page][data-ready=true]")
+    histogram = page.locator("[aria-label='Label histogram'] [role=listitem]")
+    expect(histogram).to_have_text(["<b>spam</b>", "ham"])
+    dataset_id = page.url.rsplit("/", 1)[-1]
+    with Client(page.service.url) as client:
+        model = client.jobs.create(dataset_id, C=1.0, tol=1e-4).wait(check=True).model_id
+        report = client.models.evaluate(model, dataset_id)
+    open_ui(page, f"#/models/{model}")
+    page.wait_for_selector("main[data-view=models-page][data-ready=true]")
+    expect(page.locator("dl.facts").first).to_contain_text("Classes<b>spam</b>, ham")
+    page.select_option("#evaluate-dataset", dataset_id)
+    page.click("#evaluate-submit")
+    expect(page.locator("#evaluate-output table thead")).to_contain_text("<b>spam</b>")
+    assert report["labels"] == ["<b>spam</b>", "ham"]
+    # CSV rows by feature name; the label column (text here) is left out
+    page.fill("#predict-input", "label,a,b\nx,2,-1\ny,-1,2")
+    page.click("#predict-submit")
+    cells = page.locator("#predict-output tbody tr td:nth-child(2)")
+    expect(cells).to_have_count(2)
+    with Client(page.service.url) as client:
+        expected = client.models.predict(model, [[2.0, -1.0], [-1.0, 2.0]]).labels.tolist()
+    assert cells.all_inner_texts() == expected
+    assert page.locator("main b").count() == 0
+    shot(page, "text-labels")

@@ -22,6 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from app.services.formats.labels import LabelColumn
 from solvers.io import LibsvmLimitError
 
 BLOCK_BYTES = 4 << 20  # text converted at a time
@@ -54,10 +55,14 @@ class DelimitedChunks:
         self.label_at = 0
         self._tail = b""
         self._empty = _empty_cell_pattern(sep)
+        self.labels = LabelColumn()
 
     @property
     def n_features(self) -> int:
         return max(len(self.names) - 1, 0)
+
+    def label_text(self) -> dict | None:
+        return self.labels.text()
 
     @property
     def feature_names(self) -> list[str]:
@@ -150,35 +155,84 @@ class DelimitedChunks:
                 return
 
     def _convert(self, block: bytes, line: int) -> np.ndarray | None:
+        """The block's rows as numbers; the label column holds the labels or their class codes
+        (`LabelColumn`)."""
+        raw = block
         if self.empty_cells == "zero":
             block = self._empty.sub(b"0", block)
         try:
-            rows = np.loadtxt(
-                io.BytesIO(block),
-                delimiter=self.sep,
-                dtype=np.float64,
-                ndmin=2,
-                quotechar='"',
-                encoding="utf-8",
-                comments=None,
-            )
+            rows = self._read(block)
         except ValueError:
-            raise self._locate(block, line) from None
+            return self._convert_text(raw, block, line)  # text labels, or a bad cell to name
         if rows.size == 0:
             return None
         if rows.shape[1] != len(self.names):
             raise self._locate(block, line)
-        if not np.isfinite(rows).all():
-            r, c = np.argwhere(~np.isfinite(rows))[0]
+        self._check_finite(rows, block, line)
+        rows[:, self.label_at] = self.labels.numeric(
+            rows[:, self.label_at], lambda r: f"line {line + _row_line(block, r)}"
+        )
+        return rows
+
+    def _read(self, block: bytes, columns: list[int] | None = None) -> np.ndarray:
+        return np.loadtxt(
+            io.BytesIO(block),
+            delimiter=self.sep,
+            dtype=np.float64,
+            ndmin=2,
+            quotechar='"',
+            encoding="utf-8",
+            comments=None,
+            usecols=columns,
+        )
+
+    def _check_finite(self, rows: np.ndarray, block: bytes, line: int) -> None:
+        bad = ~np.isfinite(rows)
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
             offset = _row_line(block, r)
             raise ValueError(
                 f"line {line + offset}, column {self.names[c]!r}: "
                 f"{_cell(block, offset, c, self.sep)!r} is not a finite number"
             )
+
+    def _convert_text(self, raw: bytes, block: bytes, line: int) -> np.ndarray | None:
+        """A block whose labels are not all numbers: the features read as numbers, the label
+        cells as text (from the block as sent: an empty label is an error even with
+        empty_cells=zero, a text class is never made up)."""
+        try:
+            lines = raw.decode("utf-8").split("\n")
+        except UnicodeDecodeError:  # named by its line
+            lines = [_decode(text, line + offset) for offset, text in enumerate(raw.split(b"\n"))]
+        offsets, cells = [], []
+        rows = list(csv.reader([text.rstrip("\r") for text in lines], delimiter=self.sep))
+        if len(rows) != len(lines):  # a quote left open took the next line: read them one by one
+            rows = [next(csv.reader([t.rstrip("\r")], delimiter=self.sep), []) for t in lines]
+        for offset, (text, row) in enumerate(zip(lines, rows, strict=True)):
+            if not text.strip():
+                continue
+            if len(row) != len(self.names):
+                raise self._locate(block, line, skip=self.label_at)
+            offsets.append(offset)
+            cells.append(row[self.label_at])
+        if not cells:
+            return None
+        features = [i for i in range(len(self.names)) if i != self.label_at]
+        try:
+            values = self._read(block, features)
+        except ValueError:
+            raise self._locate(block, line, skip=self.label_at) from None
+        if values.shape[0] != len(cells):
+            raise self._locate(block, line, skip=self.label_at)
+        rows = np.zeros((len(cells), len(self.names)), dtype=np.float64)
+        rows[:, features] = values
+        self._check_finite(rows, block, line)
+        rows[:, self.label_at] = self.labels.cells(cells, lambda r: f"line {line + offsets[r]}")
         return rows
 
-    def _locate(self, block: bytes, line: int) -> ValueError:
-        """The first bad cell of a block that numpy refused, named by line and column."""
+    def _locate(self, block: bytes, line: int, skip: int | None = None) -> ValueError:
+        """The first bad cell of a block that numpy refused, named by line and column (`skip`:
+        a column whose cells may be text, the labels)."""
         for offset, raw in enumerate(block.split(b"\n")):
             text = _decode(raw, line + offset).rstrip("\r")
             if not text.strip():
@@ -190,7 +244,9 @@ class DelimitedChunks:
                     f"{where}: expected {len(self.names)} cells (as the header has), "
                     f"got {len(cells)}"
                 )
-            for name, cell in zip(self.names, cells, strict=True):
+            for i, (name, cell) in enumerate(zip(self.names, cells, strict=True)):
+                if i == skip:
+                    continue
                 try:
                     if "_" in cell:  # Python's float() takes "1_000", numpy's reader does not
                         raise ValueError(cell)

@@ -2,8 +2,9 @@
 
 Members (a zip archive of ``.npy`` files, as ``np.savez_compressed`` writes them): ``data``,
 ``indices``, ``indptr``, ``shape`` and ``format`` (b"csr"), as `scipy.sparse.save_npz` stores a
-CSR matrix, and ``y`` (n_rows labels). Column j is feature j (a zero-based dataset of
-``shape[1]`` features).
+CSR matrix, and ``y`` (n_rows labels: numbers, or text class names as a unicode array, read by
+the rule of `formats.labels`). Column j is feature j (a zero-based dataset of ``shape[1]``
+features).
 
 Nothing in the archive is trusted: at most `MAX_MEMBERS` members; arrays are read with their
 ``.npy`` headers checked (no object dtype, so no pickles; sizes that match the member) and the
@@ -25,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from app.limits import ExpansionTooLarge
+from app.services.formats.labels import MAX_LABEL_CHARS, LabelColumn
 from app.services.uploads import temp_name
 from solvers.io import LibsvmLimitError
 
@@ -53,6 +55,10 @@ class NpzChunks:
         self.chunk_rows = chunk_rows
         self.chunk_nnz = chunk_nnz
         self.n_rows = self.n_features = 0
+        self.labels = LabelColumn()
+
+    def label_text(self) -> dict | None:
+        return self.labels.text()
 
     def __iter__(self):
         while self.stream.read(1 << 20):
@@ -127,10 +133,12 @@ class NpzChunks:
         values = arrays["data"].read(lo, hi).astype(np.float64)
         if not np.isfinite(values).all():
             raise ValueError("npz: member data: values must be finite")
-        labels = arrays["y"].read(start, stop).astype(np.float64)
-        if not np.isfinite(labels).all():
-            bad = start + int(np.flatnonzero(~np.isfinite(labels))[0])
-            raise ValueError(f"row {bad + 1}: the label is not a finite number")
+        labels = arrays["y"].read(start, stop)
+        where = lambda r: f"row {start + r + 1}"  # noqa: E731
+        if labels.dtype.kind == "U":  # class names (`formats.labels`)
+            labels = self.labels.cells(labels.tolist(), where)
+        else:
+            labels = self.labels.numeric(labels.astype(np.float64), where)
         X = sp.csr_matrix(
             (values, cols.astype(np.int32), ptr - lo), shape=(stop - start, n_features)
         )
@@ -201,8 +209,17 @@ def _read_array(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, work
                 raise ValueError(f"npz: member {name}: truncated or too large")
             array = np.frombuffer(data, dtype=dtype, count=count)
             return array.reshape(shape, order="F" if fortran else "C")
-        if len(shape) != 1 or dtype.kind not in "iuf":
-            raise ValueError(f"npz: member {name}: expected a 1-d numeric array")
+        text = name == "y" and dtype.kind == "U"  # text labels: fixed-width UTF-32
+        if len(shape) != 1 or (dtype.kind not in "iuf" and not text):
+            raise ValueError(
+                f"npz: member {name}: expected a 1-d numeric array"
+                + (" (or, for y, text labels: a unicode array)" if name == "y" else "")
+            )
+        if text and dtype.itemsize // 4 > MAX_LABEL_CHARS:  # its width is its longest label
+            raise ValueError(
+                f"npz: member y: a label of {dtype.itemsize // 4} characters, more than the "
+                f"{MAX_LABEL_CHARS} accepted"
+            )
         path = workdir / name
         with open(path, "wb") as out:
             left = nbytes

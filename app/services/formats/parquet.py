@@ -28,6 +28,7 @@ import scipy.sparse as sp
 
 from app.limits import ExpansionTooLarge
 from app.services.formats.delimited import MAX_COLUMNS
+from app.services.formats.labels import LabelColumn
 from app.services.formats.parquet_pages import CorruptPages, page_budget, walk_chunk
 from solvers.io import LibsvmLimitError
 
@@ -60,6 +61,7 @@ class ParquetChunks:
         self.n_rows = 0
         self.n_features = 0
         self.feature_names: list[str] | None = None
+        self.labels = LabelColumn()
 
     def __iter__(self):
         while self.stream.read(1 << 20):
@@ -129,8 +131,12 @@ class ParquetChunks:
             raise ValueError(f"label_column: the file has no column named {wanted!r}")
         else:
             label = names[0]
-        if not _numeric(schema.field(label).type):
-            raise ValueError(f"parquet: the label column {label!r} is not numeric")
+        kind = schema.field(label).type
+        if not _numeric(kind) and not _text(kind):
+            raise ValueError(
+                f"parquet: the label column {label!r} is {kind}, expected numbers or text "
+                "(string, or dictionary of strings)"
+            )
         others = [n for n in names if n != label]
         sparse = [n for n in others if _sparse_kind(schema.field(n).type)]
         if sparse:
@@ -188,14 +194,20 @@ class ParquetChunks:
 
     # ------------------------------------------------------------------------------------
     def _labels(self, column, start: int) -> np.ndarray:
+        """The labels as numbers, or as class codes once the column reads as text
+        (`formats.labels`: a string column whose every cell reads as a number is numeric)."""
         if column.null_count:
             bad = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
             raise ValueError(f"row {self.n_rows + bad + 1}: the label is missing (null)")
+        first = self.n_rows + 1
+        if _text(column.type):
+            cells = [str(v) for v in column.to_pylist()]
+            return self.labels.cells(cells, lambda r: f"row {first + r}")
         labels = column.to_numpy(zero_copy_only=False).astype(np.float64)
-        if not np.isfinite(labels).all():
-            bad = int(np.flatnonzero(~np.isfinite(labels))[0])
-            raise ValueError(f"row {self.n_rows + bad + 1}: the label is not a finite number")
-        return labels
+        return self.labels.numeric(labels, lambda r: f"row {first + r}")
+
+    def label_text(self) -> dict | None:
+        return self.labels.text()
 
     def _dense(self, part, features: list[str], start: int):
         rows = np.empty((part.num_rows, len(features)), dtype=np.float64)
@@ -261,6 +273,14 @@ def _numeric(kind) -> bool:
     import pyarrow.types as pt
 
     return pt.is_integer(kind) or pt.is_floating(kind) or pt.is_boolean(kind)
+
+
+def _text(kind) -> bool:
+    import pyarrow.types as pt
+
+    if pt.is_dictionary(kind):
+        return _text(kind.value_type) or _numeric(kind.value_type)
+    return pt.is_string(kind) or pt.is_large_string(kind)
 
 
 def _sparse_kind(kind) -> str | None:

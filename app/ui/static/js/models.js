@@ -187,7 +187,8 @@ function predictBox(model) {
                                                                      p: result.probabilities?.[i] }));
       output.replaceChildren(table(rows, [
         ["Line", (r) => r.i + 1, { num: true }],
-        [result.labels ? "Label" : "Value", (r) => fmt(r.v), { num: true }],
+        // class names (text labels) read as text, numbers aligned as numbers
+        [result.labels ? "Label" : "Value", (r) => fmt(r.v), { num: !rows.some((r) => typeof r.v === "string") }],
         ...(result.decision_values ? [["Decision values", (r) => r.d.map((x) => fmt(x)).join(", ")]] : []),
         ...(result.probabilities ? [["Probabilities", (r) => r.p.map((x) => fmt(x)).join(", ")]] : []),
       ], "Predictions"));
