@@ -63,7 +63,13 @@ def test_tight_tol_never_worse_than_liblinear(name, loss):
     ours = solve_binary(X, y, loss=loss, C=1.0, bias=1.0, tol=tol, max_iter=100_000)
     ref = liblinear_w_tilde(X, y, f"-s {SOLVER[loss]} -c 1 -e {tol}", 1.0)
     p_ref = primal(X, y, ref, 1.0, loss, 1.0)
-    assert ours.primal <= p_ref * (1 + 1e-9)
+    # Never worse than LIBLINEAR, whatever pass order its process-wide RNG gives it: its primal
+    # is never below the optimum, and ours is certified within 1e-8 of it by our duality gap.
+    # (At tol 1e-7 our hinge gap is 1.4e-9 relative on reuters-money-fx, and LIBLINEAR's hinge
+    # solver lands from 1.9e-9 to 1e-6 above the optimum with the order: a 1e-9 margin held
+    # for the orders seen, not for every order.)
+    assert 0 <= ours.primal + ours.dual <= 1e-8 * ours.primal
+    assert ours.primal <= p_ref * (1 + 1e-8)
     if loss == "squared_hinge":
         # LIBLINEAR's primal Newton method (-s 2) converges to the optimum: we match it
         newton = liblinear_w_tilde(X, y, "-s 2 -c 1 -e 1e-8", 1.0)
@@ -84,10 +90,17 @@ def test_class_weights_match_liblinear_wi(loss):
     else:
         ref = liblinear_w_tilde(X, y, f"-s 3 -c 0.7 -w1 3 -w-1 0.5 -e {tol}", 1.0)
         p_ref = primal(X, y, ref, C, loss, 1.0)
-        # LIBLINEAR's hinge dual stops at 300 passes, and where it stops depends on its
-        # process-wide RNG state: never worse than it, and close to it, is what can be asked
-        assert ours.primal <= p_ref * (1 + 1e-9)
-        assert ours.primal == pytest.approx(p_ref, rel=5e-3)
+        # LIBLINEAR's hinge dual stops at its pass cap, where depends on its process-wide RNG
+        # state (0.0003% to 0.23% above the optimum over 1,000 orders, near the 0.5% that was
+        # asked of it): never worse than it (ours certified within 1e-8 of the optimum, below
+        # which its primal cannot be). The weighted optimum itself, as LIBLINEAR's -wi defines
+        # it, comes from scikit-learn's copy of the solver, seeded, run to convergence.
+        assert 0 <= ours.primal + ours.dual <= 1e-8 * ours.primal
+        assert ours.primal <= p_ref * (1 + 1e-8)
+        converged = LinearSVC(loss=loss, C=0.7, class_weight={1: 3.0, -1: 0.5}, tol=1e-10,
+                              max_iter=1_000_000, random_state=0).fit(X, y)  # fmt: skip
+        w_converged = np.append(converged.coef_.ravel(), converged.intercept_)
+        assert ours.primal == pytest.approx(primal(X, y, w_converged, C, loss, 1.0), rel=1e-6)
 
 
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])

@@ -1,12 +1,15 @@
 """Crammer–Singer by the sequential dual method against LIBLINEAR -s 4, scikit-learn, a QP."""
 
 import ctypes
+import warnings
 
 import numpy as np
 import osqp
 import pytest
 import scipy.sparse as sp
 from liblinear import liblinearutil
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.svm import LinearSVC as SkLinearSVC
 
 from solvers._core.progress import Status
 from solvers.binary import solve_binary
@@ -30,6 +33,19 @@ def liblinear_cs(X, labels, classes, C, bias, tol):
     return liblinear_weights(model, classes, X.shape[1], bias)
 
 
+def converged_cs_primal(X, y, C, bias):
+    """The primal at the Crammer–Singer optimum, from scikit-learn's copy of LIBLINEAR -s 4,
+    seeded, at tol 1e-6: within 6e-7 of our dual bound on these sets (pendigits reaches the
+    100,000-pass cap there, 3e-8 from it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = SkLinearSVC(multi_class="crammer_singer", C=C, tol=1e-6, max_iter=100_000,
+                            fit_intercept=bias > 0, intercept_scaling=bias or 1.0,
+                            random_state=0).fit(X, y)  # fmt: skip
+    b = model.intercept_ if bias > 0 else np.zeros(len(model.coef_))
+    return cs_primal(X, y, model.coef_, b, C, bias)
+
+
 @pytest.mark.parametrize("name", ["iris", "wine", "vowel", "segment", "dna", "pendigits"])
 def test_primal_matches_liblinear(name):
     X, labels, y, classes = load(name)
@@ -40,12 +56,16 @@ def test_primal_matches_liblinear(name):
     W, b = liblinear_cs(X, labels, classes, 1.0, 1.0, tol)
     reference = cs_primal(X, y, W, b, 1.0, 1.0)
     assert ours.primal == pytest.approx(cs_primal(X, y, ours.w, ours.bias, 1.0, 1.0), rel=1e-10)
-    # Both stop at the same tolerance, not at the optimum, and LIBLINEAR's pass order follows
-    # its process-wide RNG: ours may land lower, never noticeably higher.
+    # Both stop at the same tolerance, not at the optimum: ours, certified within tol of it,
+    # is never noticeably above LIBLINEAR, whatever order LIBLINEAR's process-wide RNG gives it.
+    # LIBLINEAR lands up to 8e-5 above ours on dna over 100 orders, near the 1e-4 once asked of
+    # it: closeness is measured to the converged optimum instead.
+    assert ours.primal + ours.dual <= tol * ours.primal
     assert ours.primal <= reference * (1 + 1e-4)
-    assert abs(ours.primal - reference) <= 1e-4 * reference
+    optimum = converged_cs_primal(X, y, 1.0, 1.0)
+    assert abs(ours.primal - optimum) <= 1e-4 * optimum
     # the dual objective certifies both: neither primal is below it
-    assert -ours.dual <= min(ours.primal, reference) * (1 + 1e-12)
+    assert -ours.dual <= min(ours.primal, reference, optimum) * (1 + 1e-12)
 
 
 def test_primal_matches_liblinear_without_bias_float32():
@@ -55,9 +75,12 @@ def test_primal_matches_liblinear_without_bias_float32():
     W, b = liblinear_cs(X, labels, classes, 0.5, 0.0, 1e-4)
     reference = cs_primal(X, y, W, b, 0.5, 0.0)
     assert np.all(ours.bias == 0.0)
-    # both stop at tol 1e-4; LIBLINEAR's stopping point moves with its process-wide RNG
-    assert abs(ours.primal - reference) <= 1e-4 * reference
-    assert -ours.dual <= min(ours.primal, reference) * (1 + 1e-6)
+    # both stop at tol 1e-4, LIBLINEAR where its process-wide RNG's order takes it: ours never
+    # noticeably above it, and within 1e-4 of the converged optimum
+    assert ours.primal <= reference * (1 + 1e-4)
+    optimum = converged_cs_primal(X, y, 0.5, 0.0)
+    assert abs(ours.primal - optimum) <= 1e-4 * optimum
+    assert -ours.dual <= min(ours.primal, reference, optimum) * (1 + 1e-6)
 
 
 def test_matches_scikit_learn_crammer_singer():
@@ -65,7 +88,10 @@ def test_matches_scikit_learn_crammer_singer():
 
     X, _, y, _ = load("wine")
     ours = solve_crammer_singer(X, y, 3, C=0.3, bias=1.0, tol=1e-5, max_iter=100_000)
-    skl = LinearSVC(multi_class="crammer_singer", C=0.3, tol=1e-5, max_iter=100_000)
+    # seeded: unseeded, its pass order comes from numpy's global RNG, which earlier tests move
+    skl = LinearSVC(
+        multi_class="crammer_singer", C=0.3, tol=1e-5, max_iter=100_000, random_state=0
+    )
     skl.fit(X, y)
     theirs = cs_primal(X, y, skl.coef_, skl.intercept_, 0.3, 1.0)
     assert ours.primal == pytest.approx(theirs, rel=1e-5)

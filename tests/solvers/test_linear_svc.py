@@ -62,7 +62,10 @@ def test_matches_scikit_learn_linear_svc(loss):
     X, y = load("breast-cancer")
     labels = np.where(y > 0, 4, 2)
     ours = LinearSVC(loss=loss, C=0.3, tol=1e-7, max_iter=100_000).fit(X, labels)
-    ref = SkLinearSVC(loss=loss, C=0.3, dual=True, tol=1e-7, max_iter=1_000_000).fit(X, labels)
+    # seeded: unseeded, its pass order comes from numpy's global RNG, which earlier tests move
+    ref = SkLinearSVC(
+        loss=loss, C=0.3, dual=True, tol=1e-7, max_iter=1_000_000, random_state=0
+    ).fit(X, labels)
     y_pm = np.where(labels == 4, 1.0, -1.0)
 
     def objective(clf):
@@ -96,15 +99,24 @@ def test_ovr_class_weights_follow_liblinear():
     clf = LinearSVC(loss="hinge", C=0.4, class_weight=weights, tol=1e-7, max_iter=100_000)
     clf.fit(X, labels)
     assert clf.coef_.shape == (3, X.shape[1]) and clf.dual_coef_.shape == (3, X.shape[0])
+    # scikit-learn's copy of LIBLINEAR, seeded and run to convergence: its one-vs-rest class
+    # weights are LIBLINEAR's -wi
+    from sklearn.svm import LinearSVC as SkLinearSVC
+
+    converged = SkLinearSVC(loss="hinge", C=0.4, class_weight=weights, tol=1e-10,
+                            max_iter=1_000_000, random_state=0).fit(X, labels)  # fmt: skip
     for j, label in enumerate(clf.classes_):
         y_j = np.where(labels == label, 1.0, -1.0)
         C_j = 0.4 * np.where(labels == label, weights[label], 1.0)
         ref = liblinear_w_tilde(X, y_j, f"-s 3 -c 0.4 -w1 {weights[label]} -e 1e-7", 1.0)
         p_ref = primal(X, y_j, ref, C_j, "hinge", 1.0)
         p_ours = primal(X, y_j, np.append(clf.coef_[j], clf.intercept_[j]), C_j, "hinge", 1.0)
-        # LIBLINEAR -s 3 stops at 300 passes, where depends on its process-wide RNG state
+        # LIBLINEAR -s 3 stops at its pass cap, where depends on its process-wide RNG state
+        # (class 1: 0.0004% to 0.46% above ours over 1,000 orders, against the 0.5% that was
+        # asked): never worse than it, and at the converged weighted optimum
         assert p_ours <= p_ref * (1 + 1e-6)
-        assert p_ours == pytest.approx(p_ref, rel=5e-3)
+        w_converged = np.append(converged.coef_[j], converged.intercept_[j])
+        assert p_ours == pytest.approx(primal(X, y_j, w_converged, C_j, "hinge", 1.0), rel=1e-6)
         exact = solve_binary(X, y_j, loss="hinge", C=C_j, bias=1.0, tol=1e-7, max_iter=100_000)
         assert p_ours == pytest.approx(exact.primal, rel=1e-6)
 

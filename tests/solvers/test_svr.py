@@ -1,4 +1,5 @@
-"""Dual coordinate descent SVR against LIBLINEAR (-s 13 L1 loss, -s 12 L2 loss)."""
+"""Dual coordinate descent SVR against LIBLINEAR (-s 13 L1 loss, -s 12 L2 loss) and, for the L2
+loss, against its optimum solved exactly."""
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from liblinear import liblinearutil
 from solvers import Status, solve_svr
 from solvers.regression.svr import svr_objectives
 from tests.conftest import shared_file
+from tests.solvers._binary_helpers import augmented
 
 LOSS_OF = {13: "epsilon_insensitive", 12: "squared_epsilon_insensitive"}
 
@@ -39,6 +41,25 @@ def liblinear_fit(X, y, s, C, p, B):
     return np.array(w), b
 
 
+def l2_loss_optimum(X, y, C, p, B):
+    """[w, b/B] minimizing ½‖w̃‖² + C Σ max(0, |y_i − w̃ᵀx̃_i| − p)², exactly: on a set of samples
+    outside the tube, with their signs, the objective is a quadratic solved in one step; the
+    solution is the optimum once the samples outside its tube are that set (a few steps)."""
+    Xt = augmented(X, B).toarray()
+    outside, sign = np.ones(len(y), dtype=bool), np.sign(y)
+    for _ in range(50):
+        Xo = Xt[outside]
+        target = y[outside] - p * sign[outside]
+        w = np.linalg.solve(np.eye(Xt.shape[1]) + 2 * C * Xo.T @ Xo, 2 * C * Xo.T @ target)
+        r = y - Xt @ w
+        now_outside, now_sign = np.abs(r) > p, np.sign(r)
+        same_signs = np.array_equal(now_sign[outside], sign[outside])
+        if np.array_equal(now_outside, outside) and same_signs:
+            return w
+        outside, sign = now_outside, now_sign
+    raise AssertionError("the set of samples outside the tube did not settle")
+
+
 def dataset(name):
     if name == "diabetes":
         return diabetes()
@@ -62,13 +83,20 @@ CASES = [
 @pytest.mark.parametrize(("name", "s", "C", "p", "B"), CASES)
 def test_matches_liblinear(name, s, C, p, B):
     X, y = dataset(name)
-    w_ref, b_ref = liblinear_fit(X, y, s, C, p, B)
+    w_lib, b_lib = liblinear_fit(X, y, s, C, p, B)
     res = solve_svr(X, y, loss=LOSS_OF[s], C=C, epsilon=p, bias=B, tol=1e-9, max_iter=20000)
     assert res.status is Status.CONVERGED
+    w_ref, b_ref = w_lib, b_lib
+    if s == 12:
+        # LIBLINEAR -s 12 stops short of the optimum by up to 1.8e-6 of the weights' scale on
+        # diabetes at C = 1, in 5 of 3,000 pass orders (drawn from the C library's rand()): the
+        # weights are held to the optimum itself, its objective to LIBLINEAR's below
+        optimum = l2_loss_optimum(X, y, C, p, B)
+        w_ref, b_ref = optimum[: X.shape[1]], B * optimum[-1] if B > 0 else 0.0
     scale = max(np.abs(w_ref).max(), abs(b_ref))
     np.testing.assert_allclose(res.w, w_ref, rtol=0, atol=1e-6 * scale)
     assert res.bias == pytest.approx(b_ref, abs=1e-6 * scale)
-    ref_full = np.r_[w_ref, b_ref / B if B > 0 else 0.0]
+    ref_full = np.r_[w_lib, b_lib / B if B > 0 else 0.0]
     ref_primal, _ = svr_objectives(
         X, y, ref_full, res.alpha, loss=LOSS_OF[s], epsilon=p, C=C, bias=B
     )
