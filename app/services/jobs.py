@@ -84,11 +84,25 @@ def check_dataset_fits(
                     "params.class_weight",
                     f"labels {unknown} are not classes of the dataset (its classes: {labels})",
                 )
+            _check_one_weight_per_class(weights)
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
     check_model_size(spec, dataset, max_weights)
     check_folds(spec, params, dataset)
+
+
+def _check_one_weight_per_class(weights: dict[str, float]) -> None:
+    """422 when two keys spell the same class ("1" and "1.0", "+1"): the trainer reads the keys
+    as numbers, and the last of them silently took the class's weight."""
+    seen: dict[float, str] = {}
+    for key in weights:
+        first = seen.setdefault(float(key), key)
+        if first != key:
+            raise _invalid(
+                "params.class_weight",
+                f"labels {first!r} and {key!r} name the same class: give each class one weight",
+            )
 
 
 def check_time_limit(params: dict[str, Any], max_job_seconds: float | None) -> None:

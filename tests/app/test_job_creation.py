@@ -24,6 +24,9 @@ pytestmark = pytest.mark.timeout(120)
         ({"params": {"tol": "0.1"}}, "params.tol", "valid number"),
         ({"params": {"class_weight": {"a": 1}}}, "params.class_weight", "numeric class labels"),
         ({"params": {"class_weight": {"7": 1}}}, "params.class_weight", "not classes"),
+        # both keys read as the class 1: the last one's weight was taken silently
+        ({"params": {"class_weight": {"1": 2, "1.0": 3}}}, "params.class_weight", "same class"),
+        ({"params": {"class_weight": {"+1": 2, "1": 3}}}, "params.class_weight", "same class"),
         ({"params": {"multi_class": "ovo"}}, "params.multi_class", "'ovr'"),
         ({"estimator": "SVC"}, "estimator", "expected one of LinearSVC"),
         ({"extra": 1}, "extra", "unknown field"),
