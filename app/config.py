@@ -81,6 +81,13 @@ class Settings(BaseSettings):
         description="most weights (features x outputs) of a model a job may train; the "
         "solvers hold them densely (2^27 float64: 1 GiB)",
     )
+    max_dual_variables: int = Field(
+        2**27,
+        ge=1,
+        description="most dual variables (rows x outputs, times the folds of a search or of "
+        "probability=true) a job may hold, or one per stored non-zero of its dataset where that "
+        "is more (2^27 float64: 1 GiB)",
+    )
     max_header_kb: float = Field(64, gt=0, description="largest request line and headers, in KB")
     header_timeout_s: float = Field(
         10, gt=0, description="seconds a client has to send a request's line and headers"
