@@ -11,13 +11,29 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator
 
 from app.schemas.common import RequestBody
 from app.services.dataset_store import MAX_CLASSES
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+# intercept_scaling is the value of a constant feature: bounded as the solvers bound the data's
+# values (solvers._core.sparse.MAX_ABS_VALUE), since its square enters every row's squared norm
+# (1e160 overflowed them, and the job succeeded with an all-zero model)
+MAX_BIAS_VALUE = 1e100
+
+
+def _bias_value(value: float) -> float:
+    if value > MAX_BIAS_VALUE:
+        raise ValueError(
+            f"must be at most {MAX_BIAS_VALUE:g}, as a feature's value must (its square enters "
+            f"every row's squared norm), got {value!r}"
+        )
+    return value
+
+
+BiasValue = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidator(_bias_value)]
 JOB_TIME_LIMIT = (
     "wall-clock budget in seconds of the whole job (a search: its path and refit), counted over "
     "all its attempts; at most the service's MAX_JOB_SECONDS, which a job without one gets"
@@ -61,7 +77,7 @@ class LinearSVCParams(_Params):
     tol: PositiveFloat = Field(0.1, description="stopping tolerance on the optimality gap")
     max_iter: int = Field(1000, ge=1, le=10_000_000, description="outer iterations at most")
     fit_intercept: bool = True
-    intercept_scaling: PositiveFloat = Field(1.0, description="value of the bias feature")
+    intercept_scaling: BiasValue = Field(1.0, description="value of the bias feature")
     class_weight: (
         Literal["balanced"]
         | Annotated[dict[str, PositiveFloat], Field(max_length=MAX_CLASSES)]
@@ -110,7 +126,7 @@ class LinearSVRParams(_Params):
     C: PositiveFloat = 1.0
     loss: Literal["epsilon_insensitive", "squared_epsilon_insensitive"] = "epsilon_insensitive"
     fit_intercept: bool = True
-    intercept_scaling: PositiveFloat = 1.0
+    intercept_scaling: BiasValue = 1.0
     max_iter: int = Field(1000, ge=1, le=10_000_000)
     random_state: Seed | None = 0
     shrinking: bool = True

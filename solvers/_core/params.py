@@ -23,12 +23,18 @@ def check_max_iter(max_iter, name: str = "max_iter") -> int:
 
 
 def check_bias(bias) -> float:
+    """The bias feature's value: at most MAX_ABS_VALUE, as the data's values (its square enters
+    every row's squared norm: 1e160 overflowed them, and the solve ended with zeros)."""
+    from solvers._core.sparse import MAX_ABS_VALUE
+
     if (
         isinstance(bias, bool)
         or not isinstance(bias, numbers.Real)
         or not (math.isfinite(bias) and bias >= 0)
     ):
         raise ValueError(f"bias must be a finite number >= 0, got {bias!r}")
+    if bias > MAX_ABS_VALUE:
+        raise ValueError(f"bias must be at most {MAX_ABS_VALUE:g}, got {bias!r}")
     return float(bias)
 
 

@@ -135,7 +135,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         "tol": P.positive(),
         "max_iter": P.at_least_one(),
         "fit_intercept": P.boolean(),
-        "intercept_scaling": P.positive(),
+        "intercept_scaling": P.bias_value(),
         "class_weight": P.class_weight(),
         "random_state": P.random_state(),
         "shrinking": P.boolean(),

@@ -84,7 +84,7 @@ class LinearSVR(RegressorMixin, BaseEstimator):
         "C": P.positive(),
         "loss": P.one_of("epsilon_insensitive", "squared_epsilon_insensitive"),
         "fit_intercept": P.boolean(),
-        "intercept_scaling": P.positive(),
+        "intercept_scaling": P.bias_value(),
         "max_iter": P.at_least_one(),
         "random_state": P.random_state(),
         "shrinking": P.boolean(),

@@ -21,6 +21,17 @@ def positive() -> tuple[Callable, str]:
     return (lambda v: _real(v) and math.isfinite(v) and v > 0), "a finite float > 0"
 
 
+def bias_value() -> tuple[Callable, str]:
+    """``intercept_scaling``: the value of a constant feature, bounded as the solvers' door bounds
+    the data's values (its square enters every row's squared norm: 1e160 overflowed them to inf,
+    and the fit ended with an all-zero model)."""
+    from solvers._core.sparse import MAX_ABS_VALUE
+
+    return (
+        lambda v: _real(v) and math.isfinite(v) and 0 < v <= MAX_ABS_VALUE
+    ), f"a float > 0 and <= {MAX_ABS_VALUE:g}"
+
+
 def non_negative() -> tuple[Callable, str]:
     return (lambda v: _real(v) and math.isfinite(v) and v >= 0), "a finite float >= 0"
 

@@ -28,6 +28,11 @@ pytestmark = pytest.mark.timeout(120)
         ({"params": {"class_weight": {"1": 2, "1.0": 3}}}, "params.class_weight", "same class"),
         ({"params": {"class_weight": {"+1": 2, "1": 3}}}, "params.class_weight", "same class"),
         ({"params": {"multi_class": "ovo"}}, "params.multi_class", "'ovr'"),
+        # a constant feature of 1e160: its square overflowed, and the job succeeded with zeros
+        ({"params": {"intercept_scaling": 1.0000000000000002e100}}, "params.intercept_scaling",
+         "at most 1e+100"),
+        ({"estimator": "LinearSVR", "params": {"intercept_scaling": 1e160}},
+         "params.intercept_scaling", "at most 1e+100"),
         ({"estimator": "SVC"}, "estimator", "expected one of LinearSVC"),
         ({"extra": 1}, "extra", "unknown field"),
         ({"params": {"search": True}}, "params.search", "should be an object (got True)"),
