@@ -152,7 +152,7 @@ def list_models(
     job_id: str | None = None,
 ):
     """Stored models, newest first; filter by the dataset or job that produced them."""
-    query = select(Model)
+    query = select(Model).options(Model.without_weights())
     if dataset_id is not None:
         query = query.where(Model.dataset_id == dataset_id)
     if job_id is not None:
@@ -182,7 +182,11 @@ def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: Set
         model_id = registry.resolve(session, ref) if registry.is_reference(ref) else ref
         # locked first: a version, an alias or a run made meanwhile waits for the deletion (and
         # finds no model), or is seen by the checks below
-        model = session.get(Model, model_id, with_for_update=True) if model_id else None
+        model = (
+            session.get(Model, model_id, with_for_update=True, options=[Model.without_weights()])
+            if model_id
+            else None
+        )
         if model is None:
             raise not_found("Model", ref)
         aliases = registry.aliases_pointing_at(session, model_id)
@@ -225,8 +229,8 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
     """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
     dataset."""
     dataset = named_dataset(session, body.dataset_id)
+    loaded = model_from_row(model)  # reads the weights: before the session closes
     session.close()  # no connection held while it computes
-    loaded = model_from_row(model)
     try:
         check_labels(loaded, dataset)
         source = DatasetSource.of(settings, dataset)

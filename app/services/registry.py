@@ -193,7 +193,9 @@ def model_in_use(session: Session, model_id: str) -> Model | None:
     """The model a new row is about to point at, locked against its deletion until the row is
     committed (PostgreSQL: FOR KEY SHARE, which the deletion's FOR UPDATE waits for; a deletion
     committed first leaves None)."""
-    return session.get(Model, model_id, with_for_update={"key_share": True})
+    return session.get(
+        Model, model_id, with_for_update={"key_share": True}, options=[Model.without_weights()]
+    )
 
 
 def set_alias(session: Session, name: str, alias: str, version: int) -> ModelAlias:
