@@ -22,7 +22,7 @@ from app.api.prediction_runs import deleted_meanwhile
 from app.auth import authenticate
 from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
 from app.errors import ProblemError
-from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, keyset_page
+from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, sized_page
 from app.schemas.models import (
     PREDICT_OPENAPI,
     ClassificationEvaluation,
@@ -157,7 +157,9 @@ def list_models(
         query = query.where(Model.dataset_id == dataset_id)
     if job_id is not None:
         query = query.where(Model.job_id == job_id)
-    items, next_cursor = keyset_page(session, query, Model.id, limit, cursor)
+    items, next_cursor = sized_page(
+        session, query, Model.id, limit, cursor, bulk=Model.feature_names
+    )
     return Page[ModelOut](items=[ModelOut.model_validate(m) for m in items], next=next_cursor)
 
 
