@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     max_predict_batch: int = Field(10_000, ge=1, description="most instances in one predict call")
     progress_interval_s: float = Field(0.5, gt=0, description="seconds between progress writes")
     model_cache_size: int = Field(32, ge=0, description="models kept unpacked for prediction")
+    model_cache_mb: float = Field(
+        1024,
+        gt=0,
+        description="most MB of weights the model cache keeps (the newest model stays even if "
+        "larger)",
+    )
     worker_backend: Literal["local", "procrastinate"] = "local"
     worker_concurrency: int = Field(1, ge=1, description="jobs one `margin worker` runs at once")
     solver_threads: int | None = Field(

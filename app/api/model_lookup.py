@@ -37,8 +37,9 @@ def app_singleton(app, name: str, make):
 
 def model_cache(app) -> ModelCache:
     """The app's model cache (created on first use, sized by MODEL_CACHE_SIZE)."""
-    size = app.state.settings.model_cache_size
-    return app_singleton(app, "model_cache", lambda: ModelCache(size))
+    settings = app.state.settings
+    size, max_bytes = settings.model_cache_size, int(settings.model_cache_mb * 2**20)
+    return app_singleton(app, "model_cache", lambda: ModelCache(size, max_bytes=max_bytes))
 
 
 def alias_cache(app) -> registry.AliasCache:
