@@ -90,12 +90,43 @@ def check_dataset_fits(
                     f"labels {unknown} are not classes of the dataset (its classes: {labels})",
                 )
             _check_one_weight_per_class(weights)
+        _check_weighted_c(params, dataset)
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
     check_model_size(spec, dataset, max_weights)
     check_folds(spec, params, dataset)
     check_dual_size(spec, params, dataset, max_dual)
+
+
+def _check_weighted_c(params: dict[str, Any], dataset: Dataset) -> None:
+    """422 when C times a class's weight is not a finite float: each row's C is their product,
+    and a job with C 1e300 and a weight of 1e300 (each finite) failed in the worker."""
+    import math
+
+    weights = params.get("class_weight")
+    if isinstance(weights, dict):
+        weight = max(weights.values())
+    elif weights == "balanced":  # n / (classes x count): largest for the smallest class
+        counts = [int(c.get("count", 0)) for c in dataset.classes or []]
+        weight = dataset.n_rows / (len(counts) * max(1, min(counts)))
+    else:
+        return
+    search = params.get("search")
+    grid = (search or {}).get("Cs")
+    if isinstance(grid, list):
+        largest = max(grid)
+    elif isinstance(grid, dict):
+        largest = grid.get("max") or 1024.0  # the library's grid ends at 1024
+    else:
+        largest = params["C"]
+    if not math.isfinite(largest * weight):
+        field = "params.search.Cs" if search is not None else "params.C"
+        raise _invalid(
+            field,
+            f"C {largest:g} times the class weight {weight:g} is beyond the largest float: a "
+            "row's C is their product; use a smaller C or weight",
+        )
 
 
 def _check_one_weight_per_class(weights: dict[str, float]) -> None:

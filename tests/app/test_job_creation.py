@@ -27,6 +27,11 @@ pytestmark = pytest.mark.timeout(120)
         # both keys read as the class 1: the last one's weight was taken silently
         ({"params": {"class_weight": {"1": 2, "1.0": 3}}}, "params.class_weight", "same class"),
         ({"params": {"class_weight": {"+1": 2, "1": 3}}}, "params.class_weight", "same class"),
+        # each finite, their product not: the job failed in the worker
+        ({"params": {"C": 1e300, "class_weight": {"1": 1e9}}}, "params.C", "largest float"),
+        ({"params": {"C": 1.7e308, "class_weight": "balanced"}}, "params.C", "largest float"),
+        ({"params": {"search": {"Cs": [1.0, 1e300]}, "class_weight": {"-1": 1e9}}},
+         "params.search.Cs", "largest float"),
         ({"params": {"multi_class": "ovo"}}, "params.multi_class", "'ovr'"),
         # a constant feature of 1e160: its square overflowed, and the job succeeded with zeros
         ({"params": {"intercept_scaling": 1.0000000000000002e100}}, "params.intercept_scaling",
@@ -220,3 +225,11 @@ def test_the_weight_limit_is_a_setting(app, client):
     assert answer.status_code == 422 and "more than the 2999" in answer.json()["detail"]
     app.state.settings.max_model_weights = 3000
     assert client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).status_code == 202
+
+
+def test_c_times_a_class_weight_up_to_the_largest_float_is_accepted(client, heart, fake_trainer):
+    fake_trainer()
+    body = {"dataset_id": heart["id"], "params": {"C": 1e299, "class_weight": {"1": 1e9}}}
+    assert client.post("/v1/jobs", json=body).status_code == 202  # 1e308: finite
+    body["params"]["C"] = 1.8e299  # 1.8e308: beyond the largest float (1.797...e308)
+    assert client.post("/v1/jobs", json=body).status_code == 422
