@@ -75,6 +75,21 @@ async def resolve_id(request: Request, principal: Principal, ref: str, latest=Fa
     return model_id
 
 
+def unpacked(app, session, model_id: str) -> LinearModel:
+    """The unpacked model of a route that computes with its weights (evaluate, export,
+    coefficients, a prediction run), through the app's model cache as predict: each such request
+    unpacked its own copy (+388 MB for 82 MB of weights, per request at once). `session`, the
+    request's, is closed first (the model was found in it: it is the tenant's), so that the
+    request never holds two connections. Blocking: call it from a worker thread."""
+    from app.errors import ProblemError
+
+    session.close()
+    model = fetch_model(app.state.db, model_cache(app), model_id)
+    if model is None:
+        raise ProblemError(404, "Model not found", f"model {model_id!r} was deleted meanwhile")
+    return model
+
+
 async def load_model(request: Request, principal: Principal, ref: str, latest=False) -> LinearModel:
     """The unpacked model `ref` names, for `principal`'s tenant."""
     model_id = await resolve_id(request, principal, ref, latest)

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import delete, select
 
-from app.api.model_lookup import ModelNotFound, load_model, model_cache
+from app.api.model_lookup import ModelNotFound, load_model, model_cache, unpacked
 from app.api.prediction_runs import deleted_meanwhile
 from app.auth import authenticate
 from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
@@ -38,7 +38,6 @@ from app.services import registry
 from app.services.dataset_scores import check_labels, evaluate
 from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.datasets import named_dataset
-from app.services.model_cache import model_from_row
 from app.services.prediction import InvalidInstances, dumps, predict_body
 from app.streaming import TimedStreamingResponse
 from app.tables import Model, PredictionRun
@@ -227,12 +226,17 @@ def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: Set
     "/models/{model_id}/evaluate",
     response_model=ClassificationEvaluation | RegressionEvaluation,
 )
-def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, settings: SettingsDep):
+def evaluate_model(
+    body: DatasetRef,
+    model: ModelDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    request: Request,
+):
     """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
     dataset."""
     dataset = named_dataset(session, body.dataset_id)
-    loaded = model_from_row(model)  # reads the weights: before the session closes
-    session.close()  # no connection held while it computes
+    loaded = unpacked(request.app, session, model.id)  # closes the session: none held meanwhile
     try:
         check_labels(loaded, dataset)
         source = DatasetSource.of(settings, dataset)
@@ -265,7 +269,9 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
 )
 def export_model(
     model: ModelDep,
+    session: SessionDep,
     settings: SettingsDep,
+    request: Request,
     format: Literal["liblinear", "json", "onnx", "skops"] = "liblinear",
     dtype: Annotated[
         Literal["float64", "float32"], Query(description="onnx: the input's element type")
@@ -274,7 +280,7 @@ def export_model(
     """The model as a LIBLINEAR model file (``liblinearutil.load_model`` reads it), as JSON, as
     an ONNX graph (input ``input`` [N, n_features]; outputs ``label`` and
     ``decision_values``), or as a fitted scikit-learn LinearSVC/LinearSVR in a skops file."""
-    loaded = model_from_row(model)
+    loaded = unpacked(request.app, session, model.id)
     if format == "json":
         return TimedStreamingResponse(
             export_service.json_chunks(loaded),
