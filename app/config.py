@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     max_predict_batch: int = Field(10_000, ge=1, description="most instances in one predict call")
     progress_interval_s: float = Field(0.5, gt=0, description="seconds between progress writes")
     model_cache_size: int = Field(32, ge=0, description="models kept unpacked for prediction")
+    model_cache_mb: float = Field(
+        1024,
+        gt=0,
+        description="most MB of weights the model cache keeps (the newest model stays even if "
+        "larger)",
+    )
     worker_backend: Literal["local", "procrastinate"] = "local"
     worker_concurrency: int = Field(1, ge=1, description="jobs one `margin worker` runs at once")
     solver_threads: int | None = Field(
@@ -80,6 +86,13 @@ class Settings(BaseSettings):
         ge=1,
         description="most weights (features x outputs) of a model a job may train; the "
         "solvers hold them densely (2^27 float64: 1 GiB)",
+    )
+    max_dual_variables: int = Field(
+        2**27,
+        ge=1,
+        description="most dual variables (rows x outputs, times the folds of a search or of "
+        "probability=true) a job may hold, or one per stored non-zero of its dataset where that "
+        "is more (2^27 float64: 1 GiB)",
     )
     max_header_kb: float = Field(64, gt=0, description="largest request line and headers, in KB")
     header_timeout_s: float = Field(

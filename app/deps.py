@@ -58,7 +58,8 @@ def model_or_404(model_id: str, session: SessionDep) -> Model:
     from app.services import registry
 
     resolved = registry.resolve(session, model_id) if registry.is_reference(model_id) else model_id
-    row = session.get(Model, resolved) if resolved else None
+    # the weights load when a route reads them (model_from_row), in this session
+    row = session.get(Model, resolved, options=[Model.without_weights()]) if resolved else None
     if row is None:
         raise not_found("Model", model_id)
     return row

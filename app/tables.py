@@ -280,6 +280,16 @@ class Model(Base):
 
     job: Mapped[Job | None] = relationship(back_populates="model", viewonly=True)
 
+    @staticmethod
+    def without_weights():
+        """Loader option for reads that do not need the weights: the blob may be a GiB (2^27
+        float64), and every model read used to load it, a list of them each one (a tiny
+        GET /v1/models cost 300 MB of API memory per 76 MB model). Read `weights` in the same
+        session to load it."""
+        from sqlalchemy.orm import defer
+
+        return defer(Model.weights)
+
     @property
     def trained_params(self) -> dict[str, Any]:
         """The parameters the weights were trained with: the job's, with the C a search chose

@@ -58,6 +58,7 @@ def create_job(
         settings.max_model_weights,
         settings.idempotency_ttl_hours,
         settings.max_job_seconds,
+        settings.max_dual_variables,
     )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:

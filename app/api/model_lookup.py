@@ -37,8 +37,9 @@ def app_singleton(app, name: str, make):
 
 def model_cache(app) -> ModelCache:
     """The app's model cache (created on first use, sized by MODEL_CACHE_SIZE)."""
-    size = app.state.settings.model_cache_size
-    return app_singleton(app, "model_cache", lambda: ModelCache(size))
+    settings = app.state.settings
+    size, max_bytes = settings.model_cache_size, int(settings.model_cache_mb * 2**20)
+    return app_singleton(app, "model_cache", lambda: ModelCache(size, max_bytes=max_bytes))
 
 
 def alias_cache(app) -> registry.AliasCache:
@@ -72,6 +73,21 @@ async def resolve_id(request: Request, principal: Principal, ref: str, latest=Fa
     if model_id is None:
         raise ModelNotFound(ref)
     return model_id
+
+
+def unpacked(app, session, model_id: str) -> LinearModel:
+    """The unpacked model of a route that computes with its weights (evaluate, export,
+    coefficients, a prediction run), through the app's model cache as predict: each such request
+    unpacked its own copy (+388 MB for 82 MB of weights, per request at once). `session`, the
+    request's, is closed first (the model was found in it: it is the tenant's), so that the
+    request never holds two connections. Blocking: call it from a worker thread."""
+    from app.errors import ProblemError
+
+    session.close()
+    model = fetch_model(app.state.db, model_cache(app), model_id)
+    if model is None:
+        raise ProblemError(404, "Model not found", f"model {model_id!r} was deleted meanwhile")
+    return model
 
 
 async def load_model(request: Request, principal: Principal, ref: str, latest=False) -> LinearModel:

@@ -17,12 +17,12 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import delete, select
 
-from app.api.model_lookup import ModelNotFound, load_model, model_cache
+from app.api.model_lookup import ModelNotFound, load_model, model_cache, unpacked
 from app.api.prediction_runs import deleted_meanwhile
 from app.auth import authenticate
 from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
 from app.errors import ProblemError
-from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, keyset_page
+from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, sized_page
 from app.schemas.models import (
     PREDICT_OPENAPI,
     ClassificationEvaluation,
@@ -38,7 +38,6 @@ from app.services import registry
 from app.services.dataset_scores import check_labels, evaluate
 from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.datasets import named_dataset
-from app.services.model_cache import model_from_row
 from app.services.prediction import InvalidInstances, dumps, predict_body
 from app.streaming import TimedStreamingResponse
 from app.tables import Model, PredictionRun
@@ -152,12 +151,14 @@ def list_models(
     job_id: str | None = None,
 ):
     """Stored models, newest first; filter by the dataset or job that produced them."""
-    query = select(Model)
+    query = select(Model).options(Model.without_weights())
     if dataset_id is not None:
         query = query.where(Model.dataset_id == dataset_id)
     if job_id is not None:
         query = query.where(Model.job_id == job_id)
-    items, next_cursor = keyset_page(session, query, Model.id, limit, cursor)
+    items, next_cursor = sized_page(
+        session, query, Model.id, limit, cursor, bulk=Model.feature_names
+    )
     return Page[ModelOut](items=[ModelOut.model_validate(m) for m in items], next=next_cursor)
 
 
@@ -182,7 +183,11 @@ def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: Set
         model_id = registry.resolve(session, ref) if registry.is_reference(ref) else ref
         # locked first: a version, an alias or a run made meanwhile waits for the deletion (and
         # finds no model), or is seen by the checks below
-        model = session.get(Model, model_id, with_for_update=True) if model_id else None
+        model = (
+            session.get(Model, model_id, with_for_update=True, options=[Model.without_weights()])
+            if model_id
+            else None
+        )
         if model is None:
             raise not_found("Model", ref)
         aliases = registry.aliases_pointing_at(session, model_id)
@@ -221,12 +226,17 @@ def delete_model(model_id: str, request: Request, db: DatabaseDep, settings: Set
     "/models/{model_id}/evaluate",
     response_model=ClassificationEvaluation | RegressionEvaluation,
 )
-def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, settings: SettingsDep):
+def evaluate_model(
+    body: DatasetRef,
+    model: ModelDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    request: Request,
+):
     """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
     dataset."""
     dataset = named_dataset(session, body.dataset_id)
-    session.close()  # no connection held while it computes
-    loaded = model_from_row(model)
+    loaded = unpacked(request.app, session, model.id)  # closes the session: none held meanwhile
     try:
         check_labels(loaded, dataset)
         source = DatasetSource.of(settings, dataset)
@@ -259,7 +269,9 @@ def evaluate_model(body: DatasetRef, model: ModelDep, session: SessionDep, setti
 )
 def export_model(
     model: ModelDep,
+    session: SessionDep,
     settings: SettingsDep,
+    request: Request,
     format: Literal["liblinear", "json", "onnx", "skops"] = "liblinear",
     dtype: Annotated[
         Literal["float64", "float32"], Query(description="onnx: the input's element type")
@@ -268,7 +280,7 @@ def export_model(
     """The model as a LIBLINEAR model file (``liblinearutil.load_model`` reads it), as JSON, as
     an ONNX graph (input ``input`` [N, n_features]; outputs ``label`` and
     ``decision_values``), or as a fitted scikit-learn LinearSVC/LinearSVR in a skops file."""
-    loaded = model_from_row(model)
+    loaded = unpacked(request.app, session, model.id)
     if format == "json":
         return TimedStreamingResponse(
             export_service.json_chunks(loaded),

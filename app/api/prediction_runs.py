@@ -14,7 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from app.api.model_lookup import app_singleton
+from app.api.model_lookup import app_singleton, unpacked
 from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
 from app.errors import ProblemError
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, keyset_page
@@ -22,7 +22,6 @@ from app.schemas.models import DatasetRef, PredictionRunOut
 from app.services import prediction_runs as runs
 from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.datasets import named_dataset
-from app.services.model_cache import model_from_row
 from app.services.prediction_runner import PredictionRunner
 from app.storage import get_storage, prediction_key
 from app.streaming import TimedStreamingResponse
@@ -88,8 +87,7 @@ def create_prediction_run(
     the run's status, and for the CSV once it has succeeded. 429 with Retry-After while the
     tenant has QUOTA_ACTIVE_PREDICTION_RUNS runs queued or running."""
     dataset = named_dataset(session, body.dataset_id)
-    loaded = model_from_row(model)
-    session.close()  # give its connection back: one request never holds two
+    loaded = unpacked(request.app, session, model.id)  # closes the session: one connection
     try:
         source = DatasetSource.of(settings, dataset)
         source.check(loaded)

@@ -15,19 +15,26 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from app.schemas.common import RequestBody
 from app.services.dataset_store import MAX_CLASSES
-from solvers._core.params import MAX_BIAS
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+# intercept_scaling is the value of a constant feature: bounded as the solvers bound the data's
+# values (solvers._core.sparse.MAX_ABS_VALUE), since its square enters every row's squared norm
+# (1e160 overflowed them, and the job succeeded with an all-zero model)
+MAX_BIAS_VALUE = 1e100
 
-def _at_most_max_bias(value: float) -> float:
-    if value > MAX_BIAS:  # the bias feature's square would overflow
-        raise ValueError(f"must be at most {MAX_BIAS:g}")
+
+def _bias_value(value: float) -> float:
+    if value > MAX_BIAS_VALUE:
+        raise ValueError(
+            f"must be at most {MAX_BIAS_VALUE:g}, as a feature's value must (its square enters "
+            f"every row's squared norm), got {value!r}"
+        )
     return value
 
 
-BiasValue = Annotated[PositiveFloat, AfterValidator(_at_most_max_bias)]
-Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+BiasValue = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidator(_bias_value)]
 JOB_TIME_LIMIT = (
     "wall-clock budget in seconds of the whole job (a search: its path and refit), counted over "
     "all its attempts; at most the service's MAX_JOB_SECONDS, which a job without one gets"

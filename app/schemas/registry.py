@@ -45,7 +45,7 @@ class RegisteredModelOut(BaseModel):
     name: str
     description: str | None
     tags: dict[str, str]
-    latest_version: int | None = Field(description="the newest version (null: none yet)")
+    latest_version: int | None = Field(description="the newest version that exists (null: none)")
     aliases: dict[str, int] = Field(description="alias -> version")
     created_at: datetime
     updated_at: datetime

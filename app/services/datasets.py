@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.db import Database
 from app.errors import ProblemError
-from app.schemas.common import keyset_page
+from app.schemas.common import sized_page
 from app.services import dataset_files
 from app.services.array_cache import ArrayCache
 from app.storage import Storage, dataset_prefix, get_storage
@@ -82,7 +82,9 @@ def named_dataset(
 def list_datasets(
     session: Session, limit: int, cursor: str | None
 ) -> tuple[list[Dataset], str | None]:
-    return keyset_page(session, select(Dataset), Dataset.id, limit, cursor)
+    return sized_page(
+        session, select(Dataset), Dataset.id, limit, cursor, bulk=Dataset.feature_names
+    )
 
 
 def delete_dataset(db: Database, settings: Settings, dataset_id: str) -> None:

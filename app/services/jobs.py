@@ -27,6 +27,10 @@ MAX_PROGRESS_ID = 2**63 - 1  # progress ids are 64-bit integers (migration 0012)
 # of float64. The solvers hold them as a dense (features, outputs) array, however few features
 # the rows use.
 MAX_MODEL_WEIGHTS = 1 << 27
+# Dual variables (rows x outputs, for each fold of a search) a job may hold, by default
+# (MAX_DUAL_VARIABLES): 1 GiB of float64, or one per stored non-zero where that is more. A 1 MB
+# upload of 50,000 rows of 1,000 classes took a worker 1.4 GB, and 8.5 GB with a 20-fold search.
+MAX_DUAL_VARIABLES = 1 << 27
 
 
 def _invalid(field: str, message: str) -> ProblemError:
@@ -60,6 +64,7 @@ def check_dataset_fits(
     params: dict[str, Any],
     dataset: Dataset,
     max_weights: int = MAX_MODEL_WEIGHTS,
+    max_dual: int = MAX_DUAL_VARIABLES,
 ) -> None:
     """422 when the estimator cannot train on this dataset's labels."""
     if spec.kind != "classifier" and text_classes(dataset.classes) is not None:
@@ -95,11 +100,57 @@ def check_dataset_fits(
                     "params.class_weight",
                     f"labels {unknown} are not classes of the dataset (its classes: {labels})",
                 )
+            _check_one_weight_per_class(weights)
+        _check_weighted_c(params, dataset)
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
     check_model_size(spec, dataset, max_weights)
     check_folds(spec, params, dataset)
+    check_dual_size(spec, params, dataset, max_dual)
+
+
+def _check_weighted_c(params: dict[str, Any], dataset: Dataset) -> None:
+    """422 when C times a class's weight is not a finite float: each row's C is their product,
+    and a job with C 1e300 and a weight of 1e300 (each finite) failed in the worker."""
+    import math
+
+    weights = params.get("class_weight")
+    if isinstance(weights, dict):
+        weight = max(weights.values())
+    elif weights == "balanced":  # n / (classes x count): largest for the smallest class
+        counts = [int(c.get("count", 0)) for c in dataset.classes or []]
+        weight = dataset.n_rows / (len(counts) * max(1, min(counts)))
+    else:
+        return
+    search = params.get("search")
+    grid = (search or {}).get("Cs")
+    if isinstance(grid, list):
+        largest = max(grid)
+    elif isinstance(grid, dict):
+        largest = grid.get("max") or 1024.0  # the library's grid ends at 1024
+    else:
+        largest = params["C"]
+    if not math.isfinite(largest * weight):
+        field = "params.search.Cs" if search is not None else "params.C"
+        raise _invalid(
+            field,
+            f"C {largest:g} times the class weight {weight:g} is beyond the largest float: a "
+            "row's C is their product; use a smaller C or weight",
+        )
+
+
+def _check_one_weight_per_class(weights: dict[str, float]) -> None:
+    """422 when two keys spell the same class ("1" and "1.0", "+1"): the trainer reads the keys
+    as numbers, and the last of them silently took the class's weight."""
+    seen: dict[float, str] = {}
+    for key in weights:
+        first = seen.setdefault(float(key), key)
+        if first != key:
+            raise _invalid(
+                "params.class_weight",
+                f"labels {first!r} and {key!r} name the same class: give each class one weight",
+            )
 
 
 def _as_float(key: str) -> float | None:
@@ -127,11 +178,15 @@ def check_time_limit(params: dict[str, Any], max_job_seconds: float | None) -> N
         )
 
 
+def _outputs(spec: EstimatorSpec, dataset: Dataset) -> int:
+    classes = len(dataset.classes or []) if spec.kind == "classifier" else 1
+    return 1 if classes <= 2 else classes  # one-vs-rest and the joint formulations alike
+
+
 def check_model_size(spec: EstimatorSpec, dataset: Dataset, max_weights: int) -> None:
     """422 when the model would hold more than ``max_weights`` weights: a few hundred bytes
     of LIBSVM text can declare 2^24 features and 1000 classes (134 GB of weights)."""
-    classes = len(dataset.classes or []) if spec.kind == "classifier" else 1
-    outputs = 1 if classes <= 2 else classes  # one-vs-rest and the joint formulations alike
+    outputs = _outputs(spec, dataset)
     weights = dataset.n_features * outputs
     if weights > max_weights:
         raise _invalid(
@@ -142,18 +197,48 @@ def check_model_size(spec: EstimatorSpec, dataset: Dataset, max_weights: int) ->
         )
 
 
-def check_folds(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -> None:
-    """422 when the k-fold of a search (or of probability=true) cannot split the dataset: fewer
-    rows than folds, or, stratified, no class with a row for every fold."""
+def check_dual_size(
+    spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset, max_dual: int
+) -> None:
+    """422 when training would hold more than ``max_dual`` dual variables (or more than one per
+    stored non-zero, where that is more): one per row and output, for each fold of a search or
+    of probability=true, whose folds run together. Their cost grows with the classes and the
+    folds, not with the upload: 1 MB of 50,000 rows of 1,000 classes asked 400 MB of them."""
+    outputs = _outputs(spec, dataset)
+    field, k = _folds(params) or ("dataset_id", 1)
+    dual = dataset.n_rows * outputs * k
+    allowed = max(max_dual, dataset.nnz)
+    if dual > allowed:
+        folds = f" x {k} folds" if k > 1 else ""
+        raise _invalid(
+            field if k > 1 and dual // k <= allowed else "dataset_id",
+            f"training would hold {dataset.n_rows} rows x {outputs} outputs{folds} = {dual} "
+            f"dual variables, more than the {allowed} a job may hold (MAX_DUAL_VARIABLES, or "
+            "one per stored non-zero where that is more): use fewer folds, or a dataset with "
+            "fewer rows or classes",
+        )
+
+
+def _folds(params: dict[str, Any]) -> tuple[str, int] | None:
+    """(field, k) of the k-fold a search or probability=true runs; None without one."""
     from solvers.estimators.linear_svc import PROBABILITY_FOLDS
 
     search = params.get("search")
     if search is not None:
-        field, k = "params.search.cv", int(search["cv"])
-    elif params.get("probability") and params.get("calibration") != "none":
-        field, k = "params.probability", PROBABILITY_FOLDS
-    else:
+        return "params.search.cv", int(search["cv"])
+    if params.get("probability") and params.get("calibration") != "none":
+        return "params.probability", PROBABILITY_FOLDS
+    return None
+
+
+def check_folds(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -> None:
+    """422 when the k-fold of a search (or of probability=true) cannot split the dataset: fewer
+    rows than folds, or, stratified, no class with a row for every fold."""
+    folds = _folds(params)
+    if folds is None:
         return
+    field, k = folds
+    search = params.get("search")
     if dataset.n_rows < k:
         raise _invalid(field, f"{k} folds need at least {k} rows; the dataset has {dataset.n_rows}")
     counts = [int(c.get("count", 0)) for c in dataset.classes or []]
@@ -219,11 +304,12 @@ def _checked_datasets(
     params: dict,
     dask_address: str | None,
     max_weights: int,
+    max_dual: int = MAX_DUAL_VARIABLES,
 ) -> Dataset:
     """The job's training dataset, once it and the validation dataset (if any) fit the request
     and the tenant may queue one more job; 404, 422 or 429 otherwise."""
     dataset = named_dataset(session, body.dataset_id, lock=True)
-    check_dataset_fits(spec, params, dataset, max_weights)
+    check_dataset_fits(spec, params, dataset, max_weights, max_dual)
     check_distributed(body, params, dataset, dask_address)
     quotas.check_active_jobs(session)
     if body.validation_dataset_id is not None:
@@ -248,11 +334,12 @@ def create_job(
     max_weights: int = MAX_MODEL_WEIGHTS,
     key_ttl_hours: float = idempotency.DEFAULT_TTL_HOURS,
     max_job_seconds: float | None = None,
+    max_dual: int = MAX_DUAL_VARIABLES,
 ) -> tuple[Job, bool]:
     """Insert a queued job and its queue entry in one transaction. Returns (job, created).
     ``dask_address``: the service's DASK_SCHEDULER_ADDRESS (distributed jobs need one);
     ``max_weights``: its MAX_MODEL_WEIGHTS; ``key_ttl_hours``: its IDEMPOTENCY_TTL_HOURS;
-    ``max_job_seconds``: its MAX_JOB_SECONDS."""
+    ``max_job_seconds``: its MAX_JOB_SECONDS; ``max_dual``: its MAX_DUAL_VARIABLES."""
     spec, params = validate_request(body)
     check_time_limit(params, max_job_seconds)
     body_hash = idempotency.request_hash(body.model_dump(mode="json")) if key else None
@@ -263,7 +350,9 @@ def create_job(
                 return _replayed(session, existing), False
     try:
         with db.write() as session:
-            dataset = _checked_datasets(session, body, spec, params, dask_address, max_weights)
+            dataset = _checked_datasets(
+                session, body, spec, params, dask_address, max_weights, max_dual
+            )
             job = Job(
                 id=new_id("job"),
                 dataset_id=dataset.id,

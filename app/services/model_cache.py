@@ -20,6 +20,12 @@ from sqlalchemy import select
 from app.services.prediction import LinearModel
 
 
+def model_bytes(model: LinearModel) -> int:
+    """The bytes of a model's arrays (weights, intercepts, a sparse model's columns)."""
+    arrays = (model.coef, model.intercept, model.columns)
+    return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+
+
 class ModelCache:
     """Thread-safe LRU of :class:`LinearModel` keyed by model id.
 
@@ -27,14 +33,27 @@ class ModelCache:
     ----------
     size : int
         Most models kept; 0 disables caching.
+    max_bytes : int or None
+        Most bytes of weights kept (None: no bound), the least recently used evicted first;
+        the newest model stays even when it alone is larger, so that a model that large is
+        unpacked once, not for every request. A count alone let 32 models at the weight limit
+        (1 GiB each) hold 32 GiB.
     revalidate_s : float
         Age after which :meth:`get` reports an entry as due for an existence check.
     clock : callable
         Monotonic time source (tests inject one).
     """
 
-    def __init__(self, size: int, revalidate_s: float = 5.0, clock: Callable = time.monotonic):
+    def __init__(
+        self,
+        size: int,
+        revalidate_s: float = 5.0,
+        clock: Callable = time.monotonic,
+        max_bytes: int | None = None,
+    ):
         self.size = max(0, int(size))
+        self.max_bytes = max_bytes
+        self.bytes = 0
         self.revalidate_s = revalidate_s
         self._clock = clock
         self._items: OrderedDict[str, tuple[LinearModel, float]] = OrderedDict()
@@ -58,10 +77,18 @@ class ModelCache:
         if self.size == 0:
             return
         with self._lock:
+            self._drop(model.id)
             self._items[model.id] = (model, self._clock())
-            self._items.move_to_end(model.id)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            self.bytes += model_bytes(model)
+            while len(self._items) > self.size or (
+                self.max_bytes is not None and self.bytes > self.max_bytes and len(self._items) > 1
+            ):
+                self._drop(next(iter(self._items)))
+
+    def _drop(self, model_id: str) -> None:
+        entry = self._items.pop(model_id, None)
+        if entry is not None:
+            self.bytes -= model_bytes(entry[0])
 
     def touch(self, model_id: str) -> None:
         """Mark an entry as just revalidated."""
@@ -72,11 +99,12 @@ class ModelCache:
 
     def evict(self, model_id: str) -> None:
         with self._lock:
-            self._items.pop(model_id, None)
+            self._drop(model_id)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._items)

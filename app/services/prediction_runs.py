@@ -71,7 +71,9 @@ def create_run(db, model_id: str, dataset_id: str, n_rows: int, outputs: int) ->
 
     with db.write() as session:
         # the model locked against its deletion until the run is committed (FOR KEY SHARE)
-        model = session.get(Model, model_id, with_for_update={"key_share": True})
+        model = session.get(
+            Model, model_id, with_for_update={"key_share": True}, options=[Model.without_weights()]
+        )
         if model is None:
             raise ModelDeleted(model_id)
         # in this transaction, the tenant's row locked (or first made): no two slip under

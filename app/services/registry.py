@@ -193,7 +193,9 @@ def model_in_use(session: Session, model_id: str) -> Model | None:
     """The model a new row is about to point at, locked against its deletion until the row is
     committed (PostgreSQL: FOR KEY SHARE, which the deletion's FOR UPDATE waits for; a deletion
     committed first leaves None)."""
-    return session.get(Model, model_id, with_for_update={"key_share": True})
+    return session.get(
+        Model, model_id, with_for_update={"key_share": True}, options=[Model.without_weights()]
+    )
 
 
 def set_alias(session: Session, name: str, alias: str, version: int) -> ModelAlias:
@@ -243,11 +245,16 @@ def aliases_pointing_at(session: Session, model_id: str) -> list[str]:
 
 
 def registered_view(session: Session, row: RegisteredModel) -> dict[str, Any]:
+    # the newest version that exists: the row's counter numbers new versions and never goes
+    # back, while a version goes with its model's deletion or its own
+    latest = session.scalar(
+        select(func.max(ModelVersion.version)).where(ModelVersion.registered_model_id == row.id)
+    )
     return {
         "name": row.name,
         "description": row.description,
         "tags": row.tags or {},
-        "latest_version": row.latest_version or None,
+        "latest_version": latest,
         "aliases": aliases_of(session, row.id),
         "created_at": row.created_at,
         "updated_at": row.updated_at,

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 import numbers
 
-MAX_BIAS = 1e100  # the bound on every training value (`solvers._core.sparse.MAX_ABS_VALUE`)
-
 
 def check_tol(tol) -> float:
     if (
@@ -25,14 +23,18 @@ def check_max_iter(max_iter, name: str = "max_iter") -> int:
 
 
 def check_bias(bias) -> float:
+    """The bias feature's value: at most MAX_ABS_VALUE, as the data's values (its square enters
+    every row's squared norm: 1e160 overflowed them, and the solve ended with zeros)."""
+    from solvers._core.sparse import MAX_ABS_VALUE
+
     if (
         isinstance(bias, bool)
         or not isinstance(bias, numbers.Real)
-        or not (math.isfinite(bias) and 0 <= bias <= MAX_BIAS)
+        or not (math.isfinite(bias) and bias >= 0)
     ):
-        # beyond the data's bound (±1e100) the bias feature's square overflows: 1e200 trained
-        # an all-zero model
-        raise ValueError(f"bias must be a number in [0, {MAX_BIAS:g}], got {bias!r}")
+        raise ValueError(f"bias must be a finite number >= 0, got {bias!r}")
+    if bias > MAX_ABS_VALUE:
+        raise ValueError(f"bias must be at most {MAX_ABS_VALUE:g}, got {bias!r}")
     return float(bias)
 
 

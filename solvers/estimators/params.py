@@ -12,8 +12,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from solvers._core.params import MAX_BIAS
-
 
 def _real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
@@ -24,8 +22,14 @@ def positive() -> tuple[Callable, str]:
 
 
 def bias_value() -> tuple[Callable, str]:
-    # the value of the bias feature: beyond the data's bound its square overflows
-    return (lambda v: _real(v) and 0 < v <= MAX_BIAS), f"a float in (0, {MAX_BIAS:g}]"
+    """``intercept_scaling``: the value of a constant feature, bounded as the solvers' door bounds
+    the data's values (its square enters every row's squared norm: 1e160 overflowed them to inf,
+    and the fit ended with an all-zero model)."""
+    from solvers._core.sparse import MAX_ABS_VALUE
+
+    return (
+        lambda v: _real(v) and math.isfinite(v) and 0 < v <= MAX_ABS_VALUE
+    ), f"a float > 0 and <= {MAX_ABS_VALUE:g}"
 
 
 def non_negative() -> tuple[Callable, str]:

@@ -21,13 +21,23 @@ pytestmark = pytest.mark.timeout(120)
         ({"params": {"Cee": 1}}, "params.Cee", "unknown field"),
         ({"params": {"loss": "log"}}, "params.loss", "'squared_hinge', 'hinge' or 'squared_error'"),
         ({"params": {"max_iter": 0}}, "params.max_iter", "greater than or equal to 1"),
-        # its square overflows: 1e200 trained an all-zero model
-        ({"params": {"intercept_scaling": 1.0000001e100}}, "params.intercept_scaling",
-         "must be at most 1e+100"),
         ({"params": {"tol": "0.1"}}, "params.tol", "valid number"),
         ({"params": {"class_weight": {"a": 1}}}, "params.class_weight", "'a'] are not classes"),
         ({"params": {"class_weight": {"7": 1}}}, "params.class_weight", "not classes"),
+        # both keys read as the class 1: the last one's weight was taken silently
+        ({"params": {"class_weight": {"1": 2, "1.0": 3}}}, "params.class_weight", "same class"),
+        ({"params": {"class_weight": {"+1": 2, "1": 3}}}, "params.class_weight", "same class"),
+        # each finite, their product not: the job failed in the worker
+        ({"params": {"C": 1e300, "class_weight": {"1": 1e9}}}, "params.C", "largest float"),
+        ({"params": {"C": 1.7e308, "class_weight": "balanced"}}, "params.C", "largest float"),
+        ({"params": {"search": {"Cs": [1.0, 1e300]}, "class_weight": {"-1": 1e9}}},
+         "params.search.Cs", "largest float"),
         ({"params": {"multi_class": "ovo"}}, "params.multi_class", "'ovr'"),
+        # a constant feature of 1e160: its square overflowed, and the job succeeded with zeros
+        ({"params": {"intercept_scaling": 1.0000000000000002e100}}, "params.intercept_scaling",
+         "at most 1e+100"),
+        ({"estimator": "LinearSVR", "params": {"intercept_scaling": 1e160}},
+         "params.intercept_scaling", "at most 1e+100"),
         ({"estimator": "SVC"}, "estimator", "expected one of LinearSVC"),
         ({"extra": 1}, "extra", "unknown field"),
         ({"params": {"search": True}}, "params.search", "should be an object (got True)"),
@@ -160,6 +170,52 @@ def test_class_weight_holds_at_most_as_many_labels_as_a_dataset_has_classes(
     assert fragment in answer.json()["detail"] and "params.class_weight" in answer.text
 
 
+@pytest.mark.parametrize(("n_rows", "status"), [(134_218, 422), (134_217, 202)])
+def test_a_job_beyond_the_dual_limit_is_422(client, db, settings, fake_trainer, n_rows, status):
+    """A 1 MB upload of 50,000 rows of 1,000 classes took a worker 1.4 GB for one-vs-rest (a dual
+    variable per row and class), and 8.5 GB with a 20-fold search (one set per fold). 1,000
+    classes x 134,218 rows is 272 dual variables over the limit (2^27)."""
+    fake_trainer()
+    settings.max_upload_mb = 4
+    lines = [f"{row % 1000} 1:1" for row in range(n_rows)]
+    dataset = upload(client, "\n".join(lines).encode() + b"\n").json()
+    assert dataset["n_rows"] == n_rows and len(dataset["labels"]["classes"]) == 1000
+    answer = client.post("/v1/jobs", json={"dataset_id": dataset["id"]})
+    assert answer.status_code == status, answer.text
+    if status == 422:
+        problem = answer.json()
+        assert problem["errors"][0]["field"] == "dataset_id"
+        assert "134218 rows x 1000 outputs = 134218000 dual variables" in problem["detail"]
+        assert count(db, Job) == 0
+
+
+def test_the_dual_limit_counts_the_folds_and_is_a_setting(app, client, fake_trainer):
+    """MAX_DUAL_VARIABLES: rows x outputs, times the folds that a search or probability=true
+    runs together; one per stored non-zero is always allowed."""
+    fake_trainer()
+    lines = [f"{row % 3} 1:1" for row in range(30)]  # 30 rows x 3 classes = 90; 30 non-zeros
+    dataset = upload(client, "\n".join(lines).encode() + b"\n").json()
+
+    def job(params, limit):
+        app.state.settings.max_dual_variables = limit
+        return client.post("/v1/jobs", json={"dataset_id": dataset["id"], "params": params})
+
+    assert job({}, 89).status_code == 422
+    assert job({}, 90).status_code == 202
+    search = {"search": {"cv": 2, "Cs": [1.0]}}  # 2 folds: 180
+    answer = job(search, 179)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == "params.search.cv"
+    assert "x 2 folds = 180 dual variables" in answer.json()["detail"]
+    assert job(search, 180).status_code == 202
+    answer = job({"probability": True}, 449)  # its internal 5-fold: 450
+    assert answer.status_code == 422 and "params.probability" in answer.text
+    assert job({"probability": True, "calibration": "none"}, 90).status_code == 202  # no folds
+    binary = upload(client, b"1 1:1 2:1\n-1 1:1 2:1\n1 2:1\n-1 1:2\n", "binary.txt").json()
+    app.state.settings.max_dual_variables = 1  # 4 rows, but 6 stored non-zeros
+    assert client.post("/v1/jobs", json={"dataset_id": binary["id"]}).status_code == 202
+
+
 def test_the_weight_limit_is_a_setting(app, client):
     """MAX_MODEL_WEIGHTS: a deployment with the memory for larger models raises it."""
     lines = [f"{c} {1 + c}:1" for c in range(3) for _ in range(2)] + ["0 1000:1"]
@@ -169,3 +225,11 @@ def test_the_weight_limit_is_a_setting(app, client):
     assert answer.status_code == 422 and "more than the 2999" in answer.json()["detail"]
     app.state.settings.max_model_weights = 3000
     assert client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).status_code == 202
+
+
+def test_c_times_a_class_weight_up_to_the_largest_float_is_accepted(client, heart, fake_trainer):
+    fake_trainer()
+    body = {"dataset_id": heart["id"], "params": {"C": 1e299, "class_weight": {"1": 1e9}}}
+    assert client.post("/v1/jobs", json=body).status_code == 202  # 1e308: finite
+    body["params"]["C"] = 1.8e299  # 1.8e308: beyond the largest float (1.797...e308)
+    assert client.post("/v1/jobs", json=body).status_code == 422

@@ -8,14 +8,14 @@ from app.services.model_cache import ModelCache
 from app.services.prediction import LinearModel
 
 
-def model(model_id):
+def model(model_id, n_features=1):
     return LinearModel(
         id=model_id,
         kind="classifier",
         classes=[0, 1],
-        n_features=1,
+        n_features=n_features,
         zero_based=False,
-        coef=np.ones((1, 1)),
+        coef=np.ones((1, n_features)),
         intercept=np.zeros(1),
     )
 
@@ -72,3 +72,32 @@ def test_concurrent_use_keeps_the_bound():
     for t in threads:
         t.join()
     assert len(cache) == 8
+
+
+def test_the_bytes_kept_are_bounded_and_the_newest_model_stays():
+    """A count alone let 32 models at the weight limit (1 GiB each) hold 32 GiB: a 514 kB
+    upload trains a model of 82 MB of weights, and each one predicted once stayed cached."""
+    from app.services.model_cache import model_bytes
+
+    one_mb = model("a", 2**17 - 1)  # 2^17 - 1 weights and an intercept: 1 MiB
+    assert model_bytes(one_mb) == 2**20
+    cache = ModelCache(32, max_bytes=3 * 2**20 + 8)
+    for name in "abc":
+        cache.put(model(name, 2**17 - 1))
+    assert len(cache) == 3 and cache.bytes == 3 * 2**20
+    cache.put(model("d", 2**17))  # 1 MiB + 8: the oldest goes, the rest are at the bound
+    assert "a" not in cache and len(cache) == 3 and cache.bytes == 3 * 2**20 + 8
+    cache.put(model("e", 2**17))  # 8 bytes over once "b" goes: "c" goes too
+    assert list(cache._items) == ["d", "e"] and cache.bytes == 2 * 2**20 + 16
+    cache.put(model("big", 2**19))  # 4 MiB alone: kept, every other model evicted
+    assert list(cache._items) == ["big"] and cache.bytes == 4 * 2**20 + 8
+    cache.put(model("big", 2**19))  # the same model again: counted once
+    assert len(cache) == 1 and cache.bytes == 4 * 2**20 + 8
+    cache.evict("big")
+    assert cache.bytes == 0 and len(cache) == 0
+
+
+def test_the_service_bounds_its_cache_by_model_cache_mb(app, client):
+    from app.api.model_lookup import model_cache
+
+    assert model_cache(app).max_bytes == int(app.state.settings.model_cache_mb * 2**20)

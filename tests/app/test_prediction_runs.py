@@ -157,14 +157,14 @@ def test_starting_a_run_writes_nothing_in_the_requests_read_transaction(
     with service.db.write() as session:
         session.query(Tenant).delete()
     dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
-    loaded = api.model_from_row
+    loaded = api.unpacked
 
-    def written_meanwhile(row):
+    def written_meanwhile(*args):
         with service.db.write() as session:  # another request or a worker commits a write
             session.get(Dataset, dataset_id).name = "renamed"
-        return loaded(row)
+        return loaded(*args)
 
-    monkeypatch.setattr(api, "model_from_row", written_meanwhile)
+    monkeypatch.setattr(api, "unpacked", written_meanwhile)
     r = service.client.post(f"/v1/models/{binary[0]}/predictions", json={"dataset_id": dataset_id})
     assert r.status_code == 202, r.text
     with service.db.session() as session:

@@ -116,6 +116,27 @@ def test_registry_names_versions_and_aliases(app, client, served):
     assert [v["version"] for v in versions] == [2]
 
 
+def test_latest_version_is_the_newest_version_that_exists(app, client, served):
+    """A version goes with its model's deletion (or its own): the name's latest_version said 2
+    for a version 2 that was gone (the dashboard linked to it, a 404), while the protocol's
+    bare name served version 1. Numbers are still never reused."""
+    first = served["model"]
+    second = train(app, client, served["dataset"]["id"], C=0.01)
+    client.post("/v1/registered-models", json={"name": "heart"})
+    for model in (first, second):
+        client.post("/v1/registered-models/heart/versions", json={"model_id": model})
+    assert client.get("/v1/registered-models/heart").json()["latest_version"] == 2
+    assert client.delete(f"/v1/models/{second}").status_code == 204
+    assert client.get("/v1/registered-models/heart").json()["latest_version"] == 1
+    assert client.get("/v1/registered-models").json()["items"][0]["latest_version"] == 1
+    assert client.get("/v2/models/heart").json()["versions"] == [first]
+    assert client.delete("/v1/registered-models/heart/versions/1").status_code == 204
+    assert client.get("/v1/registered-models/heart").json()["latest_version"] is None
+    again = client.post("/v1/registered-models/heart/versions", json={"model_id": first})
+    assert again.json()["version"] == 3
+    assert client.get("/v1/registered-models/heart").json()["latest_version"] == 3
+
+
 def test_onnx_and_skops_exports_agree_with_the_service(client, served):
     X, model = served["X"], served["model"]
     service = predict(client, model, {"instances": X.tolist()})

@@ -271,6 +271,45 @@ def test_a_wide_file_of_small_row_groups_in_default_pages_is_accepted(client, se
     assert abs(stored(settings, response.json())[0] - X).max() == 0
 
 
+def test_a_file_of_tiny_row_groups_or_many_columns_is_413_after_its_chunk_budget(
+    client, settings
+):
+    from app.services.formats.parquet import CHUNK_BYTES, MIN_CHUNK_BUDGET
+
+    def groups_file(n):  # n row groups of one row: 2 n column chunks
+        column = pa.array(np.arange(n) % 2, type=pa.int8())
+        return parquet_bytes(
+            pa.table({"label": column, "x": column}), row_group_size=1, compression="none",
+            use_dictionary=False, write_statistics=False,
+        )  # fmt: skip
+
+    def wide_file(columns):  # one row group of two rows: `columns` column chunks
+        zeros = pa.array(np.zeros(2))
+        return parquet_bytes(
+            pa.table({"label": [1.0, -1.0], **{f"f{j}": zeros for j in range(columns - 1)}}),
+            compression="none", use_dictionary=False, write_statistics=False,
+        )  # fmt: skip
+
+    settings.max_upload_mb = 8  # footers of 10,000 chunks take more than the tests' 1 MB
+    at_budget = groups_file(MIN_CHUNK_BUDGET // 2)
+    assert len(at_budget) // CHUNK_BYTES < MIN_CHUNK_BUDGET
+    response = post(client, at_budget, filename="groups.parquet")
+    assert response.status_code == 201, response.text
+    assert response.json()["n_rows"] == MIN_CHUNK_BUDGET // 2
+    # one row group over; before: each chunk cost about 0.1 ms to walk and decode, so that
+    # 17 MB of one-row row groups held a parser process for 30 s (a dataset of 100,000 rows)
+    response = post(client, groups_file(MIN_CHUNK_BUDGET // 2 + 1), filename="groups.parquet")
+    assert response.status_code == 413, response.text
+    assert f"more than the {MIN_CHUNK_BUDGET} accepted" in response.json()["detail"]
+    # the same bound for columns: 17 MB of 100,000 columns of two rows took 15 s
+    response = post(client, wide_file(MIN_CHUNK_BUDGET), filename="wide.parquet")
+    assert response.status_code == 201, response.text
+    response = post(client, wide_file(MIN_CHUNK_BUDGET + 1), filename="wide.parquet")
+    assert response.status_code == 413, response.text
+    assert "column chunks" in response.json()["detail"]
+    assert len(client.get("/v1/datasets").json()["items"]) == 2
+
+
 def test_page_headers_longer_than_the_first_window_are_walked(tmp_path):
     from app.services.formats.parquet_pages import FIRST_READ_BYTES, walk_chunk
 

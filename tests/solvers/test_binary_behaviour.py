@@ -199,9 +199,8 @@ def test_shrinking_changes_the_active_set_but_not_the_optimum():
         ({"order": "sorted"}, "order must be one of"),
         ({"tol": 0}, "tol must be a finite number > 0"),
         ({"max_iter": 0}, "max_iter must be an integer >= 1"),
-        ({"bias": -1.0}, r"bias must be a number in \[0, 1e\+100\], got -1.0"),
-        # its square overflows: 1e200 trained an all-zero model
-        ({"bias": 1e200}, r"bias must be a number in \[0, 1e\+100\], got 1e\+200"),
+        ({"bias": -1.0}, "bias must be a finite number >= 0"),
+        ({"bias": 1e160}, r"bias must be at most 1e\+100"),  # its square overflowed: zeros
         ({"C": -1.0}, "C must be a finite number > 0"),
         ({"C": np.ones(3)}, r"C must be a scalar or have one value per sample, shape \(20,\)"),
         ({"objective_every": 0}, "objective_every must be an integer >= 1"),

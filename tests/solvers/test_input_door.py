@@ -171,6 +171,21 @@ def test_regression_targets_beyond_the_bound_are_refused(loss):
     assert np.isfinite(at_bound.coef_).all()
 
 
+@pytest.mark.parametrize(
+    "estimator",
+    [solvers.LinearSVC, solvers.LinearSVR,
+     lambda **kw: solvers.LinearSVCCV(cv=2, Cs=[1.0], **kw)],  # fmt: skip
+)
+def test_intercept_scaling_is_bounded_as_the_values_are(estimator):
+    """The bias feature's value enters every row's squared norm as the data's values do: 1e160
+    overflowed them and the fit ended with an all-zero model, status max_iter."""
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]] * 3)
+    y = np.array([1, 1, -1, -1] * 3)
+    with pytest.raises(ValueError, match=r"'intercept_scaling'.*<= 1e\+100"):
+        estimator(intercept_scaling=1.0000000000000002e100).fit(X, y)
+    assert np.isfinite(estimator(intercept_scaling=1e100).fit(X, y).coef_).all()
+
+
 def test_a_malformed_matrix_fails_at_the_door():
     bad = sp.csr_matrix(np.eye(3))
     bad.indices = np.array([0, 1, 7], dtype=np.int32)  # column 7 of 3

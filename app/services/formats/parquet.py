@@ -11,7 +11,8 @@ Layouts:
 
 A Parquet file is read from its footer, so the reader waits for the whole upload. pyarrow
 decodes a row group whole, so the file is checked before anything is decoded: the footer's size
-(MAX_LINE_MB), its column count (MAX_FEATURES), and every page header (`.parquet_pages`): the
+(MAX_LINE_MB), its column count (MAX_FEATURES), its column chunks (row groups × columns, at most
+one per CHUNK_BYTES of the file, or MIN_CHUNK_BUDGET), and every page header (`.parquet_pages`): the
 pages' declared sizes must agree with the footer, each row group may take at most
 ROW_GROUP_BYTES decoded, and all of them together at most MAX_EXPANDED_MB. Row groups are then
 read one at a time and handed on in chunks of rows.
@@ -34,6 +35,12 @@ from solvers.io import LibsvmLimitError
 
 MAGIC = b"PAR1"
 ROW_GROUP_BYTES = 64 << 20  # decoded size of one row group (pyarrow holds a row group whole)
+# Column chunks (row groups × columns) a file may hold: MIN_CHUNK_BUDGET, or one per CHUNK_BYTES
+# of it where that is more. Each chunk costs about 0.1 ms to check and decode however little it
+# holds: 17 MB of one-row row groups took a parser process 30 s, and 17 MB of 100,000 columns
+# holding two rows 15 s.
+MIN_CHUNK_BUDGET = 10_000
+CHUNK_BYTES = 2048
 MAX_INDEX = 2**31 - 2
 
 
@@ -171,6 +178,7 @@ class ParquetChunks:
         over MAX_EXPANDED_MB."""
         meta = pf.metadata
         size = os.path.getsize(self.source)
+        _check_chunk_count(meta.num_row_groups, meta.num_columns, size)
         expanded = self.limits.get("max_expanded") or 2**62
         total = 0
         pages = PageCount(page_budget(size))
@@ -328,6 +336,26 @@ def _sparse_parts(column):
         indices.to_numpy(zero_copy_only=False).astype(np.int64),
         values.to_numpy(zero_copy_only=False).astype(np.float64),
     )
+
+
+def chunk_budget(file_size: int) -> int:
+    """The most column chunks a Parquet file of this size may hold."""
+    return max(MIN_CHUNK_BUDGET, file_size // CHUNK_BYTES)
+
+
+def _check_chunk_count(row_groups: int, columns: int, file_size: int) -> None:
+    """413 when the file holds more column chunks than its budget, before any is walked."""
+    budget = chunk_budget(file_size)
+    if row_groups * columns > budget:
+        raise LibsvmLimitError(
+            f"parquet: {row_groups} row groups × {columns} columns = {row_groups * columns} "
+            f"column chunks, more than the {budget} accepted for a file of {file_size} bytes "
+            f"(one per {CHUNK_BYTES} bytes, at least {MIN_CHUNK_BUDGET}); chunks this small "
+            "cost more to read than their data is worth: write larger row groups "
+            "(pyarrow.parquet.write_table(..., row_group_size=100_000)), or send wide data "
+            "as a sparse struct<indices, values> column",
+            None,
+        )
 
 
 class PageCount:
