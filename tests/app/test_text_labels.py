@@ -459,3 +459,30 @@ def test_quoted_and_spaced_names_and_an_open_quote(client, settings):
     refused = post(client, b'label,a\nspam,1\n"ham,2\nspam,3\n', "open.csv")
     assert refused.status_code == 422 and refused.json()["detail"].startswith("line 3: expected 2")
     nothing_stored(client, settings)
+
+
+def test_a_text_validation_set_of_a_numeric_training_set_is_scored_by_name(app, client):
+    """Training labels 1, 2, 3 (numbers) and a validation set whose labels are text ("1", "2"
+    and the class "x" the model lacks): the validation accuracy matches the rows by name, as
+    evaluate does, rather than counting every row wrong."""
+    X, labels = flowers(14)
+    numbers = np.searchsorted(sorted(NAMES), labels) + 1.0
+    train_set = post(client, csv_text(X, numbers), "n.csv").json()
+    assert [c["label"] for c in train_set["labels"]["classes"]] == [1, 2, 3]
+    X_valid, valid_labels = flowers(15, n=30)
+    valid_text = np.asarray([{"setosa": "1", "versicolor": "2"}.get(v, "x") for v in valid_labels])
+    valid = post(client, csv_text(X_valid, valid_text), "v.csv").json()
+    assert [c["label"] for c in valid["labels"]["classes"]] == ["1", "2", "x"]
+    job = client.post("/v1/jobs", json={"dataset_id": train_set["id"],
+                                        "validation_dataset_id": valid["id"],
+                                        "params": {"C": C, "tol": 1e-8, "max_iter": 100_000}})
+    assert job.status_code == 202, job.text  # fmt: skip
+    assert run_job(job.json()["id"], context(app)) == "succeeded"
+    model_id = client.get(f"/v1/jobs/{job.json()['id']}").json()["model_id"]
+    predicted = sklearn_reference(X, numbers).predict(X_valid)
+    expected = np.mean([str(int(p)) == t for p, t in zip(predicted, valid_text, strict=True)])
+    assert expected > 0.5  # the reference gets most rows right: a score of 0 is the bug
+    model = client.get(f"/v1/models/{model_id}").json()
+    assert model["validation_accuracy"] == pytest.approx(expected)
+    report = client.post(f"/v1/models/{model_id}/evaluate", json={"dataset_id": valid["id"]})
+    assert report.json()["accuracy"] == pytest.approx(expected)

@@ -164,6 +164,14 @@ def recode(y: np.ndarray, names: list[str], onto: list) -> np.ndarray:
     return table[np.asarray(y, dtype=np.int64)]
 
 
+def named_values(y: np.ndarray, names: list[str], numbers: list[float]) -> np.ndarray:
+    """Codes `y` of the classes `names`, as the numeric classes `numbers` whose name they are
+    (NaN, equal to no prediction, for a name that is no number of `numbers`)."""
+    value = {number_name(v): v for v in numbers}
+    table = np.asarray([value.get(n, np.nan) for n in names] or [np.nan], dtype=np.float64)
+    return table[np.asarray(y, dtype=np.int64)]
+
+
 def coded_weights(params: dict, names: list[str]) -> dict:
     """Job params for a dataset of text labels: a class_weight dict keyed by class name is
     keyed by the classes' codes, as the stored labels are."""
