@@ -205,16 +205,16 @@ class DelimitedChunks:
         except UnicodeDecodeError:  # named by its line
             lines = [_decode(text, line + offset) for offset, text in enumerate(raw.split(b"\n"))]
         offsets, cells = [], []
-        rows = list(csv.reader([text.rstrip("\r") for text in lines], delimiter=self.sep))
-        if len(rows) != len(lines):  # a quote left open took the next line: read them one by one
-            rows = [next(csv.reader([t.rstrip("\r")], delimiter=self.sep), []) for t in lines]
-        for offset, (text, row) in enumerate(zip(lines, rows, strict=True)):
+        shapes = self._label_cells(text.rstrip("\r") for text in lines)
+        if len(shapes) != len(lines):  # a quote left open took the next line: one by one
+            shapes = [self._label_cells([t.rstrip("\r")])[0] for t in lines]
+        for offset, (text, (width, cell)) in enumerate(zip(lines, shapes, strict=True)):
             if not text.strip():
                 continue
-            if len(row) != len(self.names):
+            if width != len(self.names):
                 raise self._locate(block, line, skip=self.label_at)
             offsets.append(offset)
-            cells.append(row[self.label_at])
+            cells.append(cell)
         if not cells:
             return None
         features = [i for i in range(len(self.names)) if i != self.label_at]
@@ -229,6 +229,14 @@ class DelimitedChunks:
         self._check_finite(rows, block, line)
         rows[:, self.label_at] = self.labels.cells(cells, lambda r: f"line {line + offsets[r]}")
         return rows
+
+    def _label_cells(self, lines) -> list[tuple[int, str | None]]:
+        """(cell count, label cell) of each row the csv reader reads from `lines`: only the
+        label is kept, not every cell of the block as a Python string (many times its bytes)."""
+        at = self.label_at
+        shapes = [(len(row), row[at] if len(row) > at else None)
+                  for row in csv.reader(lines, delimiter=self.sep)]  # fmt: skip
+        return shapes or [(0, None)]
 
     def _locate(self, block: bytes, line: int, skip: int | None = None) -> ValueError:
         """The first bad cell of a block that numpy refused, named by line and column (`skip`:
