@@ -512,3 +512,32 @@ def test_a_block_of_text_labels_holds_no_more_memory_than_one_of_numbers():
         return held
 
     assert peak("spam") < 1.2 * peak("1")
+
+
+@pytest.mark.parametrize("text_first", [True, False])
+def test_an_empty_label_read_as_zero_is_no_text_class(tmp_path, monkeypatch, text_first):
+    """With empty_cells=zero an empty label is 0 in a numeric column, but a text column never
+    gets a made-up class "0": the empty label is refused by its line whether the text came in
+    an earlier block or comes in a later one (each block here holds only numbers or only text,
+    so the block of the empty label reads as numbers)."""
+    from app.services.dataset_files import parse_to_arrays
+    from app.services.formats import delimited
+
+    monkeypatch.setattr(delimited, "BLOCK_BYTES", 4096)  # after the header's first 64 KiB
+    numbers, text = ["1,3\n"] * 20_000, ["spam,1\n"] * 20_000
+    rows = [*numbers, ",2\n", *numbers]
+    rows = [*text, *rows] if text_first else [*rows, *text]
+    path = tmp_path / "empty.csv"
+    path.write_text("label,a\n" + "".join(rows))
+    options = {"empty_cells": "zero"}
+    meta = parse_to_arrays(str(path), str(tmp_path / "out"), fmt="csv", options=options)
+    empty_line = rows.index(",2\n") + 2
+    assert meta["error"].startswith(f"line {empty_line}: the label is empty")
+    assert not (tmp_path / "out").exists()
+    # a numeric column reads the empty label as 0, as before text labels
+    path.write_text("label,a\n" + "".join([*numbers, ",2\n", *numbers]))
+    meta = parse_to_arrays(str(path), str(tmp_path / "num"), fmt="csv", options=options)
+    assert meta.get("error") is None
+    assert [c["label"] for c in meta["classes"]] == [0, 1]
+    y = np.load(tmp_path / "num" / "y.npy")
+    assert y[20_000] == 0 and np.all(np.delete(y, 20_000) == 1)

@@ -169,16 +169,26 @@ class DelimitedChunks:
         if rows.shape[1] != len(self.names):
             raise self._locate(block, line)
         self._check_finite(rows, block, line)
+        if len(block) != len(raw):  # empty cells were read as 0: was a label among them?
+            self._zeroed_labels(raw, line)
         rows[:, self.label_at] = self.labels.numeric(
             rows[:, self.label_at], lambda r: f"line {line + _row_line(block, r)}"
         )
         return rows
 
-    def _read(self, block: bytes, columns: list[int] | None = None) -> np.ndarray:
+    def _zeroed_labels(self, raw: bytes, line: int) -> None:
+        """Tell `LabelColumn` of the first empty label cell of a block as sent: 0 in a numeric
+        column, but no class name in a text one (numpy reads the one column fast)."""
+        cells = self._read(raw, [self.label_at], dtype=str)[:, 0]
+        empty = np.flatnonzero(np.char.strip(cells) == "")
+        if empty.size:
+            self.labels.zeroed(f"line {line + _row_line(raw, int(empty[0]))}")
+
+    def _read(self, block: bytes, columns: list[int] | None = None, dtype=np.float64):
         return np.loadtxt(
             io.BytesIO(block),
             delimiter=self.sep,
-            dtype=np.float64,
+            dtype=dtype,
             ndmin=2,
             quotechar='"',
             encoding="utf-8",

@@ -58,6 +58,7 @@ class LabelColumn:
         self.codes: dict[str, int] | None = None  # name -> code (first seen), once text
         self.text_from: int | None = None  # the first row of the chunk where text began
         self.number_codes: dict[float, int] = {}  # numbers of the rows before it -> code
+        self.zeroed_at: str | None = None  # the first empty label read as 0 (empty_cells=zero)
 
     def numeric(self, y: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
         """A chunk whose cells all read as numbers: the numbers (still numeric) or the codes."""
@@ -90,6 +91,13 @@ class LabelColumn:
         names = {c: number_name(m) if isinstance(m, float) else m for c, m in meaning.items()}
         return self._encode([names[c] for c in cells], where)
 
+    def zeroed(self, where: str) -> None:
+        """An empty label was read as 0 (empty_cells=zero): a number while the column is
+        numeric, but never a made-up class: refused once the column is text, now or later."""
+        if self.codes is not None:
+            raise ValueError(f"{where}: the label is empty")
+        self.zeroed_at = self.zeroed_at or where
+
     def _remember(self, y: np.ndarray) -> None:
         if self.numbers is None:
             return
@@ -105,6 +113,11 @@ class LabelColumn:
             raise ValueError(
                 f"{where}: a text label after more than {MAX_CLASSES} distinct numeric labels "
                 f"(a text label column has at most {MAX_CLASSES} classes)"
+            )
+        if self.zeroed_at is not None:
+            raise ValueError(
+                f"{self.zeroed_at}: the label is empty (empty_cells=zero reads it as 0 only in "
+                f"a numeric label column; this one has text labels, from {where})"
             )
         self.codes = {}
         self.text_from = self.rows
