@@ -101,9 +101,10 @@ class LabelColumn:
     def _remember(self, y: np.ndarray) -> None:
         if self.numbers is None:
             return
-        for v in np.unique(y).tolist():
-            self.numbers[v] = None
-        if len(self.numbers) > MAX_CLASSES:
+        values = np.unique(y)
+        if values.size <= MAX_CLASSES:  # more are never kept (a regression target's block)
+            self.numbers.update(dict.fromkeys(values.tolist()))
+        if values.size > MAX_CLASSES or len(self.numbers) > MAX_CLASSES:
             self.numbers = None  # too many to be classes: a later text cell is refused
 
     def _start_text(self, where: str) -> None:
