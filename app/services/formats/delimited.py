@@ -55,7 +55,8 @@ class DelimitedChunks:
         self.label_at = 0
         self._tail = b""
         self._empty = _empty_cell_pattern(sep)
-        self.labels = LabelColumn()
+        zero = " (send empty_cells=zero to read empty cells as 0)" if empty_cells == "error" else ""
+        self.labels = LabelColumn(empty_hint=zero)
 
     @property
     def n_features(self) -> int:

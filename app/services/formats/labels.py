@@ -52,7 +52,8 @@ def _meaning(cell: str | None) -> float | str | None:
 class LabelColumn:
     """Labels chunk by chunk; `where(i)` names the i-th cell of a chunk in messages."""
 
-    def __init__(self):
+    def __init__(self, empty_hint: str = ""):
+        self.empty_hint = empty_hint  # how a numeric column may send an empty label, if it may
         self.rows = 0
         self.numbers: dict[float, None] | None = {}  # distinct numbers while numeric
         self.codes: dict[str, int] | None = None  # name -> code (first seen), once text
@@ -80,7 +81,9 @@ class LabelColumn:
             return next(i for i, cell in enumerate(cells) if test(meaning[cell]))
 
         if None in meaning.values():
-            raise ValueError(f"{where(first(lambda m: m is None))}: the label is empty")
+            numeric = self.codes is None and not any(isinstance(m, str) for m in meaning.values())
+            hint = self.empty_hint if numeric else ""  # no hint where text makes it no help
+            raise ValueError(f"{where(first(lambda m: m is None))}: the label is empty{hint}")
         if all(isinstance(m, float) for m in meaning.values()):
             return self.numeric(np.asarray([meaning[c] for c in cells], dtype=np.float64), where)
         if any(isinstance(m, float) and not np.isfinite(m) for m in meaning.values()):
