@@ -566,3 +566,13 @@ def test_a_numeric_target_is_not_kept_as_candidate_class_names():
         return held
 
     assert peak(lambda i: f"{i * 0.001:.3f}") < 1.1 * peak(lambda i: f"{i % 3:.3f}")
+
+
+def test_digits_numpy_does_not_read_are_names(client):
+    """Python's float() reads Arabic-Indic and full-width digits, numpy's reader does not: such
+    labels are class names as written, not the numbers 1 and 2 (nor "1" and "2")."""
+    body = "label,a\n\u0661,1\n\u0662,2\n\uff11,3\n1,4\n".encode()
+    uploaded = post(client, body, "d.csv")
+    assert uploaded.status_code == 201, uploaded.text
+    classes = [c["label"] for c in uploaded.json()["labels"]["classes"]]
+    assert classes == ["1", "\u0661", "\u0662", "\uff11"]  # code point order, as sorted()

@@ -32,8 +32,8 @@ def number_name(value: float) -> str:
 
 
 def _as_number(cell: str) -> float | None:
-    if "_" in cell:  # Python's float() takes "1_000"; the numeric readers do not
-        return None
+    if "_" in cell or not cell.isascii():  # Python's float() takes "1_000", "١" and "１";
+        return None  # the numeric readers (numpy's) do not: such a cell is a name
     try:
         return float(cell)
     except ValueError:
