@@ -444,6 +444,10 @@ def test_npz_text_labels(app, client, settings):
     wide[3] = "x" * (MAX_LABEL_CHARS + 1)
     refused = post(client, npz_bytes(X, wide), "w.npz")
     assert refused.status_code == 422 and "256 characters" in refused.json()["detail"]
+    # the width bounds the array, whose names may all be short: the message says so
+    padded = post(client, npz_bytes(X, labels.astype(str).astype("<U300")), "p.npz")
+    assert padded.status_code == 422
+    assert "a unicode array of 300 characters a label (its width)" in padded.json()["detail"]
     nothing_stored(client, settings)
 
 
