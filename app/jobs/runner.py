@@ -33,7 +33,13 @@ from app.logs import job_context
 from app.services import lineage
 from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as
 from app.services.distributed_training import distributed_arrays, distributed_trainer
-from app.services.formats.labels import coded_weights, number_name, recode, text_classes
+from app.services.formats.labels import (
+    coded_weights,
+    named_values,
+    number_name,
+    recode,
+    text_classes,
+)
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
 from app.services.trainers import TRAINERS, Trained, resumable, streams
@@ -263,8 +269,9 @@ def _as_training_labels(yv: np.ndarray, valid: Dataset, dataset: Dataset) -> np.
         values = np.unique(yv)
         valid_names = [number_name(v) for v in values.tolist()]
         yv = np.searchsorted(values, yv)
-    if names is None:  # text labels against numeric classes: never equal
-        return np.full(len(yv), np.nan)
+    if names is None:  # text labels against numeric classes: a name is a class's number
+        numbers = [float(c["label"]) for c in dataset.classes or []]
+        return named_values(yv, valid_names, numbers)
     return recode(yv, valid_names, names)
 
 

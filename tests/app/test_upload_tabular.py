@@ -110,6 +110,13 @@ def test_empty_cells_are_an_error_or_zero(client, settings):
     nothing_stored(client, settings)
     accepted = post(client, text, empty_cells="zero")
     assert accepted.status_code == 201, accepted.text
+    # an empty label of numbers: the hint still applies (a text column's empty label is refused
+    # either way, tests/app/test_text_labels.py)
+    refused = post(client, b"label,a\n1,2\n,3\n")
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == (
+        "line 3: the label is empty (send empty_cells=zero to read empty cells as 0)"
+    )
     Xs, ys = stored(settings, accepted.json())
     assert Xs.toarray().tolist() == [[0.5, 0, 2], [0, 1, 0]] and ys.tolist() == [1, -1]
 

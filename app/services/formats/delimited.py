@@ -55,7 +55,8 @@ class DelimitedChunks:
         self.label_at = 0
         self._tail = b""
         self._empty = _empty_cell_pattern(sep)
-        self.labels = LabelColumn()
+        zero = " (send empty_cells=zero to read empty cells as 0)" if empty_cells == "error" else ""
+        self.labels = LabelColumn(empty_hint=zero)
 
     @property
     def n_features(self) -> int:
@@ -169,16 +170,26 @@ class DelimitedChunks:
         if rows.shape[1] != len(self.names):
             raise self._locate(block, line)
         self._check_finite(rows, block, line)
+        if len(block) != len(raw):  # empty cells were read as 0: was a label among them?
+            self._zeroed_labels(raw, line)
         rows[:, self.label_at] = self.labels.numeric(
             rows[:, self.label_at], lambda r: f"line {line + _row_line(block, r)}"
         )
         return rows
 
-    def _read(self, block: bytes, columns: list[int] | None = None) -> np.ndarray:
+    def _zeroed_labels(self, raw: bytes, line: int) -> None:
+        """Tell `LabelColumn` of the first empty label cell of a block as sent: 0 in a numeric
+        column, but no class name in a text one (numpy reads the one column fast)."""
+        cells = self._read(raw, [self.label_at], dtype=str)[:, 0]
+        empty = np.flatnonzero(np.char.strip(cells) == "")
+        if empty.size:
+            self.labels.zeroed(f"line {line + _row_line(raw, int(empty[0]))}")
+
+    def _read(self, block: bytes, columns: list[int] | None = None, dtype=np.float64):
         return np.loadtxt(
             io.BytesIO(block),
             delimiter=self.sep,
-            dtype=np.float64,
+            dtype=dtype,
             ndmin=2,
             quotechar='"',
             encoding="utf-8",
@@ -205,16 +216,16 @@ class DelimitedChunks:
         except UnicodeDecodeError:  # named by its line
             lines = [_decode(text, line + offset) for offset, text in enumerate(raw.split(b"\n"))]
         offsets, cells = [], []
-        rows = list(csv.reader([text.rstrip("\r") for text in lines], delimiter=self.sep))
-        if len(rows) != len(lines):  # a quote left open took the next line: read them one by one
-            rows = [next(csv.reader([t.rstrip("\r")], delimiter=self.sep), []) for t in lines]
-        for offset, (text, row) in enumerate(zip(lines, rows, strict=True)):
+        shapes = self._label_cells(text.rstrip("\r") for text in lines)
+        if len(shapes) != len(lines):  # a quote left open took the next line: one by one
+            shapes = [self._label_cells([t.rstrip("\r")])[0] for t in lines]
+        for offset, (text, (width, cell)) in enumerate(zip(lines, shapes, strict=True)):
             if not text.strip():
                 continue
-            if len(row) != len(self.names):
+            if width != len(self.names):
                 raise self._locate(block, line, skip=self.label_at)
             offsets.append(offset)
-            cells.append(row[self.label_at])
+            cells.append(cell)
         if not cells:
             return None
         features = [i for i in range(len(self.names)) if i != self.label_at]
@@ -229,6 +240,14 @@ class DelimitedChunks:
         self._check_finite(rows, block, line)
         rows[:, self.label_at] = self.labels.cells(cells, lambda r: f"line {line + offsets[r]}")
         return rows
+
+    def _label_cells(self, lines) -> list[tuple[int, str | None]]:
+        """(cell count, label cell) of each row the csv reader reads from `lines`: only the
+        label is kept, not every cell of the block as a Python string (many times its bytes)."""
+        at = self.label_at
+        shapes = [(len(row), row[at] if len(row) > at else None)
+                  for row in csv.reader(lines, delimiter=self.sep)]  # fmt: skip
+        return shapes or [(0, None)]
 
     def _locate(self, block: bytes, line: int, skip: int | None = None) -> ValueError:
         """The first bad cell of a block that numpy refused, named by line and column (`skip`:

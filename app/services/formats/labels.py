@@ -32,8 +32,8 @@ def number_name(value: float) -> str:
 
 
 def _as_number(cell: str) -> float | None:
-    if "_" in cell:  # Python's float() takes "1_000"; the numeric readers do not
-        return None
+    if "_" in cell or not cell.isascii():  # Python's float() takes "1_000", "١" and "１";
+        return None  # the numeric readers (numpy's) do not: such a cell is a name
     try:
         return float(cell)
     except ValueError:
@@ -52,12 +52,14 @@ def _meaning(cell: str | None) -> float | str | None:
 class LabelColumn:
     """Labels chunk by chunk; `where(i)` names the i-th cell of a chunk in messages."""
 
-    def __init__(self):
+    def __init__(self, empty_hint: str = ""):
+        self.empty_hint = empty_hint  # how a numeric column may send an empty label, if it may
         self.rows = 0
         self.numbers: dict[float, None] | None = {}  # distinct numbers while numeric
         self.codes: dict[str, int] | None = None  # name -> code (first seen), once text
         self.text_from: int | None = None  # the first row of the chunk where text began
         self.number_codes: dict[float, int] = {}  # numbers of the rows before it -> code
+        self.zeroed_at: str | None = None  # the first empty label read as 0 (empty_cells=zero)
 
     def numeric(self, y: np.ndarray, where: Callable[[int], str]) -> np.ndarray:
         """A chunk whose cells all read as numbers: the numbers (still numeric) or the codes."""
@@ -79,7 +81,9 @@ class LabelColumn:
             return next(i for i, cell in enumerate(cells) if test(meaning[cell]))
 
         if None in meaning.values():
-            raise ValueError(f"{where(first(lambda m: m is None))}: the label is empty")
+            numeric = self.codes is None and not any(isinstance(m, str) for m in meaning.values())
+            hint = self.empty_hint if numeric else ""  # no hint where text makes it no help
+            raise ValueError(f"{where(first(lambda m: m is None))}: the label is empty{hint}")
         if all(isinstance(m, float) for m in meaning.values()):
             return self.numeric(np.asarray([meaning[c] for c in cells], dtype=np.float64), where)
         if any(isinstance(m, float) and not np.isfinite(m) for m in meaning.values()):
@@ -90,12 +94,20 @@ class LabelColumn:
         names = {c: number_name(m) if isinstance(m, float) else m for c, m in meaning.items()}
         return self._encode([names[c] for c in cells], where)
 
+    def zeroed(self, where: str) -> None:
+        """An empty label was read as 0 (empty_cells=zero): a number while the column is
+        numeric, but never a made-up class: refused once the column is text, now or later."""
+        if self.codes is not None:
+            raise ValueError(f"{where}: the label is empty")
+        self.zeroed_at = self.zeroed_at or where
+
     def _remember(self, y: np.ndarray) -> None:
         if self.numbers is None:
             return
-        for v in np.unique(y).tolist():
-            self.numbers[v] = None
-        if len(self.numbers) > MAX_CLASSES:
+        values = np.unique(y)
+        if values.size <= MAX_CLASSES:  # more are never kept (a regression target's block)
+            self.numbers.update(dict.fromkeys(values.tolist()))
+        if values.size > MAX_CLASSES or len(self.numbers) > MAX_CLASSES:
             self.numbers = None  # too many to be classes: a later text cell is refused
 
     def _start_text(self, where: str) -> None:
@@ -105,6 +117,11 @@ class LabelColumn:
             raise ValueError(
                 f"{where}: a text label after more than {MAX_CLASSES} distinct numeric labels "
                 f"(a text label column has at most {MAX_CLASSES} classes)"
+            )
+        if self.zeroed_at is not None:
+            raise ValueError(
+                f"{self.zeroed_at}: the label is empty (empty_cells=zero reads it as 0 only in "
+                f"a numeric label column; this one has text labels, from {where})"
             )
         self.codes = {}
         self.text_from = self.rows
@@ -161,6 +178,14 @@ def recode(y: np.ndarray, names: list[str], onto: list) -> np.ndarray:
     class `onto` does not hold."""
     position = {class_name(c): i for i, c in enumerate(onto)}
     table = np.asarray([position.get(n, -1) for n in names] or [-1], dtype=np.int64)
+    return table[np.asarray(y, dtype=np.int64)]
+
+
+def named_values(y: np.ndarray, names: list[str], numbers: list[float]) -> np.ndarray:
+    """Codes `y` of the classes `names`, as the numeric classes `numbers` whose name they are
+    (NaN, equal to no prediction, for a name that is no number of `numbers`)."""
+    value = {number_name(v): v for v in numbers}
+    table = np.asarray([value.get(n, np.nan) for n in names] or [np.nan], dtype=np.float64)
     return table[np.asarray(y, dtype=np.int64)]
 
 

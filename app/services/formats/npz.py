@@ -215,10 +215,11 @@ def _read_array(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, work
                 f"npz: member {name}: expected a 1-d numeric array"
                 + (" (or, for y, text labels: a unicode array)" if name == "y" else "")
             )
-        if text and dtype.itemsize // 4 > MAX_LABEL_CHARS:  # its width is its longest label
+        if text and dtype.itemsize // 4 > MAX_LABEL_CHARS:  # bounds every label, unread
             raise ValueError(
-                f"npz: member y: a label of {dtype.itemsize // 4} characters, more than the "
-                f"{MAX_LABEL_CHARS} accepted"
+                f"npz: member y: a unicode array of {dtype.itemsize // 4} characters a label "
+                f"(its width), more than the {MAX_LABEL_CHARS} accepted; numpy makes it as wide "
+                "as the longest name (np.asarray(names) or y.astype(str))"
             )
         path = workdir / name
         with open(path, "wb") as out:
