@@ -90,7 +90,8 @@ def check_dataset_fits(
             )
         weights = params.get("class_weight")
         if isinstance(weights, dict):
-            if text_classes(dataset.classes) is not None:  # keyed by the class names
+            named = text_classes(dataset.classes) is not None  # keyed by the class names
+            if named:
                 unknown = [k for k in weights if k not in set(labels)]
             else:
                 classes = {float(v) for v in labels}
@@ -100,7 +101,8 @@ def check_dataset_fits(
                     "params.class_weight",
                     f"labels {unknown} are not classes of the dataset (its classes: {labels})",
                 )
-            _check_one_weight_per_class(weights)
+            if not named:  # names are distinct keys; numbers may be spelled twice ("1", "1.0")
+                _check_one_weight_per_class(weights)
         _check_weighted_c(params, dataset)
     if spec.kind == "structural":
         if not dataset.has_qid:
