@@ -1,7 +1,8 @@
 """CSV and Parquet upload throughput against reading the same file in-process.
 
 A dense table (label plus `--cols` numeric columns, half the cells zero) is written as CSV and
-as Parquet (pyarrow defaults, row groups of 100 000 rows). Margin's figure is an upload over
+as Parquet (pyarrow defaults, row groups of 100 000 rows), and as CSV again with class names for
+labels ("neg", "pos": the text-label path). Margin's figure is an upload over
 HTTP to a running API on loopback (streamed, parsed in the parser process, stored as CSR); the
 references read the file in this process into a scipy CSR matrix: pandas.read_csv and
 pyarrow.csv.read_csv for CSV, pyarrow.parquet.read_table for Parquet. MB/s of the file's size,
@@ -28,7 +29,7 @@ from benchmarks._service import free_port
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_files(tmp: Path, rows: int, cols: int) -> tuple[Path, Path]:
+def write_files(tmp: Path, rows: int, cols: int) -> tuple[Path, Path, Path]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -43,7 +44,13 @@ def write_files(tmp: Path, rows: int, cols: int) -> tuple[Path, Path]:
     parquet_path = tmp / "table.parquet"
     table = pa.table({"label": y, **{f"f{j}": X[:, j] for j in range(cols)}})
     pq.write_table(table, parquet_path, row_group_size=100_000)
-    return csv_path, parquet_path
+    # the same table with class names for labels ("neg", "pos"): the text-label path
+    text_path = tmp / "table-text.csv"
+    with open(csv_path) as numeric, open(text_path, "w") as out:
+        out.write(next(numeric))
+        for line in numeric:
+            out.write(("pos" if line[0] == "1" else "neg") + line[line.index(",") :])
+    return csv_path, parquet_path, text_path
 
 
 def best(fn, repeat: int) -> float:
@@ -74,6 +81,7 @@ def pandas_csv(path: Path) -> None:
 
     frame = pd.read_csv(path)
     sp.csr_matrix(frame.iloc[:, 1:].to_numpy(dtype=np.float64))
+    np.unique(frame.iloc[:, 0].to_numpy(), return_inverse=True)  # labels as class codes
 
 
 def arrow_csv(path: Path) -> None:
@@ -98,7 +106,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        csv_path, parquet_path = write_files(tmp, args.rows, args.cols)
+        csv_path, parquet_path, text_path = write_files(tmp, args.rows, args.cols)
         env = {**os.environ, "DATA_DIR": str(tmp / "data"), "PYTHONPATH": str(ROOT)}
         env.pop("DATABASE_URL", None)
         from app.migrate import upgrade
@@ -114,6 +122,10 @@ def main() -> None:
                  lambda: upload(port, csv_path, "csv")),
                 ("CSV", csv_path, "pandas.read_csv -> CSR", lambda: pandas_csv(csv_path)),
                 ("CSV", csv_path, "pyarrow.csv.read_csv -> CSR", lambda: arrow_csv(csv_path)),
+                ("CSV, text labels", text_path, "margin upload (HTTP, parse, store)",
+                 lambda: upload(port, text_path, "csv")),
+                ("CSV, text labels", text_path, "pandas.read_csv -> CSR",
+                 lambda: pandas_csv(text_path)),
                 ("Parquet", parquet_path, "margin upload (HTTP, parse, store)",
                  lambda: upload(port, parquet_path, "parquet")),
                 ("Parquet", parquet_path, "pyarrow.parquet.read_table -> CSR",
