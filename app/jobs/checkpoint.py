@@ -16,7 +16,6 @@ stopped by a cancel or a shutdown hands back its iterate too (kept as a model wi
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections.abc import Callable
@@ -42,26 +41,39 @@ class Checkpoint:
     elapsed_s: float  # solver seconds, over every segment
 
     def save(self, storage: Storage, key: str, scratch: Path) -> None:
+        """Write the file on disk, array by array, and store it: built in memory first, it was
+        one more copy of the dual state (up to 1 GiB at MAX_DUAL_VARIABLES)."""
         path = scratch / f"checkpoint-{time.monotonic_ns()}.npz"
-        buffer = io.BytesIO()
-        np.savez(
-            buffer, alpha=self.alpha, coef=self.coef, intercept=self.intercept,
-            progress=np.array([self.iteration, self.elapsed_s]),
-        )  # fmt: skip
-        path.write_bytes(buffer.getvalue())
         try:
+            np.savez(
+                path, alpha=self.alpha, coef=self.coef, intercept=self.intercept,
+                progress=np.array([self.iteration, self.elapsed_s]),
+            )  # fmt: skip
             storage.store_file(path, key)
         finally:
             path.unlink(missing_ok=True)
 
     @classmethod
-    def load(cls, storage: Storage, key: str) -> Checkpoint | None:
+    def load(cls, storage: Storage, key: str, scratch: Path) -> Checkpoint | None:
+        """The stored checkpoint, read from a local file (the store's own where it is a local
+        directory): joining its chunks in memory, then reading them, made two copies."""
+        path = storage.local_path(key)
+        fetched = None
+        if path is None:
+            fetched = path = scratch / f"checkpoint-{time.monotonic_ns()}.npz"
         try:
-            data = np.load(io.BytesIO(b"".join(storage.read(key))), allow_pickle=False)
+            if fetched is not None:
+                storage.fetch(key, fetched)
+            elif not path.exists():
+                raise FileNotFoundError(key)
+            with np.load(path, allow_pickle=False) as data:
+                iteration, elapsed = data["progress"].tolist()
+                return cls(data["alpha"], data["coef"], data["intercept"], int(iteration), elapsed)
         except FileNotFoundError:
             return None
-        iteration, elapsed = data["progress"].tolist()
-        return cls(data["alpha"], data["coef"], data["intercept"], int(iteration), elapsed)
+        finally:
+            if fetched is not None:
+                fetched.unlink(missing_ok=True)
 
 
 @dataclass

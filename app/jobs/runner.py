@@ -208,7 +208,9 @@ def _segments(ctx: RunContext, attempt: Attempt, job: Job) -> checkpoint.Segment
     start = None
     if job.checkpoint_iteration is not None:
         try:
-            start = checkpoint.Checkpoint.load(get_storage(ctx.settings), checkpoint_key(job.id))
+            start = checkpoint.Checkpoint.load(
+                get_storage(ctx.settings), checkpoint_key(job.id), ctx.settings.data_dir / "tmp"
+            )
         except Exception as exc:  # the store is away or the file is bad: start from scratch
             log.warning("job %s: checkpoint not read (%s); starting from scratch", job.id, exc)
         if start is not None:

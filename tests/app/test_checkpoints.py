@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -133,3 +134,37 @@ def test_jobs_of_many_solves_are_not_cut_into_segments(app, client, db, heart, e
         assert session.get(Job, job_id).checkpoint_iteration is None
         model = session.query(Model).filter_by(job_id=job_id).one()
         assert model.calibration is not None and model.status == "converged"
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_a_checkpoint_goes_through_a_file_not_memory(where, tmp_path, request):
+    # saving built the whole file in memory (a copy of the dual state more, up to 1 GiB at
+    # MAX_DUAL_VARIABLES) and loading joined the stored chunks, then read them (two copies):
+    # now the arrays read back are the only copy
+    from app.jobs.checkpoint import Checkpoint
+    from app.storage import FileStorage, open_storage
+
+    if where == "s3":
+        _, bucket = request.getfixturevalue("s3_env")
+        storage = open_storage(f"s3://{bucket}/margin")
+    else:
+        storage = FileStorage(tmp_path / "store")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    alpha = np.random.default_rng(0).standard_normal(8 << 20)  # 64 MiB
+    point = Checkpoint(alpha, np.ones((1, 3)), np.zeros(1), 7, 1.5)
+    tracemalloc.start()
+    try:
+        point.save(storage, checkpoint_key("job_x"), scratch)
+        saved = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        back = Checkpoint.load(storage, checkpoint_key("job_x"), scratch)
+        loaded = tracemalloc.get_traced_memory()[1] - back.alpha.nbytes
+    finally:
+        tracemalloc.stop()
+    print(f"{where}: save peak {saved / 2**20:.1f} MiB, load {loaded / 2**20:.1f} MiB more")
+    np.testing.assert_array_equal(back.alpha, alpha)
+    assert (back.iteration, back.elapsed_s) == (7, 1.5)
+    assert list(scratch.iterdir()) == []
+    assert saved < alpha.nbytes / 2 and loaded < alpha.nbytes / 2
+    assert Checkpoint.load(storage, checkpoint_key("job_absent"), scratch) is None
