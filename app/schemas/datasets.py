@@ -45,6 +45,8 @@ class DatasetOut(BaseModel):
     sha256: str
     size_bytes: int = Field(description="the upload as received")
     stored_bytes: int | None = Field(
-        None, description="what is stored (the parsed arrays); counted by the storage quota"
+        None,
+        description="what is stored (the parsed arrays, and a table's feature names as JSON); "
+        "counted by the storage quota",
     )
     created_at: datetime

@@ -3,6 +3,8 @@ beyond them, nothing stored by a refused request, other tenants unaffected."""
 
 from __future__ import annotations
 
+import json
+
 from app.services import keys
 from tests.security.conftest import HEART, new_key, upload
 
@@ -38,6 +40,23 @@ def test_storage_quota(make_service):
     # deleting makes room again
     assert client.delete(f"/v1/datasets/{first.json()['id']}", headers=acme).status_code == 204
     assert upload(client, heart(2), headers=acme).status_code == 201
+
+
+def test_a_tables_feature_names_count_against_the_quota(make_service):
+    # the names are kept in the database, not in the arrays: 2,000 names of 200 characters over
+    # one row of zeros stored arrays of a few hundred bytes and 400 kB of names the quota missed
+    client, app = make_service(auth_mode="required")
+    acme = new_key(app, "acme", "admin")
+    names = [f"{j:05d}" + "n" * 195 for j in range(2000)]
+    table = ("label," + ",".join(names) + "\n1," + ",".join("0" * 2000) + "\n").encode()
+    first = upload(client, table, filename="wide.csv", headers=acme)
+    assert first.status_code == 201, first.text
+    names_bytes = len(json.dumps(names).encode())
+    assert first.json()["stored_bytes"] > names_bytes > 400_000
+    keys.set_quota(app.state.db, "acme", storage_bytes=int(names_bytes * 1.5), active_jobs=None)
+    refused = upload(client, table + b"\n", filename="wide.csv", headers=acme)
+    assert refused.status_code == 429, refused.text
+    assert len(client.get("/v1/datasets", headers=acme).json()["items"]) == 1
 
 
 def test_default_storage_quota_from_settings(make_service):
