@@ -496,24 +496,15 @@ def test_a_block_of_text_labels_holds_no_more_memory_than_one_of_numbers():
     """A wide table's block read with text labels keeps the label cells, not every cell of the
     block as a Python string (which held twice the numeric read's peak: ~110 MB for a 4 MB
     block of 500 two-digit columns, against ~57 MB)."""
-    import tracemalloc
 
-    from app.services.formats.delimited import BLOCK_BYTES, DelimitedChunks
+    from app.services.formats.delimited import BLOCK_BYTES
 
     row = ",".join(["12"] * 500)
     n = BLOCK_BYTES // (len(row) + 6)
     header = "label," + ",".join(f"f{i}" for i in range(500)) + "\n"
 
     def peak(label: str) -> int:
-        body = (header + "".join(f"{label},{row}\n" for _ in range(n))).encode()
-        tracemalloc.start()
-        try:
-            rows = sum(len(chunk[3]) for chunk in DelimitedChunks(io.BytesIO(body), ",", {}))
-            held = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        assert rows == n
-        return held
+        return _read_peak((header + "".join(f"{label},{row}\n" for _ in range(n))).encode(), n)
 
     assert peak("spam") < 1.2 * peak("1")
 
@@ -552,22 +543,13 @@ def test_a_numeric_target_is_not_kept_as_candidate_class_names():
     numbers: none of them is kept for naming later text labels, so the numeric read holds no
     more than it does for a few classes (before: every distinct value of the block was put in a
     dict first, ~40% over the peak)."""
-    import tracemalloc
 
-    from app.services.formats.delimited import BLOCK_BYTES, DelimitedChunks
+    from app.services.formats.delimited import BLOCK_BYTES
 
     n = BLOCK_BYTES // 16
 
     def peak(label) -> int:
-        body = ("label,a\n" + "".join(f"{label(i)},1\n" for i in range(n))).encode()
-        tracemalloc.start()
-        try:
-            rows = sum(len(chunk[3]) for chunk in DelimitedChunks(io.BytesIO(body), ",", {}))
-            held = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        assert rows == n
-        return held
+        return _read_peak(("label,a\n" + "".join(f"{label(i)},1\n" for i in range(n))).encode(), n)
 
     assert peak(lambda i: f"{i * 0.001:.3f}") < 1.1 * peak(lambda i: f"{i % 3:.3f}")
 
@@ -580,3 +562,19 @@ def test_digits_numpy_does_not_read_are_names(client):
     assert uploaded.status_code == 201, uploaded.text
     classes = [c["label"] for c in uploaded.json()["labels"]["classes"]]
     assert classes == ["1", "\u0661", "\u0662", "\uff11"]  # code point order, as sorted()
+
+
+def _read_peak(body: bytes, n_rows: int) -> int:
+    """The traced peak of reading a CSV body through DelimitedChunks (asserting its row count)."""
+    import tracemalloc
+
+    from app.services.formats.delimited import DelimitedChunks
+
+    tracemalloc.start()
+    try:
+        rows = sum(len(chunk[3]) for chunk in DelimitedChunks(io.BytesIO(body), ",", {}))
+        held = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rows == n_rows
+    return held
