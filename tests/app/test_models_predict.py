@@ -151,6 +151,7 @@ def test_cached_predictions_touch_no_database(service, binary):
     url = f"/v1/models/{binary[0]}/predict"
     doc = {"instances": [{"indices": [1, 2], "values": [1.0, 2.0]}]}
     assert service.client.post(url, json=doc).status_code == 200
+    service.app.state.prediction_runner.stop()  # it polls its queue on its own schedule
     statements = []
     listener = lambda *args: statements.append(args[2])  # noqa: E731
     event.listen(service.db.engine, "before_cursor_execute", listener)
