@@ -15,14 +15,15 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from app.schemas.common import RequestBody
 from app.services.dataset_store import MAX_CLASSES
+from solvers._core.sparse import MAX_ABS_VALUE
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 # intercept_scaling is the value of a constant feature: bounded as the solvers bound the data's
-# values (solvers._core.sparse.MAX_ABS_VALUE), since its square enters every row's squared norm
-# (1e160 overflowed them, and the job succeeded with an all-zero model)
-MAX_BIAS_VALUE = 1e100
+# values, since its square enters every row's squared norm (1e160 overflowed them, and the job
+# succeeded with an all-zero model)
+MAX_BIAS_VALUE = MAX_ABS_VALUE
 
 
 def _bias_value(value: float) -> float:
