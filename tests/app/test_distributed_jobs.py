@@ -20,6 +20,23 @@ def primal(X, y, w, C):
     return 0.5 * w @ w + C * float(np.sum(np.maximum(0.0, 1.0 - y * (X @ w)) ** 2))
 
 
+def cluster_job(server: Server, path, params: dict, partitions: int) -> dict:
+    """Upload `path` to the server, train on the Dask cluster; the finished job's document."""
+    server.wait_ready()
+    with open(path, "rb") as handle:
+        dataset = server.http.post("/v1/datasets", files={"file": (path.name, handle)})
+    assert dataset.status_code == 201, dataset.text
+    body = {"dataset_id": dataset.json()["id"], "params": params,
+            "distributed": {"partitions": partitions}}  # fmt: skip
+    job = server.http.post("/v1/jobs", json=body)
+    assert job.status_code == 202, job.text
+    assert job.json()["distributed"] == {"partitions": partitions}
+    done = ("succeeded", "failed", "cancelled")
+    final = wait_for(server, job.json()["id"], lambda j: j["status"] in done)[-1]
+    assert final["status"] == "succeeded", (final["error"], server.log_path.read_text()[-3000:])
+    return final
+
+
 def test_a_distributed_job_reaches_the_single_machine_optimum(tmp_path, dask_cluster):
     X, y = synthetic_sparse(3000, 2000, 20, seed=1)
     path = tmp_path / "train.svm"
@@ -27,20 +44,8 @@ def test_a_distributed_job_reaches_the_single_machine_optimum(tmp_path, dask_clu
     server = Server(tmp_path / "data", workers=1, progress_interval_s=0.05,
                     dask_scheduler_address=dask_cluster.scheduler_address)  # fmt: skip
     try:
-        server.wait_ready()
-        with open(path, "rb") as handle:
-            dataset = server.http.post("/v1/datasets", files={"file": ("train.svm", handle)})
-        assert dataset.status_code == 201, dataset.text
         params = {"loss": "squared_hinge", "C": 0.03, "tol": 1e-6, "fit_intercept": False}
-        body = {"dataset_id": dataset.json()["id"], "params": params,
-                "distributed": {"partitions": 3}}  # fmt: skip
-        job = server.http.post("/v1/jobs", json=body)
-        assert job.status_code == 202, job.text
-        assert job.json()["distributed"] == {"partitions": 3}
-        done = ("succeeded", "failed", "cancelled")
-        seen = wait_for(server, job.json()["id"], lambda j: j["status"] in done)
-        final = seen[-1]
-        assert final["status"] == "succeeded", (final["error"], server.log_path.read_text()[-3000:])
+        final = cluster_job(server, path, params, partitions=3)
         assert final["converged"] is True and final["progress"]["duality_gap"] <= 1e-6
         progress = server.http.get(f"/v1/jobs/{final['id']}/progress").json()["items"]
         assert len(progress) >= 2 and all(p["duality_gap"] is not None for p in progress)
@@ -95,18 +100,8 @@ def test_a_distributed_job_on_text_labels_names_its_classes(tmp_path, dask_clust
     server = Server(tmp_path / "data", workers=1,
                     dask_scheduler_address=dask_cluster.scheduler_address)  # fmt: skip
     try:
-        server.wait_ready()
-        with open(path, "rb") as handle:
-            dataset = server.http.post("/v1/datasets", files={"file": ("train.csv", handle)})
-        assert dataset.status_code == 201, dataset.text
         params = {"loss": "squared_hinge", "C": 0.5, "tol": 1e-8, "fit_intercept": False}
-        body = {"dataset_id": dataset.json()["id"], "params": params,
-                "distributed": {"partitions": 2}}  # fmt: skip
-        job = server.http.post("/v1/jobs", json=body)
-        assert job.status_code == 202, job.text
-        seen = wait_for(server, job.json()["id"], lambda j: j["status"] in ("succeeded", "failed"))
-        assert seen[-1]["status"] == "succeeded", seen[-1]["error"]
-        model_id = seen[-1]["model_id"]
+        model_id = cluster_job(server, path, params, partitions=2)["model_id"]
         model = server.http.get(f"/v1/models/{model_id}").json()
         assert model["classes"] == ["eggs", "ham", "spam"]
         local = solvers.LinearSVC(C=0.5, tol=1e-10, fit_intercept=False, max_iter=100_000)
