@@ -17,6 +17,8 @@ import time
 import uuid
 from pathlib import Path
 
+from benchmarks._service import free_port
+
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "margin-test",
     "AWS_SECRET_ACCESS_KEY": "margin-test-secret",
@@ -25,18 +27,12 @@ CREDENTIALS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class MotoServer:
     def __init__(self, log_path: Path):
         binary = Path(sys.executable).parent / "moto_server"
         if not binary.exists():
             raise RuntimeError("moto_server not installed: the test extra installs moto[server]")
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(

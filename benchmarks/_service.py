@@ -4,6 +4,7 @@ and sample a process's resident memory."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -14,11 +15,35 @@ from pathlib import Path
 
 import httpx
 
+_PORTS = random.Random()  # its own: with a seeded `random`, each process would pick the same
+_GIVEN: set[int] = set()  # never twice: a server may not have bound its port yet
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free now, for a server started next, drawn below the kernel's ephemeral
+    range: a port from a bind to port 0 is one the kernel hands out again (to an outgoing
+    connection, or another bind to port 0) before the server binds it; one below is never."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = _PORTS.randrange(max(1024, low - 12_000), low)
+        if port in _GIVEN:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port below {low}")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's setting; else IANA's 49152)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
 
 
 class MarginProcess:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,16 +20,11 @@ from app.db import Database
 from app.jobs.workers import WorkerId
 from app.services.model_store import unpack_weights
 from app.tables import Model
+from benchmarks._service import free_port
 from tests.conftest import shared_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 TERMINAL = {"succeeded", "failed", "cancelled"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Server:

@@ -24,6 +24,7 @@ def test_watchers_are_fed_by_notifications(app, client, heart, fake_trainer, db_
     app.state.settings.progress_interval_s = 0.01
     job = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"tol": 1e-30}})
     job_id = job.json()["id"]
+    app.state.prediction_runner.stop()  # it polls its queue on its own schedule, not counted
     statements = []
     event.listen(app.state.db.engine, "before_cursor_execute", lambda *a: statements.append(1))
     streams: list[list[str]] = [[] for _ in range(WATCHERS)]
@@ -36,7 +37,8 @@ def test_watchers_are_fed_by_notifications(app, client, heart, fake_trainer, db_
     threads = [threading.Thread(target=watch, args=(lines,)) for lines in streams]
     for t in threads:
         t.start()
-    time.sleep(0.5)  # every watcher connected and caught up
+    feeds = app.state.job_feeds.feeds
+    wait_for(lambda: job_id in feeds and feeds[job_id].watchers == WATCHERS, 30, "the watchers")
     worker_db = Database(db_url)  # the worker's own engine: its writes are not counted
     try:
         started = time.monotonic()

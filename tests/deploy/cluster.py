@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
+from benchmarks._service import free_port  # noqa: F401  (the tests import it from here)
 from tests.deploy.conftest import ROOT
 
 ENV_URL = "MARGIN_TEST_POSTGRES_URL"
@@ -79,12 +79,6 @@ def write_regression_file(path: Path, n_rows: int, n_features: int, seed: int) -
             features = " ".join(f"{j + 1}:{v:.6g}" for j, v in enumerate(row))
             f.write(f"{label:.6g} {features}\n")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def margin_command(*args: str) -> list[str]:
