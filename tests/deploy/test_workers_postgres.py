@@ -66,6 +66,14 @@ def cluster(tmp_path_factory):
         database.drop()
 
 
+@pytest.fixture(autouse=True)
+def no_worker_outlives_its_test(cluster):
+    """A test that fails before its own stop_all leaves no worker to take the next test's jobs."""
+    started_before = len(cluster.procs.procs)
+    yield
+    cluster.stop_all(cluster.procs.procs[started_before:])
+
+
 class Cluster:
     def __init__(self, db: Database, datasets: dict[str, str], procs: Processes):
         self.db, self.datasets, self.procs = db, datasets, procs
