@@ -578,3 +578,34 @@ def _read_peak(body: bytes, n_rows: int) -> int:
         tracemalloc.stop()
     assert rows == n_rows
     return held
+
+
+_PARSE_PEAK = """
+import resource, sys
+from app.services.dataset_files import parse_to_arrays
+meta = parse_to_arrays(sys.argv[1], sys.argv[2], fmt="parquet")
+assert "error" not in meta, meta
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_a_repeated_long_parquet_name_costs_its_indices_not_its_copies(tmp_path):
+    """A dictionary-encoded label column of one 255-character name over a million rows (a 33 kB
+    file) decoded, read as plain strings, to a copy of the name per row (255 MB more than a
+    one-character name, beyond the row group's decoded bound); read as a dictionary, the
+    names cost their indices."""
+    import subprocess
+    import sys
+
+    def peak_kb(name: str) -> int:
+        n = 1_000_000
+        labels = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), [name])
+        path = tmp_path / f"{len(name)}.parquet"
+        table = pa.table({"label": labels.dictionary_decode(), "a": np.zeros(n)})
+        pq.write_table(table, path, row_group_size=n)
+        assert path.stat().st_size < 100_000
+        run = [sys.executable, "-c", _PARSE_PEAK, str(path), str(tmp_path / f"out{len(name)}")]
+        done = subprocess.run(run, capture_output=True, text=True, timeout=120, check=True)
+        return int(done.stdout.split()[-1])
+
+    assert peak_kb("x" * MAX_LABEL_CHARS) < peak_kb("x") + 64 * 1024

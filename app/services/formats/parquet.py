@@ -94,8 +94,6 @@ class ParquetChunks:
 
     # ------------------------------------------------------------------------------------
     def _open(self):
-        import pyarrow.parquet as pq
-
         size = os.path.getsize(self.source)
         with open(self.source, "rb") as raw:
             head = raw.read(4)
@@ -114,15 +112,27 @@ class ParquetChunks:
                 None,
             )
         try:
-            return pq.ParquetFile(
-                self.source,
-                pre_buffer=False,
-                buffer_size=1 << 20,
-                thrift_string_size_limit=footer,
-                thrift_container_size_limit=footer,
-            )
+            pf = self._parquet_file(footer)
+            # Text columns are read as dictionaries: a dictionary-encoded column of one long
+            # name repeated decodes, read as plain strings, to a copy of the name per row (a
+            # 64 kB file of 2 million 255-character labels took 930 MB), beyond the row
+            # group's decoded bound (8 bytes a value); as a dictionary it costs its indices.
+            text = [f.name for f in pf.schema_arrow if _text(f.type)]
+            return self._parquet_file(footer, text) if text else pf
         except Exception as exc:  # pyarrow's ArrowInvalid, OSError, ...
             raise ValueError(f"parquet: the file cannot be read: {exc}") from None
+
+    def _parquet_file(self, footer: int, read_dictionary: list[str] | None = None):
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(
+            self.source,
+            pre_buffer=False,
+            buffer_size=1 << 20,
+            thrift_string_size_limit=footer,
+            thrift_container_size_limit=footer,
+            read_dictionary=read_dictionary,
+        )
 
     def _layout(self, schema):
         """(label column, dense feature columns, sparse column or None)."""
@@ -209,7 +219,7 @@ class ParquetChunks:
             raise ValueError(f"row {self.n_rows + bad + 1}: the label is missing (null)")
         first = self.n_rows + 1
         if _text(column.type):
-            cells = [str(v) for v in column.to_pylist()]
+            cells = _label_cells(column)
             return self.labels.cells(cells, lambda r: f"row {first + r}")
         labels = column.to_numpy(zero_copy_only=False).astype(np.float64)
         return self.labels.numeric(labels, lambda r: f"row {first + r}")
@@ -275,6 +285,26 @@ class ParquetChunks:
         )
         X.sum_duplicates()  # sorted indices, one entry per (row, column)
         return X.indptr.astype(np.int64), X.indices, X.data
+
+
+def _label_cells(column) -> list[str]:
+    """A text label column's cells; a dictionary's names made once each (the cells share
+    them), and only the names its rows use."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    cells: list[str] = []
+    for chunk in chunks:
+        if not pt.is_dictionary(chunk.type):
+            cells += [str(v) for v in chunk.to_pylist()]
+            continue
+        codes = chunk.indices.to_numpy(zero_copy_only=False)
+        used = np.unique(codes)
+        texts = [str(v) for v in chunk.dictionary.take(used).to_pylist()]
+        names = dict(zip(used.tolist(), texts, strict=True))
+        cells += [names[code] for code in codes.tolist()]
+    return cells
 
 
 def _numeric(kind) -> bool:
