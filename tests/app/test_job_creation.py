@@ -41,6 +41,10 @@ pytestmark = pytest.mark.timeout(120)
         ({"estimator": "SVC"}, "estimator", "expected one of LinearSVC"),
         ({"extra": 1}, "extra", "unknown field"),
         ({"params": {"search": True}}, "params.search", "should be an object (got True)"),
+        # one bound alone was ignored: the library's grid ran, far below the min asked for
+        ({"params": {"search": {"Cs": {"min": 1}}}}, "params.search", "Cs.min without Cs.max"),
+        ({"params": {"search": {"Cs": {"num": 3, "max": 1e-3}}}}, "params.search",
+         "Cs.max without Cs.min"),
     ],
 )
 def test_invalid_jobs_are_422_naming_the_field(
