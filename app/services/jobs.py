@@ -250,7 +250,14 @@ def check_folds(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -
             f"stratified {k}-fold needs a class with at least {k} rows; the dataset's largest "
             f"class has {max(counts)}",
         )
-    if search is not None and search.get("scoring") == "roc_auc" and counts and min(counts) < k:
+    roc_auc = search is not None and search.get("scoring") == "roc_auc"
+    if roc_auc and len(counts) > 2:  # before: accepted, then failed in the worker with
+        raise _invalid(  # scikit-learn's "multi_class must be in ('ovo', 'ovr')"
+            "params.search.scoring",
+            f"roc_auc scores two classes; the dataset has {len(counts)}: choose accuracy, "
+            "balanced_accuracy or f1_macro",
+        )
+    if roc_auc and counts and min(counts) < k:
         raise _invalid(
             "params.search.scoring",
             f"roc_auc is undefined on a test fold of one class: stratified {k}-fold gives "

@@ -146,6 +146,22 @@ def test_folds_that_cannot_split_the_dataset_are_422_at_creation(client, params,
                                          "params": no_folds}).status_code == 202  # fmt: skip
 
 
+def test_roc_auc_on_more_than_two_classes_is_422_at_creation(client):
+    """roc_auc scores two classes: on three it was accepted, then failed in the worker with
+    scikit-learn's "multi_class must be in ('ovo', 'ovr')"."""
+    rows = b"".join(b"%d 1:%d 2:1\n" % (i % 3, i) for i in range(30))
+    dataset = upload(client, rows).json()
+    search = {"search": {"cv": 3, "scoring": "roc_auc"}}
+    response = client.post("/v1/jobs", json={"dataset_id": dataset["id"], "params": search})
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == "params.search.scoring"
+    assert "roc_auc scores two classes; the dataset has 3" in response.json()["detail"]
+    assert client.get("/v1/jobs").json()["items"] == []
+    search["search"]["scoring"] = "f1_macro"
+    fits = client.post("/v1/jobs", json={"dataset_id": dataset["id"], "params": search})
+    assert fits.status_code == 202, fits.text
+
+
 @pytest.mark.parametrize(("n_classes", "status"), [(9, 422), (8, 202)])
 def test_a_model_beyond_the_weight_limit_is_422(client, db, n_classes, status):
     """A few hundred bytes declaring 2^24 features and 40 classes made a Crammer-Singer job
