@@ -321,9 +321,9 @@ def _job_summary(job: dict) -> None:
         line += f" after {progress.get('iteration')} iterations, gap {gap}"
     if job.get("model_id"):
         line += f" -> model {job['model_id']}"
-    console.print(line, soft_wrap=True)  # the model id stays on the line that names it
+    console.print(output.plain(line), soft_wrap=True)  # the model id stays on its line
     if job.get("error"):
-        console.print(f"error: {job['error']}")
+        console.print(output.plain(f"error: {job['error']}"))
 
 
 def cmd_jobs_list(client, args) -> None:
@@ -370,9 +370,9 @@ def _run_summary(run: dict) -> None:
         line += f", {run['n_rows']} rows"
     if run.get("result"):
         line += f" -> {run['result']}"
-    output.console().print(line)
+    output.console().print(output.plain(line))
     if run.get("error"):
-        output.console().print(f"error: {run['error']}")
+        output.console().print(output.plain(f"error: {run['error']}"))
 
 
 def cmd_runs_start(client, args) -> None:
@@ -411,7 +411,7 @@ def cmd_predict(client, args) -> int | None:
         return
     model = model or client.models.get(args.model)
     rows = predict_io.prediction_rows(result, model.get("classes") or [])
-    text = "\n".join(",".join(row) for row in rows) + "\n"
+    text = predict_io.csv_text(rows)
     if args.output:
         args.output.write_text(text)
         print(f"wrote {len(rows) - 1} predictions to {args.output}", file=sys.stderr)
