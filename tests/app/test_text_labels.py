@@ -609,3 +609,20 @@ def test_a_repeated_long_parquet_name_costs_its_indices_not_its_copies(tmp_path)
         return int(done.stdout.split()[-1])
 
     assert peak_kb("x" * MAX_LABEL_CHARS) < peak_kb("x") + 64 * 1024
+
+
+@pytest.mark.parametrize("dictionary", [False, True])
+def test_a_parquet_label_that_is_not_utf8_names_its_row(client, settings, dictionary):
+    """pyarrow reads a Parquet string column without checking it: bytes that are not UTF-8 were
+    refused with Python's "'utf-8' codec can't decode byte 0xff in position 0", no row named."""
+    items = [b"spam", b"ham", b"\xff\xfe", b"ham"]
+    offsets = np.cumsum([0] + [len(i) for i in items]).astype(np.int32)
+    buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(items))]
+    labels = pa.Array.from_buffers(pa.string(), len(items), buffers)
+    out = io.BytesIO()
+    table = pa.table({"label": labels, "a": np.arange(4.0)})
+    pq.write_table(table, out, use_dictionary=dictionary, row_group_size=2)
+    refused = post(client, out.getvalue(), "bad.parquet")
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == "row 3: the label is not UTF-8 text"
+    nothing_stored(client, settings)

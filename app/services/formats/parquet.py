@@ -219,7 +219,11 @@ class ParquetChunks:
             raise ValueError(f"row {self.n_rows + bad + 1}: the label is missing (null)")
         first = self.n_rows + 1
         if _text(column.type):
-            cells = _label_cells(column)
+            try:
+                cells = _label_cells(column)
+            except UnicodeDecodeError:  # pyarrow reads a Parquet string column unchecked
+                bad = _first_undecodable(column)
+                raise ValueError(f"row {first + bad}: the label is not UTF-8 text") from None
             return self.labels.cells(cells, lambda r: f"row {first + r}")
         labels = column.to_numpy(zero_copy_only=False).astype(np.float64)
         return self.labels.numeric(labels, lambda r: f"row {first + r}")
@@ -305,6 +309,22 @@ def _label_cells(column) -> list[str]:
         names = dict(zip(used.tolist(), texts, strict=True))
         cells += [names[code] for code in codes.tolist()]
     return cells
+
+
+def _first_undecodable(column) -> int:
+    """The index of the first cell of a text column whose bytes are not UTF-8."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pt.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    for i, cell in enumerate(column.cast(pa.binary()).to_pylist()):
+        try:
+            cell.decode("utf-8")
+        except UnicodeDecodeError:
+            return i
+    return 0
 
 
 def _numeric(kind) -> bool:
