@@ -289,8 +289,15 @@ def check_distributed(
 
 def check_validation_labels(spec: EstimatorSpec, dataset: Dataset, valid: Dataset) -> None:
     """422 when a classifier's validation set is unrelated to its training set: its label kind
-    differs, or none of its labels is a class of the training set."""
+    differs, or none of its labels is a class of the training set; or when a regressor's has
+    text labels (their stored codes 0..k-1 were scored as targets)."""
     if spec.kind != "classifier":
+        if text_classes(valid.classes) is not None:
+            raise _invalid(
+                "validation_dataset_id",
+                f"the validation set has text labels (classes {_few(valid.classes)}); "
+                f"{spec.name} is validated on numeric targets",
+            )
         return
     if valid.label_kind != dataset.label_kind:
         raise _invalid(

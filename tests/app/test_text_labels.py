@@ -175,6 +175,26 @@ def test_a_regression_on_text_labels_is_refused(client):
     assert "text labels" in refused.json()["detail"] and "setosa" in refused.json()["detail"]
 
 
+def test_a_regressor_is_neither_validated_nor_evaluated_on_text_labels(app, client):
+    """A regressor's validation set or evaluated dataset of text labels was scored against the
+    stored codes of the names (0..k-1) as if they were targets: a 202, and an MSE of 3.6."""
+    X, labels = flowers(4)
+    names = post(client, csv_text(X, labels), "f.csv").json()
+    numbers = post(client, csv_text(X, np.round(X[:, 0], 1)), "n.csv").json()
+    body = {"dataset_id": numbers["id"], "estimator": "LinearSVR",
+            "validation_dataset_id": names["id"]}  # fmt: skip
+    refused = client.post("/v1/jobs", json=body)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"][0]["field"] == "validation_dataset_id"
+    assert "text labels" in refused.json()["detail"]
+    model = train(app, client, numbers["id"], estimator="LinearSVR")
+    url = f"/v1/models/{model['id']}/evaluate"
+    answer = client.post(url, json={"dataset_id": names["id"]})
+    assert answer.status_code == 422, answer.text
+    assert "text labels" in answer.json()["detail"] and "setosa" in answer.json()["detail"]
+    assert client.post(url, json={"dataset_id": numbers["id"]}).status_code == 200
+
+
 def test_a_mixed_column_is_text_and_a_numeric_one_is_unchanged(client):
     mixed = b"label,a\n1,0.5\na,1\n1.0,2\n02,3\n2,1\n"
     body = post(client, mixed, "m.csv").json()
