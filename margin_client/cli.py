@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -179,7 +180,7 @@ def _add_evaluate(commands: argparse._SubParsersAction, command: AddCommand) -> 
 def run(args: argparse.Namespace) -> int:
     """Run the client command that `args` names; returns the exit status."""
     try:
-        from margin_client._http import Client, InvalidId, MarginError
+        from margin_client._http import Client, InvalidId, MarginError, NotFinite
     except ImportError as exc:  # a server-only install
         print(f"margin: the client commands need margin[client] ({exc})", file=sys.stderr)
         return 1
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"error: {exc}", file=sys.stderr)
         return 1
-    except InvalidId as exc:
+    except (InvalidId, NotFinite) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except httpx.TransportError as exc:
@@ -290,6 +291,8 @@ def _positive_floats(text: str) -> list[float]:
         ) from None
     if not all(v > 0 for v in values):
         raise argparse.ArgumentTypeError(f"every C must be > 0, got {text!r}")
+    if not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"every C must be a finite number, got {text!r}")
     return values
 
 

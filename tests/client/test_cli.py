@@ -371,3 +371,16 @@ def test_hostile_names_print_as_text(service, tmp_path):
     read = list(csv.reader(io.StringIO(predicted.stdout)))
     assert read[0][:2] == ["row", "label"] and {len(row) for row in read} == {len(read[0])}
     assert {row[1] for row in read[1:]} <= set(names)
+
+
+def test_a_number_beyond_a_float_is_one_line_not_a_traceback(service, heart_dataset):
+    """`--C 1e400` reads as inf, which JSON cannot hold: the encoder's ValueError ("Out of range
+    float values are not JSON compliant") ended the command with a traceback."""
+    with Client(service.url) as client:
+        before = len(client.jobs.list())
+    for args in (("--C", "1e400"), ("--param", "tol=1e400"), ("--Cs", "0.1,1e400")):
+        result = margin(service, "train", heart_dataset, *args)
+        assert result.returncode == 2, result
+        assert "Traceback" not in result.stderr and "finite" in result.stderr, result.stderr
+    with Client(service.url) as client:
+        assert len(client.jobs.list()) == before
