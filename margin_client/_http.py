@@ -45,6 +45,24 @@ class InvalidId(ValueError):
     """An id given to the client that names no resource (empty, or not a string)."""
 
 
+class NotFinite(ValueError):
+    """A request body holding nan or an infinity (JSON has no such number)."""
+
+
+def json_body(body: Any) -> bytes:
+    """``body`` as JSON, as httpx writes it; a nan or an infinity (``--C 1e400``) is a
+    `NotFinite` naming the problem, not the encoder's "Out of range float values"."""
+    import json
+
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError:
+        raise NotFinite(
+            "the request holds a number that is not finite (nan or an infinity; a number "
+            "beyond 1.8e308 reads as one): the service takes finite numbers only"
+        ) from None
+
+
 def resource_id(kind: str, value: Any) -> str:
     """``value`` as the id of a ``kind`` (dataset, model, job), refused when it is empty: an
     empty id would address the collection instead (``GET /v1/models/`` lists them)."""
@@ -105,6 +123,9 @@ class Client:
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send a request; an answer other than 2xx raises `MarginError` (the service's API
         never redirects, so a 3xx means the path named no resource)."""
+        if "json" in kwargs:
+            headers = {**(kwargs.pop("headers", None) or {}), "Content-Type": "application/json"}
+            kwargs.update(content=json_body(kwargs.pop("json")), headers=headers)
         response = self.http.request(method, path, **kwargs)
         if response.status_code >= 300:
             raise MarginError.from_response(response)

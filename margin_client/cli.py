@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -179,7 +180,7 @@ def _add_evaluate(commands: argparse._SubParsersAction, command: AddCommand) -> 
 def run(args: argparse.Namespace) -> int:
     """Run the client command that `args` names; returns the exit status."""
     try:
-        from margin_client._http import Client, InvalidId, MarginError
+        from margin_client._http import Client, InvalidId, MarginError, NotFinite
     except ImportError as exc:  # a server-only install
         print(f"margin: the client commands need margin[client] ({exc})", file=sys.stderr)
         return 1
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"error: {exc}", file=sys.stderr)
         return 1
-    except InvalidId as exc:
+    except (InvalidId, NotFinite) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except httpx.TransportError as exc:
@@ -290,6 +291,8 @@ def _positive_floats(text: str) -> list[float]:
         ) from None
     if not all(v > 0 for v in values):
         raise argparse.ArgumentTypeError(f"every C must be > 0, got {text!r}")
+    if not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"every C must be a finite number, got {text!r}")
     return values
 
 
@@ -321,9 +324,9 @@ def _job_summary(job: dict) -> None:
         line += f" after {progress.get('iteration')} iterations, gap {gap}"
     if job.get("model_id"):
         line += f" -> model {job['model_id']}"
-    console.print(line, soft_wrap=True)  # the model id stays on the line that names it
+    console.print(output.plain(line), soft_wrap=True)  # the model id stays on its line
     if job.get("error"):
-        console.print(f"error: {job['error']}")
+        console.print(output.plain(f"error: {job['error']}"))
 
 
 def cmd_jobs_list(client, args) -> None:
@@ -370,9 +373,9 @@ def _run_summary(run: dict) -> None:
         line += f", {run['n_rows']} rows"
     if run.get("result"):
         line += f" -> {run['result']}"
-    output.console().print(line)
+    output.console().print(output.plain(line))
     if run.get("error"):
-        output.console().print(f"error: {run['error']}")
+        output.console().print(output.plain(f"error: {run['error']}"))
 
 
 def cmd_runs_start(client, args) -> None:
@@ -411,7 +414,7 @@ def cmd_predict(client, args) -> int | None:
         return
     model = model or client.models.get(args.model)
     rows = predict_io.prediction_rows(result, model.get("classes") or [])
-    text = "\n".join(",".join(row) for row in rows) + "\n"
+    text = predict_io.csv_text(rows)
     if args.output:
         args.output.write_text(text)
         print(f"wrote {len(rows) - 1} predictions to {args.output}", file=sys.stderr)

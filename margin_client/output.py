@@ -54,7 +54,7 @@ def table(rows: list[dict], columns: list[tuple[str, Callable[[dict], Any]]]) ->
         # its end to an ellipsis
         table.add_column(title, overflow="fold" if title in ID_COLUMNS else "ellipsis")
     for row in rows:
-        table.add_row(*(text(get(row)) for _, get in columns))
+        table.add_row(*(plain(text(get(row))) for _, get in columns))
     show(table)
 
 
@@ -65,7 +65,28 @@ def text(value: Any) -> str:
         return f"{value:.4g}"
     if isinstance(value, dict | list):
         return json.dumps(value)
-    return str(value)
+    return visible(str(value))
+
+
+# control characters and the bidirectional overrides: a class name, a dataset's name or a job's
+# error comes from whoever uploaded it, and printed raw an ESC sequence drives the terminal
+_HIDDEN = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F] if chr(c) not in "\t\n"} | {
+    c: f"\\u{c:04x}" for c in [*range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+}
+
+
+def visible(value: str) -> str:
+    """Text for a terminal: control characters but tab and newline written as escapes
+    (\\x1b), never sent."""
+    return value.translate(_HIDDEN)
+
+
+def plain(value: str):
+    """Text rich prints as it is: ``[red]`` or ``[/bold]`` in a name is no markup (a closing
+    tag that closes nothing stopped the command with rich's MarkupError)."""
+    from rich.text import Text
+
+    return Text(visible(value))
 
 
 def fields(record: dict) -> None:
@@ -81,7 +102,8 @@ def fields(record: dict) -> None:
         if key == "selection" and selection:
             value = (f"C {text(selection['C'])}, {selection['scoring']} "
                      f"{text(selection['best_score'])} (cross-validation below)")  # fmt: skip
-        table.add_row(key, shortened(value) if isinstance(value, dict | list) else text(value))
+        shown = shortened(value) if isinstance(value, dict | list) else text(value)
+        table.add_row(plain(key), plain(shown))
     show(table)
     if selection:
         print()
@@ -89,7 +111,7 @@ def fields(record: dict) -> None:
 
 
 def shortened(value: dict | list) -> str:
-    whole = text(value)
+    whole = visible(text(value))
     if len(whole) <= LONG_VALUE:
         return whole
     return f"{whole[: LONG_VALUE - 40]}… ({len(whole):,} characters; --json shows all)"

@@ -92,3 +92,14 @@ def prediction_rows(result, classes: list) -> list[list[str]]:
         [str(i), _number(label), *(repr(float(v)) for v in values)]
         for i, (label, values) in enumerate(zip(result.labels, columns, strict=True))
     ]
+
+
+def csv_text(rows: list[list[str]]) -> str:
+    """Rows as CSV, a field quoted where it holds a comma, a quote or a line break (a class
+    name may: joined with bare commas, "a,b" made two columns of one)."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()

@@ -175,7 +175,8 @@ def _csv_matrix(body: bytes, model, max_batch: int) -> np.ndarray:
     1.4-1.7 GB). Empty lines are skipped and not counted; a field may be quoted (RFC 4180)."""
     end = body.find(b"\n")
     end = len(body) if end < 0 else end
-    if body.count(b",", 0, end) + 1 > model.n_features:
+    commas = body.count(b",", 0, end)
+    if commas + 1 > model.n_features and commas + 1 > model.n_features + _name_commas(model):
         raise InvalidInstances(
             f"text/csv: the header has more columns than the model's {model.n_features} features"
         )
@@ -204,6 +205,12 @@ def _csv_matrix(body: bytes, model, max_batch: int) -> np.ndarray:
     X = np.zeros((values.shape[0], model.n_features))
     X[:, order] = values
     return X
+
+
+def _name_commas(model) -> int:
+    """Commas inside the model's feature names: a header quoting "a,b" (a name a CSV upload
+    may hold) has one comma more than columns, and was refused as too many columns."""
+    return sum(name.count(",") for name in model.feature_names or [])
 
 
 def _header_names(line: bytes) -> list[str]:

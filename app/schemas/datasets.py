@@ -46,7 +46,7 @@ class DatasetOut(BaseModel):
     size_bytes: int = Field(description="the upload as received")
     stored_bytes: int | None = Field(
         None,
-        description="what is stored (the parsed arrays, and a table's feature names as JSON); "
-        "counted by the storage quota",
+        description="what is stored (the parsed arrays, and a table's feature names and text "
+        "class names as JSON); counted by the storage quota",
     )
     created_at: datetime

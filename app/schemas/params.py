@@ -11,7 +11,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from app.schemas.common import RequestBody
 from app.services.dataset_store import MAX_CLASSES
@@ -47,9 +47,9 @@ class _Params(RequestBody):
 
 
 class CGrid(_Params):
-    """``num`` values of C evenly spaced in log scale from ``min`` to ``max``; without both
-    bounds, the library's grid (LIBLINEAR's start value up to 1024, stopped early once the score
-    has not improved for 3 values)."""
+    """``num`` values of C evenly spaced in log scale from ``min`` to ``max``; with neither
+    bound, the library's grid (LIBLINEAR's start value up to 1024, stopped early once the score
+    has not improved for 3 values). One bound alone is a 422."""
 
     num: int = Field(10, ge=1, le=50)
     min: PositiveFloat | None = None
@@ -64,6 +64,18 @@ class SearchSpec(_Params):
     )
     cv: int = Field(5, ge=2, le=20, description="stratified folds (seeded by random_state)")
     scoring: Literal["accuracy", "balanced_accuracy", "f1_macro", "roc_auc"] = "accuracy"
+
+    @model_validator(mode="after")
+    def _grid_bounds_together(self) -> SearchSpec:
+        # one bound alone was ignored: the library's grid ran, far outside the bound asked for
+        grid = self.Cs
+        if isinstance(grid, CGrid) and (grid.min is None) != (grid.max is None):
+            given, other = ("min", "max") if grid.min is not None else ("max", "min")
+            raise ValueError(
+                f"Cs.{given} without Cs.{other}: a log grid needs both bounds (or neither, "
+                "for the library's grid)"
+            )
+        return self
 
 
 class LinearSVCParams(_Params):

@@ -7,7 +7,7 @@ import numpy as np
 
 from app.services.dataset_source import DatasetMismatch, DatasetSource, finite_rows
 from app.services.evaluation import classification_report, regression_report
-from app.services.formats.labels import class_name, recode
+from app.services.formats.labels import class_name, recode, text_classes
 from app.services.prediction import (
     LinearModel,
     decision_function,
@@ -19,8 +19,15 @@ from app.services.prediction import (
 def check_labels(model: LinearModel, dataset) -> None:
     """DatasetMismatch unless a ``tables.Dataset``'s labels can score a classifier: the dataset
     must have class labels, one of them at least a class of the model (an unrelated dataset
-    would otherwise score an accuracy of 0 without a word). Regressors take any target."""
+    would otherwise score an accuracy of 0 without a word). Regressors take any numeric
+    target, not text labels (their stored codes 0..k-1 were scored as targets)."""
     if model.is_regressor:
+        names = text_classes(dataset.classes)
+        if names is not None:
+            raise DatasetMismatch(
+                f"dataset {dataset.id!r} has text labels (classes {_listed(names)}); a "
+                "regressor is evaluated on a dataset of numeric targets"
+            )
         return
     if dataset.label_kind != "classes":
         raise DatasetMismatch(

@@ -250,7 +250,14 @@ def check_folds(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -
             f"stratified {k}-fold needs a class with at least {k} rows; the dataset's largest "
             f"class has {max(counts)}",
         )
-    if search is not None and search.get("scoring") == "roc_auc" and counts and min(counts) < k:
+    roc_auc = search is not None and search.get("scoring") == "roc_auc"
+    if roc_auc and len(counts) > 2:  # before: accepted, then failed in the worker with
+        raise _invalid(  # scikit-learn's "multi_class must be in ('ovo', 'ovr')"
+            "params.search.scoring",
+            f"roc_auc scores two classes; the dataset has {len(counts)}: choose accuracy, "
+            "balanced_accuracy or f1_macro",
+        )
+    if roc_auc and counts and min(counts) < k:
         raise _invalid(
             "params.search.scoring",
             f"roc_auc is undefined on a test fold of one class: stratified {k}-fold gives "
@@ -282,8 +289,15 @@ def check_distributed(
 
 def check_validation_labels(spec: EstimatorSpec, dataset: Dataset, valid: Dataset) -> None:
     """422 when a classifier's validation set is unrelated to its training set: its label kind
-    differs, or none of its labels is a class of the training set."""
+    differs, or none of its labels is a class of the training set; or when a regressor's has
+    text labels (their stored codes 0..k-1 were scored as targets)."""
     if spec.kind != "classifier":
+        if text_classes(valid.classes) is not None:
+            raise _invalid(
+                "validation_dataset_id",
+                f"the validation set has text labels (classes {_few(valid.classes)}); "
+                f"{spec.name} is validated on numeric targets",
+            )
         return
     if valid.label_kind != dataset.label_kind:
         raise _invalid(

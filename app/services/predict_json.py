@@ -45,7 +45,7 @@ def json_rows(
         yield from items_rows(keys[key], key, instances, model, counter)
         return
     head = _HEAD.match(body)
-    key = head.group(1).decode() if head else ""
+    key = head.group(2).decode() if head else ""
     if key not in keys:
         raise InvalidInstances(
             f"expected a JSON object {_shapes(keys)} (a body over {SMALL_JSON // 1024} KB must "
@@ -101,7 +101,14 @@ def _lenient_json(body, error: Exception):
 
 
 _WS = re.compile(rb"[ \t\r\n]*")
-_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"([a-z_]{1,32})"[ \t\r\n]*:[ \t\r\n]*\[')
+# "probabilities": true|false may come before or after the instances of a large body too
+_FLAG = rb'"probabilities"[ \t\r\n]*:[ \t\r\n]*(true|false)[ \t\r\n]*'
+_HEAD = re.compile(
+    rb"[ \t\r\n]*\{[ \t\r\n]*(?:" + _FLAG + rb',[ \t\r\n]*)?"([a-z_]{1,32})"[ \t\r\n]*:[ \t\r\n]*\['
+)
+_TAIL = re.compile(rb"[ \t\r\n]*" + _FLAG)
+_END_FLAG = re.compile(rb",[ \t\r\n]*" + _FLAG + rb"\}[ \t\r\n]*\Z")
+_TAIL_BYTES = 512
 # Strings (with escapes) and brackets decide where a JSON value ends; numbers, commas and
 # whitespace between them are skipped in C by the search.
 _BRACKET_OR_QUOTE = re.compile(rb'["\[\]{}]')
@@ -127,9 +134,25 @@ def _instance_spans(body: bytes) -> Iterator[tuple[int, int]]:
         pos = _WS.match(body, pos + 1).end()
     pos = _WS.match(body, pos + 1).end()
     if body[pos : pos + 1] == b",":
-        raise InvalidInstances("unexpected field after the instances; expected only one key")
+        flag = _TAIL.match(body, pos + 1)
+        if flag is None or head.group(1):
+            raise InvalidInstances(
+                "unexpected field after the instances; expected only 'probabilities' "
+                "(true or false), once"
+            )
+        pos = flag.end()
     if body[pos : pos + 1] != b"}" or _WS.match(body, pos + 1).end() != len(body):
         raise _not_json(pos, "'}' ending the body")
+
+
+def large_body_flag(body: bytes) -> bool:
+    """Whether a large body says ``"probabilities": true`` before or after its instances (the
+    span reader refuses any other field there)."""
+    head = _HEAD.match(body)
+    if head and head.group(1):
+        return head.group(1) == b"true"
+    tail = _END_FLAG.search(body, max(0, len(body) - _TAIL_BYTES))
+    return tail is not None and tail.group(1) == b"true"
 
 
 def _not_json(pos: int, expected: str) -> InvalidInstances:

@@ -30,7 +30,7 @@ import orjson
 import scipy.sparse as sp
 
 from app.services.predict_input import InvalidInstances
-from app.services.predict_json import SMALL_JSON, json_rows
+from app.services.predict_json import SMALL_JSON, json_rows, large_body_flag
 from app.services.predict_text import text_rows
 
 __all__ = [
@@ -179,9 +179,14 @@ def _why_no_calibration(model: LinearModel) -> str:
 
 
 def _asks_probabilities(body: bytes, content_type: str) -> bool:
-    """Whether a small JSON body says ``"probabilities": true`` (a large one uses the query)."""
+    """Whether a JSON body says ``"probabilities": true`` (a large one before or after its
+    instances: before, a body over 64 KB with the flag was a 422)."""
     media = content_type.split(";", 1)[0].strip().lower()
-    if media == "text/plain" or len(body) > SMALL_JSON or b'"probabilities"' not in body:
+    if media == "text/plain":
+        return False
+    if len(body) > SMALL_JSON:
+        return large_body_flag(body)
+    if b'"probabilities"' not in body:
         return False
     try:
         doc = orjson.loads(body)

@@ -41,6 +41,10 @@ pytestmark = pytest.mark.timeout(120)
         ({"estimator": "SVC"}, "estimator", "expected one of LinearSVC"),
         ({"extra": 1}, "extra", "unknown field"),
         ({"params": {"search": True}}, "params.search", "should be an object (got True)"),
+        # one bound alone was ignored: the library's grid ran, far below the min asked for
+        ({"params": {"search": {"Cs": {"min": 1}}}}, "params.search", "Cs.min without Cs.max"),
+        ({"params": {"search": {"Cs": {"num": 3, "max": 1e-3}}}}, "params.search",
+         "Cs.max without Cs.min"),
     ],
 )
 def test_invalid_jobs_are_422_naming_the_field(
@@ -140,6 +144,22 @@ def test_folds_that_cannot_split_the_dataset_are_422_at_creation(client, params,
     no_folds = {"probability": True, "calibration": "none"}  # runs no folds: nothing to split
     assert client.post("/v1/jobs", json={"dataset_id": dataset["id"],
                                          "params": no_folds}).status_code == 202  # fmt: skip
+
+
+def test_roc_auc_on_more_than_two_classes_is_422_at_creation(client):
+    """roc_auc scores two classes: on three it was accepted, then failed in the worker with
+    scikit-learn's "multi_class must be in ('ovo', 'ovr')"."""
+    rows = b"".join(b"%d 1:%d 2:1\n" % (i % 3, i) for i in range(30))
+    dataset = upload(client, rows).json()
+    search = {"search": {"cv": 3, "scoring": "roc_auc"}}
+    response = client.post("/v1/jobs", json={"dataset_id": dataset["id"], "params": search})
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == "params.search.scoring"
+    assert "roc_auc scores two classes; the dataset has 3" in response.json()["detail"]
+    assert client.get("/v1/jobs").json()["items"] == []
+    search["search"]["scoring"] = "f1_macro"
+    fits = client.post("/v1/jobs", json={"dataset_id": dataset["id"], "params": search})
+    assert fits.status_code == 202, fits.text
 
 
 @pytest.mark.parametrize(("n_classes", "status"), [(9, 422), (8, 202)])

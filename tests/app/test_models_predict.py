@@ -147,6 +147,31 @@ def test_large_bodies_are_parsed_off_the_event_loop_with_the_same_answer(service
     )
 
 
+def test_a_large_body_may_ask_for_probabilities_before_or_after_its_instances(service, binary):
+    """`"probabilities": true` in a body over 64 KB was a 422 ("expected only one key" after
+    the instances, "must start with" before them): the same flag as in a small body."""
+    model_id, _, _ = binary
+    with service.db.write() as session:
+        session.get(Model, model_id).calibration = {"method": "sigmoid", "A": [-2.0], "B": [0.1]}
+    instances = sparse_instances(rng_problem(n=2000, seed=7))
+    url = f"/v1/models/{model_id}/predict"
+    small = service.client.post(url, json={"instances": instances[:5], "probabilities": True})
+    expected = small.json()["probabilities"]
+    many = json.dumps(instances)
+    json_body = {"content-type": "application/json"}
+    for body in (f'{{"instances": {many}, "probabilities": true}}',
+                 f'{{ "probabilities" : true , "instances": {many}}}'):  # fmt: skip
+        assert len(body) > 64 * 1024
+        answer = service.client.post(url, content=body.encode(), headers=json_body)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["probabilities"][:5] == expected
+    plain = f'{{"instances": {many}, "probabilities": false}}'.encode()
+    assert "probabilities" not in service.client.post(url, content=plain, headers=json_body).json()
+    twice = f'{{"probabilities": true, "instances": {many}, "probabilities": true}}'.encode()
+    refused = service.client.post(url, content=twice, headers=json_body)
+    assert refused.status_code == 422 and "'probabilities'" in refused.json()["detail"]
+
+
 def test_cached_predictions_touch_no_database(service, binary):
     url = f"/v1/models/{binary[0]}/predict"
     doc = {"instances": [{"indices": [1, 2], "values": [1.0, 2.0]}]}

@@ -403,3 +403,22 @@ def test_invocations_csv_rows_not_lines_meet_the_batch_bound(app, client, served
     for over in ("\n".join(rows), "\n".join(rows) + "\n", "\r\n\r\n".join(rows)):
         answer = post(over)
         assert answer.status_code == 413 and "at most 3" in answer.json()["message"], answer.text
+
+
+def test_invocations_csv_header_may_quote_a_name_holding_a_comma(app, client):
+    """A CSV upload's quoted header name "a,b" is a feature name; the same header sent to
+    /invocations was refused as "more columns than the model's 2 features" (its commas were
+    counted as columns)."""
+    body = 'label,"a,b",c\n1,1,2\n-1,-1,-2\n1,2,1\n-1,-2,-1\n'
+    dataset = client.post("/v1/datasets", files={"file": ("q.csv", body)}).json()
+    assert dataset["feature_names"] == ["a,b", "c"]
+    model = train(app, client, dataset["id"])
+    expected = predict(client, model, {"records": [{"a,b": 1.0, "c": 2.0}]})["labels"]
+    url = f"/v1/models/{model}/invocations"
+    for text in ('"a,b",c\n1,2\n', 'c,"a,b"\n2,1\n'):
+        answer = client.post(url, content=text, headers={"content-type": "text/csv"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"predictions": expected}
+    for wide in ('"a,b",c,d\n1,2,3\n', "a,b,c,d\n1,2,3,4\n"):  # one comma over is refused
+        answer = client.post(url, content=wide, headers={"content-type": "text/csv"})
+        assert answer.status_code == 400 and "more columns" in answer.json()["message"]

@@ -175,6 +175,26 @@ def test_a_regression_on_text_labels_is_refused(client):
     assert "text labels" in refused.json()["detail"] and "setosa" in refused.json()["detail"]
 
 
+def test_a_regressor_is_neither_validated_nor_evaluated_on_text_labels(app, client):
+    """A regressor's validation set or evaluated dataset of text labels was scored against the
+    stored codes of the names (0..k-1) as if they were targets: a 202, and an MSE of 3.6."""
+    X, labels = flowers(4)
+    names = post(client, csv_text(X, labels), "f.csv").json()
+    numbers = post(client, csv_text(X, np.round(X[:, 0], 1)), "n.csv").json()
+    body = {"dataset_id": numbers["id"], "estimator": "LinearSVR",
+            "validation_dataset_id": names["id"]}  # fmt: skip
+    refused = client.post("/v1/jobs", json=body)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"][0]["field"] == "validation_dataset_id"
+    assert "text labels" in refused.json()["detail"]
+    model = train(app, client, numbers["id"], estimator="LinearSVR")
+    url = f"/v1/models/{model['id']}/evaluate"
+    answer = client.post(url, json={"dataset_id": names["id"]})
+    assert answer.status_code == 422, answer.text
+    assert "text labels" in answer.json()["detail"] and "setosa" in answer.json()["detail"]
+    assert client.post(url, json={"dataset_id": numbers["id"]}).status_code == 200
+
+
 def test_a_mixed_column_is_text_and_a_numeric_one_is_unchanged(client):
     mixed = b"label,a\n1,0.5\na,1\n1.0,2\n02,3\n2,1\n"
     body = post(client, mixed, "m.csv").json()
@@ -578,3 +598,72 @@ def _read_peak(body: bytes, n_rows: int) -> int:
         tracemalloc.stop()
     assert rows == n_rows
     return held
+
+
+_PARSE_PEAK = """
+import resource, sys
+from app.services.dataset_files import parse_to_arrays
+meta = parse_to_arrays(sys.argv[1], sys.argv[2], fmt="parquet")
+assert "error" not in meta, meta
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_a_repeated_long_parquet_name_costs_its_indices_not_its_copies(tmp_path):
+    """A dictionary-encoded label column of one 255-character name over a million rows (a 33 kB
+    file) decoded, read as plain strings, to a copy of the name per row (255 MB more than a
+    one-character name, beyond the row group's decoded bound); read as a dictionary, the
+    names cost their indices."""
+    import subprocess
+    import sys
+
+    def peak_kb(name: str) -> int:
+        n = 1_000_000
+        labels = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), [name])
+        path = tmp_path / f"{len(name)}.parquet"
+        table = pa.table({"label": labels.dictionary_decode(), "a": np.zeros(n)})
+        pq.write_table(table, path, row_group_size=n)
+        assert path.stat().st_size < 100_000
+        run = [sys.executable, "-c", _PARSE_PEAK, str(path), str(tmp_path / f"out{len(name)}")]
+        done = subprocess.run(run, capture_output=True, text=True, timeout=120, check=True)
+        return int(done.stdout.split()[-1])
+
+    assert peak_kb("x" * MAX_LABEL_CHARS) < peak_kb("x") + 64 * 1024
+
+
+@pytest.mark.parametrize("dictionary", [False, True])
+def test_a_parquet_label_that_is_not_utf8_names_its_row(client, settings, dictionary):
+    """pyarrow reads a Parquet string column without checking it: bytes that are not UTF-8 were
+    refused with Python's "'utf-8' codec can't decode byte 0xff in position 0", no row named."""
+    items = [b"spam", b"ham", b"\xff\xfe", b"ham"]
+    offsets = np.cumsum([0] + [len(i) for i in items]).astype(np.int32)
+    buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(items))]
+    labels = pa.Array.from_buffers(pa.string(), len(items), buffers)
+    out = io.BytesIO()
+    table = pa.table({"label": labels, "a": np.arange(4.0)})
+    pq.write_table(table, out, use_dictionary=dictionary, row_group_size=2)
+    refused = post(client, out.getvalue(), "bad.parquet")
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == "row 3: the label is not UTF-8 text"
+    nothing_stored(client, settings)
+
+
+@pytest.mark.parametrize("encoding", ["PLAIN", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY"])
+def test_parquet_label_encodings(client, settings, encoding):
+    """Labels read as a dictionary: pyarrow cannot read the delta encodings so (a 500, "Not yet
+    implemented: DecodeArrow of DictAccumulator"); DELTA_LENGTH_BYTE_ARRAY is read as plain
+    strings (its pages hold every byte), DELTA_BYTE_ARRAY, whose pages hold only what differs
+    from the previous name, is refused by name."""
+    labels = ["spam", "ham", "spam", "eggs"] * 10
+    out = io.BytesIO()
+    table = pa.table({"label": labels, "a": np.arange(40.0)})
+    pq.write_table(table, out, use_dictionary=False, column_encoding={"label": encoding})
+    answer = post(client, out.getvalue(), f"{encoding}.parquet")
+    if encoding == "DELTA_BYTE_ARRAY":
+        assert answer.status_code == 422, answer.text
+        assert "DELTA_BYTE_ARRAY" in answer.json()["detail"]
+        nothing_stored(client, settings)
+        return
+    assert answer.status_code == 201, answer.text
+    counts = {c["label"]: c["count"] for c in answer.json()["labels"]["classes"]}
+    assert counts == {"eggs": 10, "ham": 10, "spam": 20}

@@ -146,3 +146,20 @@ def test_a_header_that_claims_more_data_than_its_member_holds_is_422(client):
     response = post(client, out.getvalue(), format="npz")
     assert response.status_code == 422
     assert "member y: its header declares more data" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("code", [0xD800, 0xDFFF, 0x110000, 0xFFFFFFFF])
+def test_a_text_label_that_is_no_unicode_text_is_422(client, settings, code):
+    """numpy keeps any 32-bit code in a unicode array: a lone surrogate made a class name that
+    cannot be written as UTF-8 (the dataset was stored, then its upload's answer and every list
+    of the tenant's datasets was a 500), a code beyond U+10FFFF killed the parser (500)."""
+    codes = np.array([[0x61, 0], [0x62, 0], [0x61, 0], [0x62, code]], dtype="<u4")
+    members = csr_members(np.eye(4) + 1, [1, 2, 3, 4])
+    members["y"] = codes.view("<U2").reshape(-1)
+    response = post(client, archive(**members), format="npz")
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"].startswith("row 4: the label is not Unicode text")
+    assert client.get("/v1/datasets").json()["items"] == []
+    assert not any((settings.data_dir / "datasets").iterdir())
+    members["y"] = members["y"].astype(">U2")  # the same names, big-endian
+    assert post(client, archive(**members), format="npz").status_code == 422

@@ -242,6 +242,21 @@ def test_a_page_header_that_disagrees_with_the_footer_is_422(client, settings):
     nothing_stored(client, settings)
 
 
+def test_a_corrupt_gzip_page_is_422(client, settings):
+    """Bytes of a gzip-compressed page changed (its header intact): pyarrow's OSError while the
+    row group was read was a 500."""
+    rng = np.random.default_rng(0)
+    tbl = pa.table({"label": rng.integers(0, 2, 5000).astype(float), "a": rng.random(5000)})
+    data = bytearray(parquet_bytes(tbl, compression="gzip", use_dictionary=False))
+    meta = pq.read_metadata(io.BytesIO(bytes(data))).row_group(0).column(1)
+    middle = meta.data_page_offset + meta.total_compressed_size // 2
+    data[middle : middle + 64] = bytes(b ^ 0x5A for b in data[middle : middle + 64])
+    response = post(client, bytes(data), filename="corrupt.parquet")
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"].startswith("parquet: row group 0 cannot be read")
+    nothing_stored(client, settings)
+
+
 def test_a_file_of_tiny_pages_is_413_after_its_page_budget(client, settings):
     from app.services.formats.parquet_pages import MIN_PAGE_BUDGET
 

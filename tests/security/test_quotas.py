@@ -59,6 +59,23 @@ def test_a_tables_feature_names_count_against_the_quota(make_service):
     assert len(client.get("/v1/datasets", headers=acme).json()["items"]) == 1
 
 
+def test_text_class_names_count_against_the_quota(make_service):
+    # kept in the database too: 1,000 names of 255 characters over 1,000 rows stored 16 kB of
+    # arrays and 260 kB of names the quota missed
+    client, app = make_service(auth_mode="required")
+    acme = new_key(app, "acme", "admin")
+    names = [f"{j:04d}" + "n" * 251 for j in range(1000)]
+    table = ("label,a\n" + "".join(f"{name},1\n" for name in names)).encode()
+    first = upload(client, table, filename="classes.csv", headers=acme)
+    assert first.status_code == 201, first.text
+    names_bytes = len(json.dumps(names).encode())
+    assert first.json()["stored_bytes"] > names_bytes > 250_000
+    keys.set_quota(app.state.db, "acme", storage_bytes=int(names_bytes * 1.5), active_jobs=None)
+    refused = upload(client, table + b"\n", filename="classes.csv", headers=acme)
+    assert refused.status_code == 429, refused.text
+    assert len(client.get("/v1/datasets", headers=acme).json()["items"]) == 1
+
+
 def test_default_storage_quota_from_settings(make_service):
     client, app = make_service(auth_mode="required", quota_storage_mb=0.01)  # ~10 kB
     acme = new_key(app, "acme", "admin")

@@ -136,6 +136,7 @@ class NpzChunks:
         labels = arrays["y"].read(start, stop)
         where = lambda r: f"row {start + r + 1}"  # noqa: E731
         if labels.dtype.kind == "U":  # class names (`formats.labels`)
+            _check_code_points(labels, where)
             labels = self.labels.cells(labels.tolist(), where)
         else:
             labels = self.labels.numeric(labels.astype(np.float64), where)
@@ -145,6 +146,23 @@ class NpzChunks:
         X.sum_duplicates()  # sorted indices, one entry per (row, column)
         qids = np.zeros(stop - start, dtype=np.int64)
         return X.indptr.astype(np.int64), X.indices, X.data, labels, qids
+
+
+def _check_code_points(labels: np.ndarray, where) -> None:
+    """Every character of a unicode y is a Unicode scalar value: numpy keeps any 32-bit code,
+    and a surrogate (U+D800-U+DFFF) made a class name that cannot be written as UTF-8 (the
+    dataset was stored, then every answer naming it was a 500), one beyond U+10FFFF killed the
+    parser."""
+    width = labels.dtype.itemsize // 4
+    if not width or not labels.size:
+        return
+    codes = labels.view(labels.dtype.str[0] + "u4")
+    bad = np.flatnonzero((codes > 0x10FFFF) | ((codes >= 0xD800) & (codes <= 0xDFFF)))
+    if bad.size:
+        raise ValueError(
+            f"{where(int(bad[0]) // width)}: the label is not Unicode text (the code "
+            f"{int(codes[bad[0]]):#x} is no character)"
+        )
 
 
 class _Extracted:

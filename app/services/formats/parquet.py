@@ -69,6 +69,7 @@ class ParquetChunks:
         self.n_features = 0
         self.feature_names: list[str] | None = None
         self.labels = LabelColumn()
+        self.footer = 0  # its length in bytes, once the file is opened
 
     def __iter__(self):
         while self.stream.read(1 << 20):
@@ -76,9 +77,13 @@ class ParquetChunks:
         pf = self._open()
         label, features, sparse = self._layout(pf.schema_arrow)
         self._check_sizes(pf)
+        pf = self._text_label_file(pf, label)
         columns = [label, *features] if not sparse else [label, sparse]
         for group in range(pf.metadata.num_row_groups):
-            table = pf.read_row_group(group, columns=columns, use_threads=False)
+            try:
+                table = pf.read_row_group(group, columns=columns, use_threads=False)
+            except (OSError, NotImplementedError) as exc:  # a corrupt page (gzip's was a 500)
+                raise ValueError(f"parquet: row group {group} cannot be read: {exc}") from None
             for start in range(0, table.num_rows, self.chunk_rows):
                 part = table.slice(start, self.chunk_rows)
                 labels = self._labels(part.column(0), start)
@@ -94,8 +99,6 @@ class ParquetChunks:
 
     # ------------------------------------------------------------------------------------
     def _open(self):
-        import pyarrow.parquet as pq
-
         size = os.path.getsize(self.source)
         with open(self.source, "rb") as raw:
             head = raw.read(4)
@@ -113,15 +116,52 @@ class ParquetChunks:
                 "(MAX_LINE_MB)",
                 None,
             )
+        self.footer = footer
         try:
-            return pq.ParquetFile(
-                self.source,
-                pre_buffer=False,
-                buffer_size=1 << 20,
-                thrift_string_size_limit=footer,
-                thrift_container_size_limit=footer,
-            )
+            return self._parquet_file()
         except Exception as exc:  # pyarrow's ArrowInvalid, OSError, ...
+            raise ValueError(f"parquet: the file cannot be read: {exc}") from None
+
+    def _parquet_file(self, read_dictionary: list[str] | None = None):
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(
+            self.source,
+            pre_buffer=False,
+            buffer_size=1 << 20,
+            thrift_string_size_limit=self.footer,
+            thrift_container_size_limit=self.footer,
+            read_dictionary=read_dictionary,
+        )
+
+    def _text_label_file(self, pf, label: str):
+        """The file with a text label column read as a dictionary: a dictionary-encoded column
+        of one long name repeated decodes, read as plain strings, to a copy of the name per row
+        (a 64 kB file of 2 million 255-character labels took 930 MB), beyond the row group's
+        decoded bound (8 bytes a value); as a dictionary it costs its indices. pyarrow reads
+        the delta encodings only as plain strings: DELTA_LENGTH_BYTE_ARRAY's pages hold every
+        byte of its strings (counted), DELTA_BYTE_ARRAY's only what differs from the previous
+        string, so its decoded size is unknown until decoded: refused."""
+        if not _text(pf.schema_arrow.field(label).type):
+            return pf
+        meta = pf.metadata
+        leaf = [meta.schema.column(i).path for i in range(meta.num_columns)].index(label)
+        encodings = {
+            encoding
+            for group in range(meta.num_row_groups)
+            for encoding in meta.row_group(group).column(leaf).encodings
+        }
+        if "DELTA_BYTE_ARRAY" in encodings:
+            raise ValueError(
+                f"parquet: the label column {label!r} is written with the DELTA_BYTE_ARRAY "
+                "encoding, whose decoded size its pages do not tell; write it with dictionary "
+                "or plain encoding (pyarrow's default)"
+            )
+        if "DELTA_LENGTH_BYTE_ARRAY" in encodings:
+            return pf
+        try:
+            return self._parquet_file(read_dictionary=[label])
+        except Exception as exc:
             raise ValueError(f"parquet: the file cannot be read: {exc}") from None
 
     def _layout(self, schema):
@@ -209,7 +249,11 @@ class ParquetChunks:
             raise ValueError(f"row {self.n_rows + bad + 1}: the label is missing (null)")
         first = self.n_rows + 1
         if _text(column.type):
-            cells = [str(v) for v in column.to_pylist()]
+            try:
+                cells = _label_cells(column)
+            except UnicodeDecodeError:  # pyarrow reads a Parquet string column unchecked
+                bad = _first_undecodable(column)
+                raise ValueError(f"row {first + bad}: the label is not UTF-8 text") from None
             return self.labels.cells(cells, lambda r: f"row {first + r}")
         labels = column.to_numpy(zero_copy_only=False).astype(np.float64)
         return self.labels.numeric(labels, lambda r: f"row {first + r}")
@@ -275,6 +319,42 @@ class ParquetChunks:
         )
         X.sum_duplicates()  # sorted indices, one entry per (row, column)
         return X.indptr.astype(np.int64), X.indices, X.data
+
+
+def _label_cells(column) -> list[str]:
+    """A text label column's cells; a dictionary's names made once each (the cells share
+    them), and only the names its rows use."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    cells: list[str] = []
+    for chunk in chunks:
+        if not pt.is_dictionary(chunk.type):
+            cells += [str(v) for v in chunk.to_pylist()]
+            continue
+        codes = chunk.indices.to_numpy(zero_copy_only=False)
+        used = np.unique(codes)
+        texts = [str(v) for v in chunk.dictionary.take(used).to_pylist()]
+        names = dict(zip(used.tolist(), texts, strict=True))
+        cells += [names[code] for code in codes.tolist()]
+    return cells
+
+
+def _first_undecodable(column) -> int:
+    """The index of the first cell of a text column whose bytes are not UTF-8."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pt.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    for i, cell in enumerate(column.cast(pa.binary()).to_pylist()):
+        try:
+            cell.decode("utf-8")
+        except UnicodeDecodeError:
+            return i
+    return 0
 
 
 def _numeric(kind) -> bool:
