@@ -609,26 +609,52 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
+def _one_name_file(tmp_path, name: str):
+    """A Parquet file of one name over a million rows (dictionary-encoded, one row group)."""
+    n = 1_000_000
+    labels = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), [name])
+    path = tmp_path / f"{len(name)}.parquet"
+    table = pa.table({"label": labels.dictionary_decode(), "a": np.zeros(n)})
+    pq.write_table(table, path, row_group_size=n)
+    assert path.stat().st_size < 100_000
+    return path
+
+
+def _parse_peak_kb(path, tmp_path) -> int:
+    """The peak resident memory of a process that parses the Parquet file at `path`."""
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-c", _PARSE_PEAK, str(path), str(tmp_path / f"out-{path.stem}")]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=120, check=True)
+    return int(done.stdout.split()[-1])
+
+
 def test_a_repeated_long_parquet_name_costs_its_indices_not_its_copies(tmp_path):
     """A dictionary-encoded label column of one 255-character name over a million rows (a 33 kB
     file) decoded, read as plain strings, to a copy of the name per row (255 MB more than a
     one-character name, beyond the row group's decoded bound); read as a dictionary, the
     names cost their indices."""
-    import subprocess
-    import sys
+    long, short = _one_name_file(tmp_path, "x" * MAX_LABEL_CHARS), _one_name_file(tmp_path, "x")
+    assert _parse_peak_kb(long, tmp_path) < _parse_peak_kb(short, tmp_path) + 64 * 1024
 
-    def peak_kb(name: str) -> int:
-        n = 1_000_000
-        labels = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), [name])
-        path = tmp_path / f"{len(name)}.parquet"
-        table = pa.table({"label": labels.dictionary_decode(), "a": np.zeros(n)})
-        pq.write_table(table, path, row_group_size=n)
-        assert path.stat().st_size < 100_000
-        run = [sys.executable, "-c", _PARSE_PEAK, str(path), str(tmp_path / f"out{len(name)}")]
-        done = subprocess.run(run, capture_output=True, text=True, timeout=120, check=True)
-        return int(done.stdout.split()[-1])
 
-    assert peak_kb("x" * MAX_LABEL_CHARS) < peak_kb("x") + 64 * 1024
+def test_a_footer_that_leaves_out_the_dictionary_does_not_hide_it(tmp_path):
+    """The footer's list of a column chunk's encodings is the writer's word: the dictionary-
+    encoded labels above, listed as DELTA_LENGTH_BYTE_ARRAY instead of RLE_DICTIONARY, were
+    read as plain strings (a copy of the name per row, 255 MB more); the encodings in the page
+    headers decide."""
+    long, short = _one_name_file(tmp_path, "x" * MAX_LABEL_CHARS), _one_name_file(tmp_path, "x")
+    data = bytearray(long.read_bytes())
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    # the label column's metadata: field 1 type BYTE_ARRAY (6), then field 2 its encodings
+    at = data.index(b"\x15\x0c\x19", footer) + 3
+    listed = data[at + 1 : at + 1 + (data[at] >> 4)]
+    data[at + 1 + listed.index(2 * 8)] = 2 * 6  # RLE_DICTIONARY -> DELTA_LENGTH_BYTE_ARRAY
+    long.write_bytes(data)
+    encodings = pq.read_metadata(long).row_group(0).column(0).encodings
+    assert "DELTA_LENGTH_BYTE_ARRAY" in encodings and "RLE_DICTIONARY" not in encodings
+    assert _parse_peak_kb(long, tmp_path) < _parse_peak_kb(short, tmp_path) + 64 * 1024
 
 
 @pytest.mark.parametrize("dictionary", [False, True])

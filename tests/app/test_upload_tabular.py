@@ -347,6 +347,27 @@ def test_page_headers_longer_than_the_first_window_are_walked(tmp_path):
     assert max(page.header_bytes for page in pages) > FIRST_READ_BYTES
 
 
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_page_headers_name_their_values_encoding(tmp_path, version):
+    """A data page's header names its encoding (field 2 of a v1 header, 4 of a v2 one); the
+    dictionary page names none (-1). Parquet's enum: RLE_DICTIONARY 8, DELTA_LENGTH_... 6."""
+    from app.services.formats.parquet_pages import walk_chunk
+
+    path = tmp_path / "encodings.parquet"
+    table = pa.table({"d": ["spam", "ham"] * 50, "p": ["spam", "ham"] * 50})
+    pq.write_table(table, path, data_page_version=version, use_dictionary=["d"],
+                   column_encoding={"p": "DELTA_LENGTH_BYTE_ARRAY"})  # fmt: skip
+    group = pq.read_metadata(path).row_group(0)
+    found = []
+    with open(path, "rb") as raw:
+        for c, start in enumerate([group.column(0).dictionary_page_offset,
+                                   group.column(1).data_page_offset]):  # fmt: skip
+            chunk = walk_chunk(raw, start, group.column(c).total_compressed_size,
+                               path.stat().st_size)  # fmt: skip
+            found.append([page.encoding for page in chunk])
+    assert found == [[-1, 8], [6]]
+
+
 def test_parquet_errors(client, settings):
     strings = parquet_bytes(pa.table({"label": [1.0], "name": ["x"]}))
     response = post(client, strings, filename="s.parquet")

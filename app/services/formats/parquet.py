@@ -42,6 +42,9 @@ ROW_GROUP_BYTES = 64 << 20  # decoded size of one row group (pyarrow holds a row
 MIN_CHUNK_BUDGET = 10_000
 CHUNK_BYTES = 2048
 MAX_INDEX = 2**31 - 2
+# Parquet's enum of encodings, as page headers hold them
+_DICTIONARY_ENCODINGS = {2, 8}  # PLAIN_DICTIONARY, RLE_DICTIONARY
+_DELTA_LENGTH_BYTE_ARRAY, _DELTA_BYTE_ARRAY = 6, 7
 
 
 class ParquetChunks:
@@ -76,8 +79,8 @@ class ParquetChunks:
             pass  # a Parquet file is read from its end: wait for all of it
         pf = self._open()
         label, features, sparse = self._layout(pf.schema_arrow)
-        self._check_sizes(pf)
-        pf = self._text_label_file(pf, label)
+        label_encodings = self._check_sizes(pf, label)
+        pf = self._text_label_file(pf, label, label_encodings)
         columns = [label, *features] if not sparse else [label, sparse]
         for group in range(pf.metadata.num_row_groups):
             try:
@@ -134,31 +137,26 @@ class ParquetChunks:
             read_dictionary=read_dictionary,
         )
 
-    def _text_label_file(self, pf, label: str):
+    def _text_label_file(self, pf, label: str, encodings: set[int]):
         """The file with a text label column read as a dictionary: a dictionary-encoded column
         of one long name repeated decodes, read as plain strings, to a copy of the name per row
         (a 64 kB file of 2 million 255-character labels took 930 MB), beyond the row group's
         decoded bound (8 bytes a value); as a dictionary it costs its indices. pyarrow reads
         the delta encodings only as plain strings: DELTA_LENGTH_BYTE_ARRAY's pages hold every
         byte of its strings (counted), DELTA_BYTE_ARRAY's only what differs from the previous
-        string, so its decoded size is unknown until decoded: refused."""
+        string, so its decoded size is unknown until decoded: refused. `encodings` are those
+        of the label's data pages, read from their headers (the footer's list of a column
+        chunk's encodings is the writer's word, and may leave out dictionary pages)."""
         if not _text(pf.schema_arrow.field(label).type):
             return pf
-        meta = pf.metadata
-        leaf = [meta.schema.column(i).path for i in range(meta.num_columns)].index(label)
-        encodings = {
-            encoding
-            for group in range(meta.num_row_groups)
-            for encoding in meta.row_group(group).column(leaf).encodings
-        }
-        if "DELTA_BYTE_ARRAY" in encodings:
+        if _DELTA_BYTE_ARRAY in encodings:
             raise ValueError(
                 f"parquet: the label column {label!r} is written with the DELTA_BYTE_ARRAY "
                 "encoding, whose decoded size its pages do not tell; write it with dictionary "
                 "or plain encoding (pyarrow's default)"
             )
-        if "DELTA_LENGTH_BYTE_ARRAY" in encodings:
-            return pf
+        if _DELTA_LENGTH_BYTE_ARRAY in encodings and not encodings & _DICTIONARY_ENCODINGS:
+            return pf  # a mix is read as a dictionary: pyarrow refuses its delta pages (422)
         try:
             return self._parquet_file(read_dictionary=[label])
         except Exception as exc:
@@ -213,21 +211,24 @@ class ParquetChunks:
         self.n_features = len(others)
         return label, others, None
 
-    def _check_sizes(self, pf) -> None:
+    def _check_sizes(self, pf, label: str) -> set[int]:
         """Walk every page header; refuse row groups over ROW_GROUP_BYTES decoded and files
-        over MAX_EXPANDED_MB."""
+        over MAX_EXPANDED_MB. The encodings of the label column's data pages are returned."""
         meta = pf.metadata
         size = os.path.getsize(self.source)
         _check_chunk_count(meta.num_row_groups, meta.num_columns, size)
         expanded = self.limits.get("max_expanded") or 2**62
         total = 0
         pages = PageCount(page_budget(size))
+        label_encodings: set[int] = set()
         with open(self.source, "rb") as raw:
             for group in range(meta.num_row_groups):
                 rg = meta.row_group(group)
                 decoded = 0
                 for c in range(rg.num_columns):
-                    decoded += _column_cost(raw, rg.column(c), size, pages)
+                    column = rg.column(c)
+                    encodings = label_encodings if column.path_in_schema == label else set()
+                    decoded += _column_cost(raw, column, size, pages, encodings)
                 if decoded > ROW_GROUP_BYTES:
                     raise LibsvmLimitError(
                         f"parquet: row group {group} takes {decoded / 2**20:.0f} MB decoded, "
@@ -239,6 +240,7 @@ class ParquetChunks:
                 total += decoded
                 if total > expanded:
                     raise ExpansionTooLarge(expanded)
+        return label_encodings
 
     # ------------------------------------------------------------------------------------
     def _labels(self, column, start: int) -> np.ndarray:
@@ -457,10 +459,11 @@ class PageCount:
             )
 
 
-def _column_cost(raw, column, file_size: int, pages: PageCount) -> int:
+def _column_cost(raw, column, file_size: int, pages: PageCount, encodings: set[int]) -> int:
     """Bytes a column chunk may take decoded: its pages' declared uncompressed sizes, or 8 bytes
     a value (a dictionary or run-length encoding decodes to more than it stores), whichever is
-    more. The pages must agree with the footer and fit the file's page budget."""
+    more. The pages must agree with the footer and fit the file's page budget. The encodings
+    of its data pages are added to `encodings`."""
     start = column.data_page_offset
     if column.has_dictionary_page and column.dictionary_page_offset:
         start = min(start, column.dictionary_page_offset)
@@ -472,6 +475,8 @@ def _column_cost(raw, column, file_size: int, pages: PageCount) -> int:
             pages.add(index)
             unpacked += page.header_bytes + page.uncompressed
             values += page.num_values
+            if page.encoding >= 0:
+                encodings.add(page.encoding)
             if unpacked > declared:
                 raise CorruptPages("the pages declare more data than the footer")
     except CorruptPages as exc:

@@ -9,8 +9,9 @@ the declared size).
 
 Page headers are Thrift structs in the compact protocol (Parquet's ``PageHeader``: 1 type, 2
 uncompressed_page_size, 3 compressed_page_size, 4 crc, 5 data_page_header, 6 index_page_header,
-7 dictionary_page_header, 8 data_page_header_v2; the first field of 5, 7 and 8 is num_values).
-Only those fields are read; every other field is skipped by its type.
+7 dictionary_page_header, 8 data_page_header_v2; the first field of 5, 7 and 8 is num_values,
+a data page's encoding is field 2 of 5 and 4 of 8). Only those fields are read; every other
+field is skipped by its type.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ PAGE_BYTES = 512  # or one per PAGE_BYTES of it where that is more
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = 0, 1, 2, 3, 4, 5, 6, 7, 8
 _LIST, _SET, _MAP, _STRUCT = 9, 10, 11, 12
 _NESTED_VALUES = {5, 7, 8}  # PageHeader fields whose struct starts with num_values
+_ENCODING_FIELD = {5: 2, 8: 4}  # where a data page header (v1, v2) holds its values' encoding
 
 
 class CorruptPages(ValueError):
@@ -47,6 +49,7 @@ class Page(NamedTuple):
     uncompressed: int
     compressed: int
     num_values: int
+    encoding: int  # a data page's values' encoding (Parquet's enum), -1 for other pages
 
 
 class _Reader:
@@ -127,19 +130,24 @@ class _Reader:
 def read_page(data: bytes) -> Page:
     """The page whose header starts `data` (which holds at least the whole header)."""
     reader = _Reader(data)
-    found = {"values": 0}
+    found = {"values": 0, "encoding": -1}
 
-    def nested(field: int, kind: int) -> None:
-        if field == 1 and kind == _I32:
-            found["values"] = reader.zigzag()
-        else:
-            reader.skip(kind)
+    def nested(encoding_field: int | None):
+        def on_field(field: int, kind: int) -> None:
+            if field == 1 and kind == _I32:
+                found["values"] = reader.zigzag()
+            elif field == encoding_field and kind == _I32:
+                found["encoding"] = reader.zigzag()
+            else:
+                reader.skip(kind)
+
+        return on_field
 
     def top(field: int, kind: int) -> None:
         if field in (2, 3) and kind == _I32:
             found[field] = reader.zigzag()
         elif field in _NESTED_VALUES and kind == _STRUCT:
-            reader.struct(nested)
+            reader.struct(nested(_ENCODING_FIELD.get(field)))
         else:
             reader.skip(kind)
 
@@ -148,7 +156,7 @@ def read_page(data: bytes) -> Page:
         raise CorruptPages("a page header lacks its sizes")
     if found[2] < 0 or found[3] < 0 or found["values"] < 0:
         raise CorruptPages("a page header declares a negative size")
-    return Page(reader.pos, found[2], found[3], found["values"])
+    return Page(reader.pos, found[2], found[3], found["values"], found["encoding"])
 
 
 def walk_chunk(raw: BinaryIO, start: int, length: int, file_size: int):
