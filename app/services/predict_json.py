@@ -140,6 +140,11 @@ def _instance_spans(body: bytes) -> Iterator[tuple[int, int]]:
                 "unexpected field after the instances; expected only 'probabilities' "
                 "(true or false), once"
             )
+        if len(body) - pos > _TAIL_BYTES:  # beyond what `large_body_flag` reads: not ignored
+            raise InvalidInstances(
+                f"'probabilities' after the instances must lie in the body's last {_TAIL_BYTES} "
+                "bytes (from the comma before it to the end)"
+            )
         pos = flag.end()
     if body[pos : pos + 1] != b"}" or _WS.match(body, pos + 1).end() != len(body):
         raise _not_json(pos, "'}' ending the body")

@@ -172,6 +172,28 @@ def test_a_large_body_may_ask_for_probabilities_before_or_after_its_instances(se
     assert refused.status_code == 422 and "'probabilities'" in refused.json()["detail"]
 
 
+def test_a_large_bodys_trailing_flag_is_read_or_refused_never_ignored(service, binary):
+    """The flag after a large body's instances is read from its last 512 bytes: 513 bytes from
+    the comma to the end (padding after the closing brace) answered 200 without probabilities
+    (the instances' reader took the flag, the flag's reader missed it)."""
+    from app.services.predict_json import _TAIL_BYTES
+
+    model_id, _, _ = binary
+    with service.db.write() as session:
+        session.get(Model, model_id).calibration = {"method": "sigmoid", "A": [-2.0], "B": [0.1]}
+    many = json.dumps(sparse_instances(rng_problem(n=2000, seed=7)))
+    url, json_body = f"/v1/models/{model_id}/predict", {"content-type": "application/json"}
+    tail = ', "probabilities": true}'
+    for pad in (_TAIL_BYTES - len(tail), _TAIL_BYTES - len(tail) + 1):
+        body = f'{{"instances": {many}{tail}{" " * pad}'.encode()
+        answer = service.client.post(url, content=body, headers=json_body)
+        if len(tail) + pad <= _TAIL_BYTES:
+            assert answer.status_code == 200 and len(answer.json()["probabilities"]) == 2000
+        else:
+            assert answer.status_code == 422, answer.text[:200]
+            assert "'probabilities'" in answer.json()["detail"]
+
+
 def test_cached_predictions_touch_no_database(service, binary):
     url = f"/v1/models/{binary[0]}/predict"
     doc = {"instances": [{"indices": [1, 2], "values": [1.0, 2.0]}]}
