@@ -604,7 +604,7 @@ _PARSE_PEAK = """
 import resource, sys
 from app.services.dataset_files import parse_to_arrays
 meta = parse_to_arrays(sys.argv[1], sys.argv[2], fmt="parquet")
-assert "error" not in meta, meta
+print(meta.get("error", "no error"))
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
@@ -620,14 +620,17 @@ def _one_name_file(tmp_path, name: str):
     return path
 
 
-def _parse_peak_kb(path, tmp_path) -> int:
-    """The peak resident memory of a process that parses the Parquet file at `path`."""
+def _parse_peak_kb(path, tmp_path, error: str = "no error") -> int:
+    """The peak resident memory of a process that parses the Parquet file at `path`, which
+    ends with `error`."""
     import subprocess
     import sys
 
     run = [sys.executable, "-c", _PARSE_PEAK, str(path), str(tmp_path / f"out-{path.stem}")]
     done = subprocess.run(run, capture_output=True, text=True, timeout=120, check=True)
-    return int(done.stdout.split()[-1])
+    said, peak = done.stdout.splitlines()[-2:]
+    assert said == error, done.stdout
+    return int(peak)
 
 
 def test_a_repeated_long_parquet_name_costs_its_indices_not_its_copies(tmp_path):
@@ -672,6 +675,25 @@ def test_a_parquet_label_that_is_not_utf8_names_its_row(client, settings, dictio
     assert refused.status_code == 422, refused.text
     assert refused.json()["detail"] == "row 3: the label is not UTF-8 text"
     nothing_stored(client, settings)
+
+
+def test_a_long_name_that_is_not_utf8_is_found_without_a_copy_per_row(tmp_path):
+    """The row of a name that is not UTF-8 was found on the decoded column: a dictionary of one
+    8,000-byte name over 65,536 rows (a 1.5 kB file) became a copy of the name per row, +1 GB
+    of the parser; the dictionary's names are checked once each."""
+
+    def one_name(size: int):
+        name = b"\xff" * size
+        offsets = pa.py_buffer(np.array([0, size], np.int32).tobytes())
+        names = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(name)])
+        n = 65_536
+        labels = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), names)
+        path = tmp_path / f"bad{size}.parquet"
+        pq.write_table(pa.table({"label": labels, "a": np.zeros(n)}), path)
+        assert path.stat().st_size < 10_000
+        return _parse_peak_kb(path, tmp_path, "row 1: the label is not UTF-8 text")
+
+    assert one_name(8000) < one_name(1) + 128 * 1024
 
 
 @pytest.mark.parametrize("encoding", ["PLAIN", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY"])
