@@ -82,10 +82,11 @@ class ParquetChunks:
         label_encodings = self._check_sizes(pf, label)
         pf = self._text_label_file(pf, label, label_encodings)
         columns = [label, *features] if not sparse else [label, sparse]
+        unreadable = (OSError, _arrow_error())
         for group in range(pf.metadata.num_row_groups):
             try:
                 table = pf.read_row_group(group, columns=columns, use_threads=False)
-            except (OSError, NotImplementedError) as exc:  # a corrupt page (gzip's was a 500)
+            except unreadable as exc:  # a corrupt page (gzip's was a 500), whatever pyarrow says
                 raise ValueError(f"parquet: row group {group} cannot be read: {exc}") from None
             for start in range(0, table.num_rows, self.chunk_rows):
                 part = table.slice(start, self.chunk_rows)
@@ -321,6 +322,13 @@ class ParquetChunks:
         )
         X.sum_duplicates()  # sorted indices, one entry per (row, column)
         return X.indptr.astype(np.int64), X.indices, X.data
+
+
+def _arrow_error() -> type[Exception]:
+    """pyarrow's base error (its ArrowInvalid, ArrowIndexError, ... derive from it)."""
+    import pyarrow as pa
+
+    return pa.ArrowException
 
 
 def _label_cells(column) -> list[str]:
