@@ -176,6 +176,7 @@ def _csv_matrix(body: bytes, model, max_batch: int) -> np.ndarray:
     end = body.find(b"\n")
     end = len(body) if end < 0 else end
     commas = body.count(b",", 0, end)
+    # the commas inside the model's (quoted) names are summed only when the plain count is over
     if commas + 1 > model.n_features and commas + 1 > model.n_features + _name_commas(model):
         raise InvalidInstances(
             f"text/csv: the header has more columns than the model's {model.n_features} features"
