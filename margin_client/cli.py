@@ -71,16 +71,23 @@ def _add_datasets(commands: argparse._SubParsersAction, command: AddCommand) -> 
                      "upload a LIBSVM, CSV, TSV, Parquet or npz file")
     upload.add_argument("file", type=Path)
     upload.add_argument("--name", help="the dataset's name (default: the file's)")
-    upload.add_argument("--format", choices=UPLOAD_FORMATS,
-                        help="default: from the file's extension, else recognised")
-    upload.add_argument("--label-column",
-                        help="CSV, TSV, Parquet: the label column (default: label, else the first)")
-    upload.add_argument("--empty-cells", choices=("error", "zero"),
-                        help="CSV, TSV, Parquet: an empty cell is an error (default) or 0")
+    _add_upload_options(upload)
     listing = command(sub, "list", cmd_datasets_list, "list datasets, newest first")
     listing.add_argument("--limit", type=int, default=50)
     command(sub, "show", cmd_datasets_show, "show a dataset").add_argument("id")
     command(sub, "rm", cmd_datasets_rm, "remove a dataset").add_argument("id")
+
+
+def _add_upload_options(parser: argparse.ArgumentParser, file_note: str = "") -> None:
+    """How a file is read when uploaded: by `datasets upload`, and by the commands that take
+    a dataset id or a file to upload first (`file_note` says so in their help)."""
+    group = parser.add_argument_group(f"reading the file{file_note}")
+    group.add_argument("--format", choices=UPLOAD_FORMATS,
+                       help="default: from the file's extension, else recognised")
+    group.add_argument("--label-column",
+                       help="CSV, TSV, Parquet: the label column (default: label, else the first)")
+    group.add_argument("--empty-cells", choices=("error", "zero"),
+                       help="CSV, TSV, Parquet: an empty cell is an error (default) or 0")
 
 
 def _add_train(commands: argparse._SubParsersAction, command: AddCommand) -> None:
@@ -109,6 +116,7 @@ def _add_train(commands: argparse._SubParsersAction, command: AddCommand) -> Non
                        choices=("auto", "sigmoid", "softmax", "isotonic", "none"))
     train.add_argument("--validation", help="a validation dataset id")
     train.add_argument("--follow", action="store_true", help="draw the progress until it ends")
+    _add_upload_options(train, " (when DATASET is a file)")
 
 
 def _add_jobs(commands: argparse._SubParsersAction, command: AddCommand) -> None:
@@ -142,6 +150,7 @@ def _add_runs(commands: argparse._SubParsersAction, command: AddCommand) -> None
     start = command(sub, "start", cmd_runs_start, "predict every row of a stored dataset")
     start.add_argument("model")
     start.add_argument("dataset", help="a dataset id, or a file to upload first")
+    _add_upload_options(start, " (when DATASET is a file)")
     listing = command(sub, "list", cmd_runs_list, "list a model's runs, newest first")
     listing.add_argument("model")
     listing.add_argument("--limit", type=int, default=50)
@@ -175,6 +184,7 @@ def _add_evaluate(commands: argparse._SubParsersAction, command: AddCommand) -> 
     evaluate = command(commands, "evaluate", cmd_evaluate, "score a model on a dataset")
     evaluate.add_argument("model")
     evaluate.add_argument("dataset", help="a dataset id, or a file to upload first")
+    _add_upload_options(evaluate, " (when DATASET is a file)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -225,11 +235,16 @@ def _upload(client, args, path: Path, **options: Any) -> dict:
 def _dataset_ref(client, args, ref: str) -> str:
     """A dataset id as given, or the id of the file `ref` once uploaded."""
     path = Path(ref)
+    options = {"format": args.format, "label_column": args.label_column,
+               "empty_cells": args.empty_cells}  # fmt: skip
     if ref.startswith("ds_"):
+        if any(value is not None for value in options.values()):
+            raise SystemExit(f"margin: --format, --label-column and --empty-cells read a file to "
+                             f"upload; {ref} is a stored dataset, read when it was uploaded")
         return ref
     if not path.is_file():  # every dataset id starts with ds_: this was meant as a file
         raise FileNotFoundError(errno.ENOENT, "No such file (nor a dataset id)", ref)
-    dataset = _upload(client, args, path)
+    dataset = _upload(client, args, path, **options)
     print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
     return dataset["id"]
 

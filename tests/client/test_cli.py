@@ -187,6 +187,27 @@ def test_a_train_file_argument_is_uploaded_first(service):
         assert client.datasets.get(job["dataset_id"])["n_rows"] == 270
 
 
+def test_a_table_file_argument_is_read_by_the_upload_options(service, tmp_path):
+    # before: train, evaluate and runs start uploaded a file with the defaults only, so a table
+    # whose label column is not "label" was read with its first column as the label
+    table = tmp_path / "table.csv"
+    rows = [(i / 10, (i % 3) / 3, "yes" if i % 2 else "no") for i in range(20)]
+    table.write_text("x1,x2,target\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows))
+    refused = margin(service, "train", str(table), "--json")
+    assert refused.returncode == 1 and "column 'target'" in refused.stderr
+    job = as_json(margin(service, "train", str(table), "--label-column", "target", "--follow",
+                         "--json"))
+    with Client(service.url) as client:
+        labels = client.datasets.get(job["dataset_id"])["labels"]
+    assert labels["classes"] == [{"label": "no", "count": 10}, {"label": "yes", "count": 10}]
+    scored = as_json(margin(service, "evaluate", job["model_id"], str(table),
+                            "--label-column", "target", "--json"))
+    assert scored["n"] == 20 and scored["labels"] == ["no", "yes"]
+    wrong = margin(service, "evaluate", job["model_id"], job["dataset_id"],
+                   "--label-column", "target")
+    assert wrong.returncode == 1 and "is a stored dataset" in wrong.stderr
+
+
 class Terminal:
     """A command on a pseudo-terminal; `read` collects what it draws."""
 
