@@ -174,3 +174,19 @@ def test_probability_from_the_form_and_predict_with_or_without_probabilities(pag
     page.click("#predict-submit")
     expect(page.locator("#predict-output thead")).not_to_contain_text("Probabilities")
     expect(page.locator("#predict-output thead th")).to_have_count(3)
+
+
+def test_the_score_axis_tells_close_scores_apart(page):
+    # before: uPlot's labels keep three decimals, so the mean scores of a9a's search (0.8472 to
+    # 0.8475) read "0.848, 0.847, 0.847, 0.847" on the axis
+    open_ui(page)
+    labels = page.evaluate("""async () => {
+        const { scorePlot } = await import("/ui/static/js/plot.js");
+        const el = document.createElement("figure");
+        document.body.append(el);
+        const plot = scorePlot(el, [0.01, 0.1, 1, 10], [0.8472, 0.8475, 0.8474, 0.8474]);
+        await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 50)));
+        return plot.axes[1]._values.filter((t) => t !== "");  // drawn on the canvas
+    }""")
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+    assert all(0.8471 <= float(t) <= 0.8476 for t in labels), labels
