@@ -337,6 +337,10 @@ def _job_summary(job: dict) -> None:
     if progress:
         gap = output.text(progress.get("gap"))
         line += f" after {progress.get('iteration')} iterations, gap {gap}"
+        if (job.get("params") or {}).get("search") and progress.get("stage") == "refit":
+            line += f" (refit at the chosen C {output.text(progress.get('C'))})"
+    if job["status"] == "succeeded" and job.get("converged") is False:
+        line += f"; not converged ({job.get('stop_reason')}: gap above tol {job.get('tol')})"
     if job.get("model_id"):
         line += f" -> model {job['model_id']}"
     console.print(output.plain(line), soft_wrap=True)  # the model id stays on its line

@@ -114,6 +114,24 @@ def test_a_followed_jobs_summary_is_one_line(service, heart_model):
     assert followed.stdout.splitlines()[0].endswith(f"-> model {heart_model}"), followed.stdout
 
 
+def test_a_followed_jobs_summary_says_when_it_did_not_converge_and_the_chosen_C(
+    service, heart_dataset
+):
+    # before: "succeeded after 2 iterations, gap 1.3", as for a converged job, and a search's
+    # line gave the refit's iterations without the C they were at
+    capped = margin(service, "train", heart_dataset, "--max-iter", "2", "--tol", "1e-9",
+                    "--follow")
+    assert capped.returncode == 0, capped.stderr
+    assert "; not converged (max_iter: gap above tol 1e-09) -> model" in capped.stdout
+    searched = margin(service, "train", heart_dataset, "--Cs", "0.5,2", "--cv", "3", "--follow",
+                      "--json")
+    job = as_json(searched)
+    with Client(service.url) as client:
+        chosen = client.models.get(job["model_id"])["selection"]["C"]
+    human = margin(service, "jobs", "follow", job["id"])
+    assert f"(refit at the chosen C {chosen:g})" in human.stdout, human.stdout
+
+
 def test_export_writes_the_binary_formats(service, heart_model, tmp_path):
     # before: --format took only liblinear or json, though the service also exports onnx, skops
     path = tmp_path / "heart.onnx"
