@@ -145,7 +145,8 @@ def _add_models(commands: argparse._SubParsersAction, command: AddCommand) -> No
 
 
 def _add_runs(commands: argparse._SubParsersAction, command: AddCommand) -> None:
-    runs = commands.add_parser("runs", help="start, list, show, cancel background prediction runs")
+    runs = commands.add_parser(
+        "runs", help="start, list, show, cancel, download background prediction runs")
     sub = runs.add_subparsers(dest="runs_command", required=True)
     start = command(sub, "start", cmd_runs_start, "predict every row of a stored dataset")
     start.add_argument("model")
@@ -157,10 +158,13 @@ def _add_runs(commands: argparse._SubParsersAction, command: AddCommand) -> None
     for name, handler, help in (
         ("show", cmd_runs_show, "show a run"),
         ("cancel", cmd_runs_cancel, "cancel a queued or running run"),
+        ("download", cmd_runs_download, "write a succeeded run's CSV to a file"),
     ):
         one = command(sub, name, handler, help)
         one.add_argument("model")
         one.add_argument("id")
+    download = sub.choices["download"]
+    download.add_argument("-o", "--output", type=Path, required=True, help="the CSV file to write")
 
 
 def _add_predict(commands: argparse._SubParsersAction, command: AddCommand) -> None:
@@ -413,6 +417,17 @@ def cmd_runs_show(client, args) -> None:
 
 def cmd_runs_cancel(client, args) -> None:
     output.emit(args, client.runs.cancel(args.model, args.id), _run_summary)
+
+
+def cmd_runs_download(client, args) -> int:
+    try:
+        path = client.runs.download(args.model, args.id, args.output)
+    except RuntimeError as exc:  # still queued or running: nothing written
+        print(f"error: {exc}; try again once it has succeeded", file=sys.stderr)
+        return 1
+    result = {"id": args.id, "path": str(path)}
+    output.emit(args, result, lambda r: print(f"wrote {r['path']}", file=sys.stderr))
+    return 0
 
 
 def cmd_predict(client, args) -> int | None:

@@ -67,7 +67,9 @@ def test_from_a_file_to_predictions_through_pipes(service, tmp_path):
     assert missing.returncode == 1 and "404 Dataset not found" in missing.stderr
 
 
-def test_prediction_runs_start_list_and_cancel(service, heart_model, heart_dataset, capsys):
+def test_prediction_runs_start_list_download_and_cancel(
+    service, heart_model, heart_dataset, capsys, tmp_path
+):
     from margin_client.cli import main  # in this process: no interpreter to start each time
 
     def cli(*args: str) -> tuple[int, str, str]:
@@ -87,6 +89,13 @@ def test_prediction_runs_start_list_and_cancel(service, heart_model, heart_datas
     assert code == 0 and "status" in out and "succeeded" in out
     code, out, _ = cli("runs", "show", heart_model, run["id"], "--json")
     assert code == 0 and json.loads(out) == ended
+    written = tmp_path / "run.csv"  # before: the CSV only through the API or the Python client
+    code, out, _ = cli("runs", "download", heart_model, run["id"], "-o", str(written), "--json")
+    assert code == 0 and json.loads(out) == {"id": run["id"], "path": str(written)}
+    with Client(service.url) as client:
+        client.runs.download(heart_model, run["id"], tmp_path / "reference.csv")
+    assert written.read_bytes() == (tmp_path / "reference.csv").read_bytes()
+    assert len(written.read_text().splitlines()) == 271  # the header and one row per instance
     code, _, err = cli("runs", "cancel", heart_model, run["id"])
     assert code == 1 and "409 Prediction run already ended" in err
 
