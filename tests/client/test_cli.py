@@ -45,6 +45,9 @@ def test_from_a_file_to_predictions_through_pipes(service, tmp_path):
 
     predicted = as_json(margin(service, "predict", model["id"], str(HEART), "--json"))
     assert len(predicted["labels"]) == 270
+    # the model's classes as the service writes them (before: -1.0 and 1.0, the client's floats)
+    assert {type(v) for v in predicted["labels"]} == {int}
+    assert set(predicted["labels"]) <= set(model["classes"]) == {-1, 1}
     report = as_json(margin(service, "evaluate", model["id"], dataset["id"], "--json"))
     assert report["accuracy"] == pytest.approx(model["train_accuracy"])
     assert sum(predicted["labels"][i] == label for i, label in enumerate(
