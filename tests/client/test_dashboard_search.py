@@ -165,7 +165,9 @@ def test_probability_from_the_form_and_predict_with_or_without_probabilities(pag
     page.click("#predict-submit")
     rows = page.locator("#predict-output tbody tr")
     expect(rows).to_have_count(5)
-    expect(page.locator("#predict-output thead")).to_contain_text("Probabilities")
+    # the headers name the classes the columns follow (before: "Decision values", "Probabilities")
+    expect(page.locator("#predict-output thead th")).to_have_text(
+        ["Line", "Label", "Decision value (> 0: 1)", "Probabilities (-1, 1)"])
     for i in range(5):
         shown = [float(x) for x in rows.nth(i).locator("td").nth(3).inner_text().split(", ")]
         assert sum(shown) == pytest.approx(1.0, abs=1e-3)
