@@ -15,6 +15,7 @@ import argparse
 import errno
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -215,6 +216,9 @@ def run(args: argparse.Namespace) -> int:
     except httpx.TransportError as exc:
         print(f"error: cannot reach {client.url}: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader left (`margin predict ... | head`): stop as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141  # 128 + SIGPIPE, as a shell reports a command whose reader left
     except OSError as exc:  # a local file to read or write: missing, a directory, no room
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)

@@ -210,6 +210,20 @@ def test_train_searches_C_and_calibrates(service, heart_dataset):
     assert refused.returncode == 2 and "every C must be > 0" in refused.stderr
 
 
+def test_a_reader_that_leaves_ends_the_command_quietly(service, heart_model):
+    # before: "error: Broken pipe" and exit 1 under `margin predict ... | head`
+    for args in (("predict", heart_model, str(HEART)), ("models", "show", heart_model)):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader has left before the first line
+        try:
+            result = subprocess.run(Service.margin(*args), cwd=ROOT, stdout=write_end,
+                                    stderr=subprocess.PIPE, text=True, timeout=120,
+                                    env={**service.env, "MARGIN_URL": service.url})
+        finally:
+            os.close(write_end)
+        assert (result.returncode, result.stderr) == (141, ""), result.stderr
+
+
 def test_a_train_file_argument_is_uploaded_first(service):
     job = as_json(margin(service, "train", str(HEART), "--tol", "0.01", "--json"))
     assert job["status"] in ("queued", "running", "succeeded")
