@@ -62,6 +62,12 @@ def test_a_search_job_from_the_form_shows_its_progress_and_table(page, heart_dat
     assert raw["params"]["calibration"] == "none" and model["calibration"] is None
     chosen = model["selection"]["C"]
     assert model["params"]["C"] == chosen  # the trained parameters carry the chosen C
+    # one name=value pair per parameter (before: one JSON object broken mid-word), and the C
+    # the job was sent with says that the search chose another
+    pairs = page.locator("#job-params code").all_inner_texts()
+    assert [pair.split("=", 1)[0] for pair in pairs] == list(raw["params"])
+    assert f"C={raw['params']['C']:g} (unused: the search chooses C)" in pairs
+    assert "tol=0.001" in pairs and "calibration=none" in pairs
     assert float(page.locator("#cv-chosen-C").inner_text()) == pytest.approx(chosen, rel=1e-5)
     section = page.locator("#cv-section")
     expect(section.locator("table:not(.u-legend) > tbody > tr")).to_have_count(3)
