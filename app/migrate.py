@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
+# Alembic logs each of its own plugins at INFO as it imports them ("setup plugin
+# alembic.autogenerate.schemas", seven lines opening every start); the revisions applied stay
+logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
-import migrations
+from alembic import command  # noqa: E402 (after the level above)
+from alembic.config import Config  # noqa: E402
+
+import migrations  # noqa: E402
 
 SCRIPT_LOCATION = Path(migrations.__file__).resolve().parent
 

@@ -15,6 +15,7 @@ import argparse
 import errno
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -71,16 +72,23 @@ def _add_datasets(commands: argparse._SubParsersAction, command: AddCommand) -> 
                      "upload a LIBSVM, CSV, TSV, Parquet or npz file")
     upload.add_argument("file", type=Path)
     upload.add_argument("--name", help="the dataset's name (default: the file's)")
-    upload.add_argument("--format", choices=UPLOAD_FORMATS,
-                        help="default: from the file's extension, else recognised")
-    upload.add_argument("--label-column",
-                        help="CSV, TSV, Parquet: the label column (default: label, else the first)")
-    upload.add_argument("--empty-cells", choices=("error", "zero"),
-                        help="CSV, TSV, Parquet: an empty cell is an error (default) or 0")
+    _add_upload_options(upload)
     listing = command(sub, "list", cmd_datasets_list, "list datasets, newest first")
     listing.add_argument("--limit", type=int, default=50)
     command(sub, "show", cmd_datasets_show, "show a dataset").add_argument("id")
     command(sub, "rm", cmd_datasets_rm, "remove a dataset").add_argument("id")
+
+
+def _add_upload_options(parser: argparse.ArgumentParser, file_note: str = "") -> None:
+    """How a file is read when uploaded: by `datasets upload`, and by the commands that take
+    a dataset id or a file to upload first (`file_note` says so in their help)."""
+    group = parser.add_argument_group(f"reading the file{file_note}")
+    group.add_argument("--format", choices=UPLOAD_FORMATS,
+                       help="default: from the file's extension, else recognised")
+    group.add_argument("--label-column",
+                       help="CSV, TSV, Parquet: the label column (default: label, else the first)")
+    group.add_argument("--empty-cells", choices=("error", "zero"),
+                       help="CSV, TSV, Parquet: an empty cell is an error (default) or 0")
 
 
 def _add_train(commands: argparse._SubParsersAction, command: AddCommand) -> None:
@@ -109,6 +117,7 @@ def _add_train(commands: argparse._SubParsersAction, command: AddCommand) -> Non
                        choices=("auto", "sigmoid", "softmax", "isotonic", "none"))
     train.add_argument("--validation", help="a validation dataset id")
     train.add_argument("--follow", action="store_true", help="draw the progress until it ends")
+    _add_upload_options(train, " (when DATASET is a file)")
 
 
 def _add_jobs(commands: argparse._SubParsersAction, command: AddCommand) -> None:
@@ -137,21 +146,26 @@ def _add_models(commands: argparse._SubParsersAction, command: AddCommand) -> No
 
 
 def _add_runs(commands: argparse._SubParsersAction, command: AddCommand) -> None:
-    runs = commands.add_parser("runs", help="start, list, show, cancel background prediction runs")
+    runs = commands.add_parser(
+        "runs", help="start, list, show, cancel, download background prediction runs")
     sub = runs.add_subparsers(dest="runs_command", required=True)
     start = command(sub, "start", cmd_runs_start, "predict every row of a stored dataset")
     start.add_argument("model")
     start.add_argument("dataset", help="a dataset id, or a file to upload first")
+    _add_upload_options(start, " (when DATASET is a file)")
     listing = command(sub, "list", cmd_runs_list, "list a model's runs, newest first")
     listing.add_argument("model")
     listing.add_argument("--limit", type=int, default=50)
     for name, handler, help in (
         ("show", cmd_runs_show, "show a run"),
         ("cancel", cmd_runs_cancel, "cancel a queued or running run"),
+        ("download", cmd_runs_download, "write a succeeded run's CSV to a file"),
     ):
         one = command(sub, name, handler, help)
         one.add_argument("model")
         one.add_argument("id")
+    download = sub.choices["download"]
+    download.add_argument("-o", "--output", type=Path, required=True, help="the CSV file to write")
 
 
 def _add_predict(commands: argparse._SubParsersAction, command: AddCommand) -> None:
@@ -175,6 +189,7 @@ def _add_evaluate(commands: argparse._SubParsersAction, command: AddCommand) -> 
     evaluate = command(commands, "evaluate", cmd_evaluate, "score a model on a dataset")
     evaluate.add_argument("model")
     evaluate.add_argument("dataset", help="a dataset id, or a file to upload first")
+    _add_upload_options(evaluate, " (when DATASET is a file)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -201,6 +216,9 @@ def run(args: argparse.Namespace) -> int:
     except httpx.TransportError as exc:
         print(f"error: cannot reach {client.url}: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader left (`margin predict ... | head`): stop as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141  # 128 + SIGPIPE, as a shell reports a command whose reader left
     except OSError as exc:  # a local file to read or write: missing, a directory, no room
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
@@ -225,11 +243,16 @@ def _upload(client, args, path: Path, **options: Any) -> dict:
 def _dataset_ref(client, args, ref: str) -> str:
     """A dataset id as given, or the id of the file `ref` once uploaded."""
     path = Path(ref)
+    options = {"format": args.format, "label_column": args.label_column,
+               "empty_cells": args.empty_cells}  # fmt: skip
     if ref.startswith("ds_"):
+        if any(value is not None for value in options.values()):
+            raise SystemExit(f"margin: --format, --label-column and --empty-cells read a file to "
+                             f"upload; {ref} is a stored dataset, read when it was uploaded")
         return ref
     if not path.is_file():  # every dataset id starts with ds_: this was meant as a file
         raise FileNotFoundError(errno.ENOENT, "No such file (nor a dataset id)", ref)
-    dataset = _upload(client, args, path)
+    dataset = _upload(client, args, path, **options)
     print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
     return dataset["id"]
 
@@ -322,6 +345,10 @@ def _job_summary(job: dict) -> None:
     if progress:
         gap = output.text(progress.get("gap"))
         line += f" after {progress.get('iteration')} iterations, gap {gap}"
+        if (job.get("params") or {}).get("search") and progress.get("stage") == "refit":
+            line += f" (refit at the chosen C {output.text(progress.get('C'))})"
+    if job["status"] == "succeeded" and job.get("converged") is False:
+        line += f"; not converged ({job.get('stop_reason')}: gap above tol {job.get('tol')})"
     if job.get("model_id"):
         line += f" -> model {job['model_id']}"
     console.print(output.plain(line), soft_wrap=True)  # the model id stays on its line
@@ -394,6 +421,17 @@ def cmd_runs_show(client, args) -> None:
 
 def cmd_runs_cancel(client, args) -> None:
     output.emit(args, client.runs.cancel(args.model, args.id), _run_summary)
+
+
+def cmd_runs_download(client, args) -> int:
+    try:
+        path = client.runs.download(args.model, args.id, args.output)
+    except RuntimeError as exc:  # still queued or running: nothing written
+        print(f"error: {exc}; try again once it has succeeded", file=sys.stderr)
+        return 1
+    result = {"id": args.id, "path": str(path)}
+    output.emit(args, result, lambda r: print(f"wrote {r['path']}", file=sys.stderr))
+    return 0
 
 
 def cmd_predict(client, args) -> int | None:

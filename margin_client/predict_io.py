@@ -72,7 +72,15 @@ def prediction_json(result) -> dict[str, Any]:
         value = getattr(result, key)
         if value is not None:
             out[key] = value.tolist()
+    if result.labels is not None and result.labels.dtype.kind == "f":  # as the service sends them
+        out["labels"] = [_label(v) for v in out["labels"]]
     return out
+
+
+def _label(value: float) -> int | float:
+    """A numeric class label as the service writes it: -1, not -1.0 (the client holds labels
+    as floats)."""
+    return int(value) if value.is_integer() else value
 
 
 def prediction_rows(result, classes: list) -> list[list[str]]:

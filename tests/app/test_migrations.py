@@ -3,6 +3,11 @@ every step downgrades cleanly, and the cycle repeats (SQLite, and PostgreSQL whe
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -15,6 +20,8 @@ from app.db import make_engine
 from app.services import idempotency
 from app.tables import Base
 from tests.app.conftest import ScratchDatabase, postgres_url_or_skip
+
+ROOT = Path(__file__).resolve().parents[2]
 
 OURS = set(Base.metadata.tables)
 
@@ -76,6 +83,18 @@ def test_sqlite_upgrade_downgrade_cycle(tmp_path):
 
 
 @pytest.mark.postgres
+def test_margin_migrate_logs_its_revisions_not_alembics_plugins(tmp_path):
+    # before: seven "setup plugin alembic.autogenerate..." lines opened every `margin serve`
+    # (logged as Alembic's modules are imported: a fresh process, as a start is)
+    env = {**os.environ, "DATA_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env.pop("DATABASE_URL", None)
+    done = subprocess.run([sys.executable, "-m", "app.cli", "migrate"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Running upgrade  -> 0001" in done.stderr
+    assert "setup plugin" not in done.stderr, done.stderr
+
+
 def test_postgres_upgrade_downgrade_cycle():
     scratch = ScratchDatabase(postgres_url_or_skip())
     try:

@@ -94,6 +94,23 @@ def test_label_column_by_query_or_by_a_field_before_the_file(client, settings):
     assert missing.status_code == 422 and "'nope'" in missing.json()["detail"]
 
 
+def test_a_text_label_read_as_a_feature_says_which_column_is_the_label(client, settings):
+    # before: "line 2, column 'target': 'setosa' is not a number", with nothing to say that
+    # the first column had been taken as the label
+    text = b"width,height,target\n1.5,2,setosa\n2.5,1,virginica\n"
+    refused = post(client, text, filename="flowers.csv")
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == (
+        "line 2, column 'target': 'setosa' is not a number (a feature column: with no "
+        "label_column named and no column 'label', the label is the first column, 'width'; "
+        "send label_column to name it)")
+    nothing_stored(client, settings)
+    named = post(client, b"label,a,b\n1,2,x\n", filename="named.csv")  # the label as named
+    assert named.json()["detail"] == "line 2, column 'b': 'x' is not a number"
+    accepted = post(client, text, filename="flowers.csv", label_column="target")
+    assert accepted.status_code == 201, accepted.text
+
+
 def test_csv_is_recognised_without_a_name_or_format(client):
     X, y = table(3)
     response = client.post(

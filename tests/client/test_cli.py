@@ -45,6 +45,9 @@ def test_from_a_file_to_predictions_through_pipes(service, tmp_path):
 
     predicted = as_json(margin(service, "predict", model["id"], str(HEART), "--json"))
     assert len(predicted["labels"]) == 270
+    # the model's classes as the service writes them (before: -1.0 and 1.0, the client's floats)
+    assert {type(v) for v in predicted["labels"]} == {int}
+    assert set(predicted["labels"]) <= set(model["classes"]) == {-1, 1}
     report = as_json(margin(service, "evaluate", model["id"], dataset["id"], "--json"))
     assert report["accuracy"] == pytest.approx(model["train_accuracy"])
     assert sum(predicted["labels"][i] == label for i, label in enumerate(
@@ -67,7 +70,9 @@ def test_from_a_file_to_predictions_through_pipes(service, tmp_path):
     assert missing.returncode == 1 and "404 Dataset not found" in missing.stderr
 
 
-def test_prediction_runs_start_list_and_cancel(service, heart_model, heart_dataset, capsys):
+def test_prediction_runs_start_list_download_and_cancel(
+    service, heart_model, heart_dataset, capsys, tmp_path
+):
     from margin_client.cli import main  # in this process: no interpreter to start each time
 
     def cli(*args: str) -> tuple[int, str, str]:
@@ -87,6 +92,13 @@ def test_prediction_runs_start_list_and_cancel(service, heart_model, heart_datas
     assert code == 0 and "status" in out and "succeeded" in out
     code, out, _ = cli("runs", "show", heart_model, run["id"], "--json")
     assert code == 0 and json.loads(out) == ended
+    written = tmp_path / "run.csv"  # before: the CSV only through the API or the Python client
+    code, out, _ = cli("runs", "download", heart_model, run["id"], "-o", str(written), "--json")
+    assert code == 0 and json.loads(out) == {"id": run["id"], "path": str(written)}
+    with Client(service.url) as client:
+        client.runs.download(heart_model, run["id"], tmp_path / "reference.csv")
+    assert written.read_bytes() == (tmp_path / "reference.csv").read_bytes()
+    assert len(written.read_text().splitlines()) == 271  # the header and one row per instance
     code, _, err = cli("runs", "cancel", heart_model, run["id"])
     assert code == 1 and "409 Prediction run already ended" in err
 
@@ -112,6 +124,24 @@ def test_a_followed_jobs_summary_is_one_line(service, heart_model):
         job_id = client.models.get(heart_model)["job_id"]
     followed = margin(service, "jobs", "follow", job_id)  # before: the model id wrapped
     assert followed.stdout.splitlines()[0].endswith(f"-> model {heart_model}"), followed.stdout
+
+
+def test_a_followed_jobs_summary_says_when_it_did_not_converge_and_the_chosen_C(
+    service, heart_dataset
+):
+    # before: "succeeded after 2 iterations, gap 1.3", as for a converged job, and a search's
+    # line gave the refit's iterations without the C they were at
+    capped = margin(service, "train", heart_dataset, "--max-iter", "2", "--tol", "1e-9",
+                    "--follow")
+    assert capped.returncode == 0, capped.stderr
+    assert "; not converged (max_iter: gap above tol 1e-09) -> model" in capped.stdout
+    searched = margin(service, "train", heart_dataset, "--Cs", "0.5,2", "--cv", "3", "--follow",
+                      "--json")
+    job = as_json(searched)
+    with Client(service.url) as client:
+        chosen = client.models.get(job["model_id"])["selection"]["C"]
+    human = margin(service, "jobs", "follow", job["id"])
+    assert f"(refit at the chosen C {chosen:g})" in human.stdout, human.stdout
 
 
 def test_export_writes_the_binary_formats(service, heart_model, tmp_path):
@@ -180,11 +210,46 @@ def test_train_searches_C_and_calibrates(service, heart_dataset):
     assert refused.returncode == 2 and "every C must be > 0" in refused.stderr
 
 
+def test_a_reader_that_leaves_ends_the_command_quietly(service, heart_model):
+    # before: "error: Broken pipe" and exit 1 under `margin predict ... | head`
+    for args in (("predict", heart_model, str(HEART)), ("models", "show", heart_model)):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader has left before the first line
+        try:
+            result = subprocess.run(Service.margin(*args), cwd=ROOT, stdout=write_end,
+                                    stderr=subprocess.PIPE, text=True, timeout=120,
+                                    env={**service.env, "MARGIN_URL": service.url})
+        finally:
+            os.close(write_end)
+        assert (result.returncode, result.stderr) == (141, ""), result.stderr
+
+
 def test_a_train_file_argument_is_uploaded_first(service):
     job = as_json(margin(service, "train", str(HEART), "--tol", "0.01", "--json"))
     assert job["status"] in ("queued", "running", "succeeded")
     with Client(service.url) as client:
         assert client.datasets.get(job["dataset_id"])["n_rows"] == 270
+
+
+def test_a_table_file_argument_is_read_by_the_upload_options(service, tmp_path):
+    # before: train, evaluate and runs start uploaded a file with the defaults only, so a table
+    # whose label column is not "label" was read with its first column as the label
+    table = tmp_path / "table.csv"
+    rows = [(i / 10, (i % 3) / 3, "yes" if i % 2 else "no") for i in range(20)]
+    table.write_text("x1,x2,target\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows))
+    refused = margin(service, "train", str(table), "--json")
+    assert refused.returncode == 1 and "column 'target'" in refused.stderr
+    job = as_json(margin(service, "train", str(table), "--label-column", "target", "--follow",
+                         "--json"))
+    with Client(service.url) as client:
+        labels = client.datasets.get(job["dataset_id"])["labels"]
+    assert labels["classes"] == [{"label": "no", "count": 10}, {"label": "yes", "count": 10}]
+    scored = as_json(margin(service, "evaluate", job["model_id"], str(table),
+                            "--label-column", "target", "--json"))
+    assert scored["n"] == 20 and scored["labels"] == ["no", "yes"]
+    wrong = margin(service, "evaluate", job["model_id"], job["dataset_id"],
+                   "--label-column", "target")
+    assert wrong.returncode == 1 and "is a stored dataset" in wrong.stderr
 
 
 class Terminal:

@@ -62,6 +62,12 @@ def test_a_search_job_from_the_form_shows_its_progress_and_table(page, heart_dat
     assert raw["params"]["calibration"] == "none" and model["calibration"] is None
     chosen = model["selection"]["C"]
     assert model["params"]["C"] == chosen  # the trained parameters carry the chosen C
+    # one name=value pair per parameter (before: one JSON object broken mid-word), and the C
+    # the job was sent with says that the search chose another
+    pairs = page.locator("#job-params code").all_inner_texts()
+    assert [pair.split("=", 1)[0] for pair in pairs] == list(raw["params"])
+    assert f"C={raw['params']['C']:g} (unused: the search chooses C)" in pairs
+    assert "tol=0.001" in pairs and "calibration=none" in pairs
     assert float(page.locator("#cv-chosen-C").inner_text()) == pytest.approx(chosen, rel=1e-5)
     section = page.locator("#cv-section")
     expect(section.locator("table:not(.u-legend) > tbody > tr")).to_have_count(3)
@@ -165,7 +171,9 @@ def test_probability_from_the_form_and_predict_with_or_without_probabilities(pag
     page.click("#predict-submit")
     rows = page.locator("#predict-output tbody tr")
     expect(rows).to_have_count(5)
-    expect(page.locator("#predict-output thead")).to_contain_text("Probabilities")
+    # the headers name the classes the columns follow (before: "Decision values", "Probabilities")
+    expect(page.locator("#predict-output thead th")).to_have_text(
+        ["Line", "Label", "Decision value (> 0: 1)", "Probabilities (-1, 1)"])
     for i in range(5):
         shown = [float(x) for x in rows.nth(i).locator("td").nth(3).inner_text().split(", ")]
         assert sum(shown) == pytest.approx(1.0, abs=1e-3)
@@ -174,3 +182,19 @@ def test_probability_from_the_form_and_predict_with_or_without_probabilities(pag
     page.click("#predict-submit")
     expect(page.locator("#predict-output thead")).not_to_contain_text("Probabilities")
     expect(page.locator("#predict-output thead th")).to_have_count(3)
+
+
+def test_the_score_axis_tells_close_scores_apart(page):
+    # before: uPlot's labels keep three decimals, so the mean scores of a9a's search (0.8472 to
+    # 0.8475) read "0.848, 0.847, 0.847, 0.847" on the axis
+    open_ui(page)
+    labels = page.evaluate("""async () => {
+        const { scorePlot } = await import("/ui/static/js/plot.js");
+        const el = document.createElement("figure");
+        document.body.append(el);
+        const plot = scorePlot(el, [0.01, 0.1, 1, 10], [0.8472, 0.8475, 0.8474, 0.8474]);
+        await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 50)));
+        return plot.axes[1]._values.filter((t) => t !== "");  // drawn on the canvas
+    }""")
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+    assert all(0.8471 <= float(t) <= 0.8476 for t in labels), labels

@@ -276,8 +276,19 @@ class DelimitedChunks:
                             f"{where}, column {name!r}: the cell is empty (send empty_cells=zero "
                             "to read empty cells as 0)"
                         )
-                    return ValueError(f"{where}, column {name!r}: {cell[:40]!r} is not a number")
+                    return ValueError(f"{where}, column {name!r}: {cell[:40]!r} is not a number"
+                                      f"{self._label_hint()}")
         return ValueError(f"line {line}: the lines cannot be read as numbers")
+
+    def _label_hint(self) -> str:
+        """Why a column of text was read as a feature, where the label column was chosen by
+        default: a header without `label` makes the first column the label, which a table whose
+        label is elsewhere (e.g. `target`, last) did not mean."""
+        if self.label_column is not None or self.names[self.label_at] == "label":
+            return ""
+        return (f" (a feature column: with no label_column named and no column 'label', the "
+                f"label is the first column, {self.names[self.label_at]!r}; send label_column "
+                "to name it)")
 
     def _csr(self, rows: np.ndarray):
         labels = rows[:, self.label_at].copy()

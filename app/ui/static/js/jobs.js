@@ -39,13 +39,22 @@ export async function list(main) {
 
 const percentText = (percent) => (percent === null || percent === undefined ? "–" : `${Math.round(percent)} %`);
 
+// name=value pairs, each kept on one line, rather than one JSON object broken mid-word; a
+// search chooses C, so the C it was sent with says that it is not the one trained.
+function paramsText(params) {
+  return Object.entries(params).map(([name, value]) => {
+    const text = value !== null && typeof value === "object" ? JSON.stringify(value) : String(value);
+    return name === "C" && params.search ? `C=${text} (unused: the search chooses C)` : `${name}=${text}`;
+  });
+}
+
 function jobFacts(job, last) {
   const p = last || job.progress || {};
   const rows = [
     ["Status", statusBadge(job.status)],
     ["Estimator", job.estimator],
     ["Dataset", job.dataset_id ? h("a", { href: `#/datasets/${job.dataset_id}` }, job.dataset_id) : "–"],
-    ["Parameters", h("code", {}, JSON.stringify(job.params))],
+    ["Parameters", h("span", { id: "job-params" }, paramsText(job.params).map((pair) => h("code", {}, pair)))],
   ];
   if (isPath(job)) {
     // every record of the stream says where on the path it is; the gap is the current solve's

@@ -189,14 +189,28 @@ function predictBox(model) {
         ["Line", (r) => r.i + 1, { num: true }],
         // class names (text labels) read as text, numbers aligned as numbers
         [result.labels ? "Label" : "Value", (r) => fmt(r.v), { num: !rows.some((r) => typeof r.v === "string") }],
-        ...(result.decision_values ? [["Decision values", (r) => r.d.map((x) => fmt(x)).join(", ")]] : []),
-        ...(result.probabilities ? [["Probabilities", (r) => r.p.map((x) => fmt(x)).join(", ")]] : []),
+        ...(result.decision_values ? [[decisionTitle(model.classes, result.decision_values[0]),
+                                       (r) => r.d.map((x) => fmt(x)).join(", ")]] : []),
+        ...(result.probabilities ? [[`Probabilities (${classNames(model.classes)})`,
+                                     (r) => r.p.map((x) => fmt(x)).join(", ")]] : []),
       ], "Predictions"));
     } catch (error) {
       output.replaceChildren(errorBox(error));
     }
   });
   return form;
+}
+
+// The predict table's headers name the classes its columns follow (the model's order), which
+// the numbers alone did not say.
+const classNames = (classes) => (classes || []).map((c) => fmt(c)).join(", ");
+
+function decisionTitle(classes, first) {
+  if (classes && classes.length === 2 && first && first.length === 1) {
+    return `Decision value (> 0: ${fmt(classes[1])})`;
+  }
+  return classes && first && first.length === classes.length
+    ? `Decision values (${classNames(classes)})` : "Decision values";
 }
 
 export async function show(main, id) {

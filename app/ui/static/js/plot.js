@@ -167,13 +167,24 @@ export class SearchPlot {
   destroy() { this.plot.destroy(); }
 }
 
+// Tick labels with the fewest decimals that tell every tick apart: uPlot's own keep at most
+// three, so close scores (0.8472 .. 0.8475) read "0.847" on every tick.
+function distinctLabels(values) {
+  for (let digits = 0; digits < 10; digits++) {
+    const labels = values.map((v) => (v === null ? "" : v.toFixed(digits)));
+    if (new Set(labels).size === labels.length) return labels;
+  }
+  return values.map((v) => (v === null ? "" : String(v)));
+}
+
 // Score against C (log scale) for a model that came from a search.
 export function scorePlot(el, Cs, scores) {
   const plot = new uPlot({
     width: 540, height: 240,
     scales: { x: { time: false, distr: 3 } },
     // uPlot's own labels print a C of 1e-4 as "0"
-    axes: [{ label: "C", values: (u, vs) => vs.map(tick) }, { label: "score", size: 60 }],
+    axes: [{ label: "C", values: (u, vs) => vs.map(tick) },
+           { label: "score", size: 70, values: (u, vs) => distinctLabels(vs) }],
     series: [{ label: "C" }, { label: "mean score", stroke: COLORS[0], width: 2, points: { size: 6 } }],
   }, [Cs, scores], el);
   el.dataset.points = String(Cs.length);
