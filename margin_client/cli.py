@@ -25,14 +25,17 @@ from margin_client import output, predict_io
 
 UPLOAD_FORMATS = ("libsvm", "csv", "tsv", "parquet", "npz")
 COMMANDS = ("datasets", "train", "jobs", "models", "runs", "predict", "evaluate")
-TRAIN_FLAGS = {  # flag -> (parameter, type)
-    "--C": ("C", float),
-    "--loss": ("loss", str),
-    "--multi-class": ("multi_class", str),
-    "--tol": ("tol", float),
-    "--max-iter": ("max_iter", int),
-    "--epsilon": ("epsilon", float),
-    "--time-limit": ("time_limit", float),
+TRAIN_FLAGS = {  # flag -> (parameter, type, help); the defaults are the service's (LinearSVC's)
+    "--C": ("C", float, "the loss term's weight (default 1; --search chooses it)"),
+    "--loss": ("loss", str, "squared_hinge (default), hinge; squared_error; LinearSVR: "
+               "epsilon_insensitive (default), squared_epsilon_insensitive"),
+    "--multi-class": ("multi_class", str, "ovr (default), crammer_singer, weston_watkins"),
+    "--tol": ("tol", float, "stopping tolerance (default 0.1, LIBLINEAR's; LinearSVR 0.0001): "
+              "the job reports the duality gap it reached"),
+    "--max-iter": ("max_iter", int, "passes over the data at most (default 1000)"),
+    "--epsilon": ("epsilon", float, "LinearSVR: width of the insensitive zone (default 0)"),
+    "--time-limit": ("time_limit", float, "seconds the whole job may take (default: the "
+                     "service's MAX_JOB_SECONDS)"),
 }
 
 
@@ -95,8 +98,8 @@ def _add_train(commands: argparse._SubParsersAction, command: AddCommand) -> Non
     train = command(commands, "train", cmd_train, "start a training job")
     train.add_argument("dataset", help="a dataset id, or a file to upload first")
     train.add_argument("--estimator", default="LinearSVC", help="LinearSVC, LinearSVR, ...")
-    for flag, (name, kind) in TRAIN_FLAGS.items():
-        train.add_argument(flag, dest=f"param_{name}", type=kind, metavar=name.upper())
+    for flag, (name, kind, help) in TRAIN_FLAGS.items():
+        train.add_argument(flag, dest=f"param_{name}", type=kind, metavar=name.upper(), help=help)
     train.add_argument(
         "--param", action="append", default=[], metavar="NAME=VALUE",
         help="any other parameter (VALUE read as JSON when it parses), e.g. shrinking=false",
@@ -280,7 +283,7 @@ def cmd_datasets_rm(client, args) -> None:
 def _train_params(args) -> dict[str, Any]:
     params = {
         name: getattr(args, f"param_{name}")
-        for name, _ in TRAIN_FLAGS.values()
+        for name, _, _ in TRAIN_FLAGS.values()
         if getattr(args, f"param_{name}") is not None
     }
     for item in args.param:

@@ -449,3 +449,20 @@ def test_a_number_beyond_a_float_is_one_line_not_a_traceback(service, heart_data
         assert "Traceback" not in result.stderr and "finite" in result.stderr, result.stderr
     with Client(service.url) as client:
         assert len(client.jobs.list()) == before
+
+
+def test_train_flags_state_the_services_defaults():
+    """`margin train --help` names each flag's default: they are the service's own."""
+    from app.schemas.params import LinearSVCParams, LinearSVRParams
+    from margin_client.cli import TRAIN_FLAGS
+
+    svc = {k: f.default for k, f in LinearSVCParams.model_fields.items()}
+    svr = {k: f.default for k, f in LinearSVRParams.model_fields.items()}
+    helps = {name: text for name, _, text in TRAIN_FLAGS.values()}
+    assert f"default {svc['C']:g}" in helps["C"]
+    assert f"default {svc['tol']:g}" in helps["tol"] and f"LinearSVR {svr['tol']:g}" in helps["tol"]
+    assert f"default {svc['max_iter']}" in helps["max_iter"]
+    assert f"{svc['loss']} (default)" in helps["loss"]
+    assert f"{svr['loss']} (default)" in helps["loss"]
+    assert f"{svc['multi_class']} (default)" in helps["multi_class"]
+    assert f"default {svr['epsilon']:g}" in helps["epsilon"]
