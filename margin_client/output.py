@@ -117,10 +117,17 @@ def shortened(value: dict | list) -> str:
     return f"{whole[: LONG_VALUE - 40]}… ({len(whole):,} characters; --json shows all)"
 
 
+PASSES_NOTE = (
+    "passes: of each fold's solve, started from the previous C's solution "
+    "(0: that solution already met tol)"
+)
+
+
 def search_table(selection: dict) -> None:
     """A search's cross-validation: per C the mean and spread of its fold scores, the solver's
     passes (fewest to most over the folds), the statuses and the largest duality gap; the
     chosen C marked."""
+    print(PASSES_NOTE)
     print(f"{selection.get('cv')}-fold cross-validation, {selection['scoring']}:")
     rows = [
         {"": "*" if row["C"] == selection["C"] else "", "C": row["C"],

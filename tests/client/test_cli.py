@@ -199,6 +199,8 @@ def test_train_searches_C_and_calibrates(service, heart_dataset):
     lines = shown.stdout.splitlines()
     assert all(line == line.rstrip() for line in lines) and max(map(len, lines)) < 250
     table = lines[lines.index("3-fold cross-validation, balanced_accuracy:") + 2 :]
+    assert lines[lines.index("3-fold cross-validation, balanced_accuracy:") - 1].startswith(
+        "passes: of each fold's solve, started from the previous C's solution")
     assert [float(line.strip(" *").split()[0]) for line in table] == pytest.approx([0.01, 0.1, 1])
     marked = [line.split()[1] for line in table if line.lstrip().startswith("*")]
     assert marked == [f"{model['params']['C']:.4g}"]

@@ -72,6 +72,7 @@ def test_a_search_job_from_the_form_shows_its_progress_and_table(page, heart_dat
     section = page.locator("#cv-section")
     expect(section.locator("table:not(.u-legend) > tbody > tr")).to_have_count(3)
     expect(section.locator("tbody strong")).to_have_count(1)
+    expect(page.locator("#cv-iterations-note")).to_contain_text("previous C's solution")
     progress = raw["progress"]
     expect(page.locator("#job-solves")).to_have_text(
         f"{progress['solves_done']} of {progress['solves_total']}")

@@ -124,7 +124,10 @@ export function selectionSection(selection) {
       ["Seconds", (r) => list(r.fit_time_s || [])],
       ["Solver status", (r) => [...new Set(r.status || [])].join(", ")],
       ["Duality gap", (r) => list(r.duality_gap || [])],
-    ], "Cross-validation table: one row per C, the chosen one in bold"));
+    ], "Cross-validation table: one row per C, the chosen one in bold"),
+    h("p", { class: "muted", id: "cv-iterations-note" },
+      "Iterations: of each fold's solve, started from the previous C's solution " +
+      "(0: that solution already met the tolerance)."));
   const fig = h("figure", { id: "plot-score", role: "img", "aria-label": "Score against C" },
                 h("figcaption", {}, `Mean cross-validation ${selection.scoring} against C (log scale)`));
   section.append(fig);
