@@ -6,9 +6,9 @@
   margin worker   workers only (the local pool, or procrastinate with WORKER_BACKEND=procrastinate)
 
 Every command reads the same settings: flags override the environment (DATA_DIR, DATABASE_URL, ...).
-The client commands (datasets, train, jobs, models, runs, predict, evaluate) talk to a running
-service (margin_client/cli.py); they and `margin --version` work without the service's stack
-installed.
+The client commands (datasets, train, jobs, models, registry, runs, predict, evaluate) talk to a
+running service (margin_client/cli.py); they and `margin --version` work without the service's
+stack installed.
 """
 
 from __future__ import annotations

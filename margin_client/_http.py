@@ -89,9 +89,9 @@ class Client:
     timeout : seconds for connecting and for each read.
     transport : an httpx transport (tests).
 
-    ``client.datasets``, ``client.jobs``, ``client.models`` and ``client.runs`` (background
-    prediction runs) hold the operations. Errors are raised as `MarginError`. Use as a context
-    manager, or call `close`.
+    ``client.datasets``, ``client.jobs``, ``client.models``, ``client.runs`` (background
+    prediction runs) and ``client.registry`` (names, versions, aliases) hold the operations.
+    Errors are raised as `MarginError`. Use as a context manager, or call `close`.
     """
 
     def __init__(
@@ -105,6 +105,7 @@ class Client:
         from margin_client.datasets import Datasets
         from margin_client.jobs import Jobs
         from margin_client.models import Models
+        from margin_client.registry import Registry
         from margin_client.runs import PredictionRuns
 
         self.url = (url or os.environ.get("MARGIN_URL") or DEFAULT_URL).rstrip("/")
@@ -119,6 +120,7 @@ class Client:
         self.jobs = Jobs(self)
         self.models = Models(self)
         self.runs = PredictionRuns(self)
+        self.registry = Registry(self)
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send a request; an answer other than 2xx raises `MarginError` (the service's API
