@@ -107,12 +107,28 @@ def check_dataset_fits(
             if not named:  # names are distinct keys; numbers may be spelled twice ("1", "1.0")
                 _check_one_weight_per_class(weights)
         _check_weighted_c(params, dataset)
+        _check_least_squares(params, len(labels))
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
     check_model_size(spec, dataset, max_weights)
     check_folds(spec, params, dataset)
     check_dual_size(spec, params, dataset, max_dual)
+
+
+def _check_least_squares(params: dict[str, Any], n_classes: int) -> None:
+    """422 when loss 'squared_error' is asked of more than two classes or of a joint
+    formulation: the solvers train it for two classes one-vs-rest only, and such a job was
+    accepted, then failed in the worker with their ValueError."""
+    if params.get("loss") != "squared_error":
+        return
+    if params.get("multi_class") != "ovr" or n_classes != 2:
+        raise _invalid(
+            "params.loss",
+            f"'squared_error' is for two classes with multi_class 'ovr'; this job has "
+            f"{n_classes} classes and multi_class {params.get('multi_class')!r}: choose "
+            "'squared_hinge' or 'hinge'",
+        )
 
 
 def _check_weighted_c(params: dict[str, Any], dataset: Dataset) -> None:
