@@ -94,6 +94,12 @@ class Settings(BaseSettings):
         "probability=true) a job may hold, or one per stored non-zero of its dataset where that "
         "is more (2^27 float64: 1 GiB)",
     )
+    max_cache_mb: float = Field(
+        1024,
+        gt=0,
+        description="largest `cache_size` (MiB) a structural job with `online` may ask: its "
+        "worker allocates the whole cache before it reads a row",
+    )
     max_header_kb: float = Field(64, gt=0, description="largest request line and headers, in KB")
     header_timeout_s: float = Field(
         10, gt=0, description="seconds a client has to send a request's line and headers"

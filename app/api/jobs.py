@@ -59,6 +59,7 @@ def create_job(
         settings.idempotency_ttl_hours,
         settings.max_job_seconds,
         settings.max_dual_variables,
+        settings.max_cache_mb,
     )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:

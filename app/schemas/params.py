@@ -171,8 +171,9 @@ class StructuralParams(_Params):
         gt=0,
         le=65536,
         allow_inf_nan=False,
-        description="memory budget in MiB of the online cache of support vectors; chunks read "
-        "from the dataset are sized to a quarter of it (online only)",
+        description="memory budget in MiB of the online cache of support vectors, allocated "
+        "whole when the job starts; at most the service's MAX_CACHE_MB (1024 by default); "
+        "chunks read from the dataset are sized to a quarter of it (online only)",
     )
     passes: int = Field(
         3, ge=1, le=10_000, description="passes over the stored rows at most (online only)"

@@ -31,6 +31,9 @@ MAX_MODEL_WEIGHTS = 1 << 27
 # (MAX_DUAL_VARIABLES): 1 GiB of float64, or one per stored non-zero where that is more. A 1 MB
 # upload of 50,000 rows of 1,000 classes took a worker 1.4 GB, and 8.5 GB with a 20-fold search.
 MAX_DUAL_VARIABLES = 1 << 27
+# The largest online structural cache (MiB) a job may ask, by default (MAX_CACHE_MB): 1 GiB, as
+# the weights' and the duals' bounds.
+MAX_CACHE_MB = 1024.0
 
 
 def _invalid(field: str, message: str) -> ProblemError:
@@ -104,12 +107,28 @@ def check_dataset_fits(
             if not named:  # names are distinct keys; numbers may be spelled twice ("1", "1.0")
                 _check_one_weight_per_class(weights)
         _check_weighted_c(params, dataset)
+        _check_least_squares(params, len(labels))
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise _invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
     check_model_size(spec, dataset, max_weights)
     check_folds(spec, params, dataset)
     check_dual_size(spec, params, dataset, max_dual)
+
+
+def _check_least_squares(params: dict[str, Any], n_classes: int) -> None:
+    """422 when loss 'squared_error' is asked of more than two classes or of a joint
+    formulation: the solvers train it for two classes one-vs-rest only, and such a job was
+    accepted, then failed in the worker with their ValueError."""
+    if params.get("loss") != "squared_error":
+        return
+    if params.get("multi_class") != "ovr" or n_classes != 2:
+        raise _invalid(
+            "params.loss",
+            f"'squared_error' is for two classes with multi_class 'ovr'; this job has "
+            f"{n_classes} classes and multi_class {params.get('multi_class')!r}: choose "
+            "'squared_hinge' or 'hinge'",
+        )
 
 
 def _check_weighted_c(params: dict[str, Any], dataset: Dataset) -> None:
@@ -177,6 +196,20 @@ def check_time_limit(params: dict[str, Any], max_job_seconds: float | None) -> N
             "params.time_limit",
             f"{asked:g} seconds is more than the {max_job_seconds:g} this service allows a job "
             "(MAX_JOB_SECONDS); ask at most that, or leave time_limit out to get it",
+        )
+
+
+def check_cache_size(params: dict[str, Any], max_cache_mb: float) -> None:
+    """422 when an online structural job asks a cache above MAX_CACHE_MB: the worker allocates
+    the whole cache before it reads a row (`solvers.structural.cache`), so a 30-row dataset with
+    cache_size 65536 asked 64 GiB and failed in the worker with numpy's "Unable to allocate"."""
+    asked = params.get("cache_size")
+    if params.get("online") and asked is not None and asked > max_cache_mb:
+        raise _invalid(
+            "params.cache_size",
+            f"{asked:.12g} MiB is more than the {max_cache_mb:.12g} MiB this service allows an "
+            "online cache (MAX_CACHE_MB): the worker allocates all of it up front; ask at most "
+            "that",
         )
 
 
@@ -351,13 +384,16 @@ def create_job(
     key_ttl_hours: float = idempotency.DEFAULT_TTL_HOURS,
     max_job_seconds: float | None = None,
     max_dual: int = MAX_DUAL_VARIABLES,
+    max_cache_mb: float = MAX_CACHE_MB,
 ) -> tuple[Job, bool]:
     """Insert a queued job and its queue entry in one transaction. Returns (job, created).
     ``dask_address``: the service's DASK_SCHEDULER_ADDRESS (distributed jobs need one);
     ``max_weights``: its MAX_MODEL_WEIGHTS; ``key_ttl_hours``: its IDEMPOTENCY_TTL_HOURS;
-    ``max_job_seconds``: its MAX_JOB_SECONDS; ``max_dual``: its MAX_DUAL_VARIABLES."""
+    ``max_job_seconds``: its MAX_JOB_SECONDS; ``max_dual``: its MAX_DUAL_VARIABLES;
+    ``max_cache_mb``: its MAX_CACHE_MB."""
     spec, params = validate_request(body)
     check_time_limit(params, max_job_seconds)
+    check_cache_size(params, max_cache_mb)
     body_hash = idempotency.request_hash(body.model_dump(mode="json")) if key else None
     if key:
         with db.session() as session:

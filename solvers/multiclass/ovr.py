@@ -189,6 +189,9 @@ def solve_ovr(
         )
         if status is Status.CONVERGED and not all(f.converged for f in finished.values()):
             status = Status.MAX_ITER
+        stops = {f.status for f in finished.values()}  # a cancel, or the time, ended the finish
+        if stops & {Status.STOPPED, Status.TIME_LIMIT}:
+            status = Status.STOPPED if Status.STOPPED in stops else Status.TIME_LIMIT
     result = _result(problem, blocks, storage, hinge, status, iteration, monitor, tol, finished)
     return subset_alpha(result, rows)
 

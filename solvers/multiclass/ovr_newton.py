@@ -14,7 +14,8 @@ dual objective; the result's ``method`` is ``"newton"`` when any class was finis
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,6 +32,7 @@ class Finished:
     dual: float  # f(α), minimisation form
     ratio: float  # ‖∇P‖ / ‖∇P(0)‖
     converged: bool
+    status: Status | None = None  # the monitor's, when it stopped the finish
 
 
 def stall_detectors(
@@ -44,11 +46,23 @@ def stall_detectors(
     return [StallDetector(cap=cap, window=STALL_WINDOW) for _ in range(n_classes)]
 
 
+# Seconds between the asks of the solve's callback while classes are finished: the finish of
+# a class may take a long time (ten million Newton steps at a tol of 1e-300), and a job's cancel
+# is heard only through the callback.
+ASK_EVERY_S = 1.0
+
+
 class _Silent:
-    """A monitor for the per-class solves: they run on threads, so none reports on its own."""
+    """The monitor of the per-class finishes, shared by their threads: their records are not
+    reported (each class numbers its own steps), but the time limit is checked at every step
+    and, every ASK_EVERY_S, the callback is asked whether to go on with the last record of the
+    passes, its time brought up to date."""
 
     def __init__(self, monitor):
         self.monitor = monitor
+        self.lock = threading.Lock()
+        self.asked_at = monitor.elapsed()
+        self.stop: Status | None = None
 
     def elapsed(self):
         return self.monitor.elapsed()
@@ -57,7 +71,12 @@ class _Silent:
         limit = self.monitor.time_limit
         if limit is not None and self.monitor.elapsed() >= limit:
             return Status.TIME_LIMIT
-        return None
+        with self.lock:
+            history = self.monitor.history
+            if self.stop is None and history and self.elapsed() - self.asked_at >= ASK_EVERY_S:
+                self.asked_at = self.elapsed()
+                self.stop = self.monitor.report(replace(history[-1], elapsed_s=self.asked_at))
+            return self.stop
 
 
 def finish_class(problem, block, j, C_class, tol, max_iter, monitor, dual_before):
@@ -71,7 +90,7 @@ def finish_class(problem, block, j, C_class, tol, max_iter, monitor, dual_before
     w[-1] = block.wb[j]
     outcome = newton_finish(
         X, bias, loss, w, eps=primal_tolerance(y, C, tol, False), max_iter=max_iter,
-        monitor=_Silent(monitor), first_iteration=0,
+        monitor=monitor, first_iteration=0,
     )  # fmt: skip
     block.W[:, j] = outcome.w[:-1]
     block.wb[j] = outcome.w[-1]
@@ -79,7 +98,9 @@ def finish_class(problem, block, j, C_class, tol, max_iter, monitor, dual_before
     if outcome.dual <= dual_before:
         block.alpha[:, j] = y * outcome.beta
         dual = outcome.dual
-    return Finished(outcome.primal, dual, outcome.grad_ratio, outcome.status is Status.CONVERGED)
+    converged = outcome.status is Status.CONVERGED
+    stop = outcome.status if outcome.status in (Status.STOPPED, Status.TIME_LIMIT) else None
+    return Finished(outcome.primal, dual, outcome.grad_ratio, converged, stop)
 
 
 def finish_stalled_classes(problem, blocks, Cfull, tol, max_iter, monitor, pool, measures):
@@ -98,9 +119,11 @@ def finish_stalled_classes(problem, blocks, Cfull, tol, max_iter, monitor, pool,
             C_class = Cfull if Cfull.ndim == 1 else Cfull[c]
             jobs.append((b, int(j), c, C_class, float(dual_before[j])))
 
+    quiet = _Silent(monitor)
+
     def run(job):
         b, j, c, C_class, dual_before = job
-        return c, finish_class(problem, b, j, C_class, tol, max_iter, monitor, dual_before)
+        return c, finish_class(problem, b, j, C_class, tol, max_iter, quiet, dual_before)
 
     done = list(pool.map(run, jobs)) if pool is not None else [run(job) for job in jobs]
     for b in blocks:

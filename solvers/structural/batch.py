@@ -46,6 +46,13 @@ from solvers.structural.reparam import Reparam, within_tol
 
 # A full pass at least this often: rows shrunk early may be violated again as w moves on.
 _FULL_PASS_EVERY = 10
+# A pass runs in slices of about this many row entries read (a row's own, and with pairwise
+# updates its example's rows, which the partner search reads); a pass that has lasted
+# _PASS_REPORT_S reports between slices. One example of 2 million rows made a single pass cost
+# hours (every visit's partner search reads the example), and time_limit or a stop from the
+# callback (a job's cancel) was heard only at the pass's end.
+_SLICE_WORK = 1 << 22
+_PASS_REPORT_S = 1.0
 
 
 def solve_structural(
@@ -184,6 +191,17 @@ class _Problem:
     def lower_bound(self, duals, weights):
         return self.reparam.quad(weights.u, weights.w) + dot(self.shifted_margins, duals.alpha)
 
+    def visit_work(self, pairwise):
+        """Row entries a visit of each row may read: its own, and with pairwise updates its
+        example's rows (the partner search reads each one's alpha, and the non-zero ones)."""
+        nnz = np.diff(self.rows.X.indptr).astype(np.int64)
+        if not pairwise:
+            return nnz + 1
+        g = self.groups
+        size = np.diff(g.group_ptr)
+        per_group = size + np.bincount(g.group_of, weights=nnz, minlength=size.shape[0])
+        return nnz + 1 + per_group.astype(np.int64)[g.group_of]
+
     def exact_upper_bound(self, w):
         g = self.groups
         loss = kernels.group_loss(self.rows, self.shifted_margins, w, g.group_of, g.C, g.C.shape[0])
@@ -213,6 +231,14 @@ class _Bounds:
             approx_upper_bound=self.approx_upper if full_pass else None,
         )
 
+    def within_pass(self, n_iter, monitor, visited):
+        """A record from inside pass ``n_iter`` (``visited`` rows so far): the lower bound, no
+        gap (the pass's gradients bound nothing until it ends)."""
+        return Progress(
+            n_iter, monitor.elapsed(), None, active=visited, dual=self.lower,
+            lower_bound=self.lower,
+        )  # fmt: skip
+
 
 def _run(problem, duals, weights, rng, monitor, tol, max_iter, pairwise, shrinking):
     """Passes until the exact bounds meet tol or a budget ends: (bounds, status, passes)."""
@@ -220,17 +246,18 @@ def _run(problem, duals, weights, rng, monitor, tol, max_iter, pairwise, shrinki
     active, full, since_full = problem.usable, True, 0
     bounds = _Bounds()
     status, n_iter = Status.MAX_ITER, 0
+    work = problem.visit_work(pairwise)
     for n_iter in range(1, max_iter + 1):
         max_gradient = np.zeros(problem.groups.C.shape[0])
-        kernels.epoch(
-            problem.rows, problem.shifted_margins, problem.groups, problem.sq_norms,
-            rng.permutation(active), duals, weights, pairwise, max_gradient, last_gradient,
+        stop = _pass(
+            problem, rng.permutation(active), work, duals, weights, pairwise, max_gradient,
+            last_gradient, monitor, bounds, n_iter,
         )  # fmt: skip
-        duals.alpha_sums[:] = np.bincount(
-            problem.groups.group_of, weights=duals.alpha, minlength=max_gradient.shape[0]
-        )
         w = weights.w
         bounds.lower = problem.lower_bound(duals, weights)
+        if stop is not None:  # within the pass: its gradients do not bound anything yet
+            bounds.approx_upper = None
+            return bounds, stop, n_iter
         bounds.approx_upper = 0.5 * sq_norm(w) + dot(problem.groups.C, max_gradient)
         met = within_tol(bounds.approx_upper, bounds.lower, tol)
         bounds.upper = problem.exact_upper_bound(w) if met and full else None
@@ -245,6 +272,38 @@ def _run(problem, duals, weights, rng, monitor, tol, max_iter, pairwise, shrinki
                 problem.usable, active, duals.alpha, last_gradient, full, met, since_full
             )
     return bounds, status, n_iter
+
+
+def _pass(problem, order, work, duals, weights, pairwise, max_gradient, seen, monitor, bounds, n):
+    """One pass over the rows in ``order``, in slices of about _SLICE_WORK entries read; a pass
+    that lasts reports its progress (the lower bound so far) every _PASS_REPORT_S between
+    slices. Returns the status to stop with when a report asked to, else None."""
+    ends = np.cumsum(work[order])
+    cuts = np.searchsorted(ends, np.arange(_SLICE_WORK, ends[-1] if len(ends) else 0, _SLICE_WORK))
+    last_report = monitor.elapsed()
+    start = 0
+    for end in (*np.unique(cuts[cuts > 0]).tolist(), order.shape[0]):
+        kernels.epoch(
+            problem.rows, problem.shifted_margins, problem.groups, problem.sq_norms,
+            order[start:end], duals, weights, pairwise, max_gradient, seen,
+        )  # fmt: skip
+        start = end
+        if start < order.shape[0] and monitor.elapsed() - last_report >= _PASS_REPORT_S:
+            last_report = monitor.elapsed()
+            _resync_sums(problem, duals)
+            bounds.lower = problem.lower_bound(duals, weights)
+            stop = monitor.report(bounds.within_pass(n, monitor, start))
+            if stop is not None:
+                return stop
+    _resync_sums(problem, duals)
+    return None
+
+
+def _resync_sums(problem, duals):
+    """Σ_j alpha_ij of each example anew (the pass keeps them by increments)."""
+    duals.alpha_sums[:] = np.bincount(
+        problem.groups.group_of, weights=duals.alpha, minlength=problem.groups.C.shape[0]
+    )
 
 
 def _next_active(rows, active, alpha, last_gradient, full, met, since_full):

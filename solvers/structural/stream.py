@@ -44,6 +44,20 @@ from solvers.structural.cache import (
 from solvers.structural.chunks import chunk_source, whole_examples
 from solvers.structural.reparam import Reparam, within_tol
 
+# Inside a pass, a record (the lower bound so far) once this many seconds have passed since the
+# last one, between two optimization epochs or two chunks: the monitor's time_limit and the
+# callback's stop are heard there. With a tiny tol each optimization of the cache ran max_iter
+# epochs, and a pass over 15,000 rows lasted minutes past a time_limit of 5 s.
+_PASS_REPORT_S = 1.0
+
+
+class _Stop(Exception):  # noqa: N818 - a signal, not an error
+    """A report inside a pass asked to stop; ``status`` says why."""
+
+    def __init__(self, status):
+        super().__init__(status)
+        self.status = status
+
 
 def solve_structural_stream(
     source,
@@ -114,6 +128,7 @@ def solve_structural_stream(
     state = _Online(
         n_features, reparam, C, tol, max_iter, cache_size, np.random.default_rng(random_state)
     )
+    state.monitor = monitor
     if warm_start is not None:
         state.restore(warm_start.extra["cache"])
     status, n_iter, lb, ub, ub_approx, n_examples = _run(state, chunks, monitor, passes, tol)
@@ -135,11 +150,16 @@ def _run(state, chunks, monitor, passes, tol):
     for n_iter in range(1, passes + 1):
         sums[EXPLORED_LOSS] = 0.0
         n_examples = 0
-        for X, margins, ex in whole_examples(chunks(), state.n_features, state.reparam):
-            state.cache.arrays.counts[CURSOR] = 0
-            state.explore(X, margins, ex, n_examples)
-            n_examples += len(ex) - 1
-        state.optimize(evict=True)
+        state.n_iter = n_iter
+        try:
+            for X, margins, ex in whole_examples(chunks(), state.n_features, state.reparam):
+                state.cache.arrays.counts[CURSOR] = 0
+                state.explore(X, margins, ex, n_examples)
+                n_examples += len(ex) - 1
+                state.heed()
+            state.optimize(evict=True)
+        except _Stop as stop:  # the pass's gradients bound nothing: the exact UB decides
+            return stop.status, n_iter, state.lower_bound(), None, None, n_examples
         lb = state.lower_bound()
         ub_approx = 0.5 * sq_norm(state.w) + float(sums[EXPLORED_LOSS])
         ub = None
@@ -208,6 +228,25 @@ class _Online:
         self.n_features = n_features
         self.n_optimize = 0
         self.last_gradient = np.empty(0)
+        self.monitor: Monitor | None = None
+        self.n_iter = 0  # the pass under way
+        self.last_report = 0.0
+
+    def heed(self):
+        """Inside a pass, every _PASS_REPORT_S: a record of the lower bound so far; raises
+        _Stop when the monitor answers with a status (time_limit, the callback's stop)."""
+        m = self.monitor
+        if m is None or m.elapsed() - self.last_report < _PASS_REPORT_S:
+            return
+        self.last_report = m.elapsed()
+        lb = self.lower_bound()
+        stop = m.report(
+            Progress(
+                self.n_iter, m.elapsed(), None, active=self.cache.rows, dual=lb, lower_bound=lb
+            )
+        )
+        if stop is not None:
+            raise _Stop(stop)
 
     def _rows(self, csr):
         return kernels.ScaledRows(csr, self.reparam.s)
@@ -286,6 +325,7 @@ class _Online:
         for _ in range(self.max_iter):
             if within_tol(ub, self.lower_bound(), self.tol):
                 break
+            self.heed()
             max_gradient = np.zeros(m)
             kernels.epoch(
                 rows, margins, groups, sq_norms, self.rng.permutation(n), duals,

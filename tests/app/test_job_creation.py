@@ -33,6 +33,10 @@ pytestmark = pytest.mark.timeout(120)
         ({"params": {"search": {"Cs": [1.0, 1e300]}, "class_weight": {"-1": 1e9}}},
          "params.search.Cs", "largest float"),
         ({"params": {"multi_class": "ovo"}}, "params.multi_class", "'ovr'"),
+        # accepted, then failed in the worker with the solvers' ValueError
+        ({"params": {"loss": "squared_error", "multi_class": "crammer_singer"}}, "params.loss",
+         "two classes with multi_class 'ovr'; this job has 2 classes and multi_class "
+         "'crammer_singer'"),
         # a constant feature of 1e160: its square overflowed, and the job succeeded with zeros
         ({"params": {"intercept_scaling": 1.0000000000000002e100}}, "params.intercept_scaling",
          "at most 1e+100"),
@@ -58,6 +62,21 @@ def test_invalid_jobs_are_422_naming_the_field(
     assert fragment in problem["detail"]
     assert "Spec" not in problem["detail"]  # no class name of ours
     assert count(db, Job) == 0
+
+
+def test_least_squares_takes_two_classes(client, db, heart, fake_trainer):
+    """loss 'squared_error' on three classes was accepted, then failed in the worker ("is
+    available for two classes with multi_class='ovr'"); on two classes it trains."""
+    fake_trainer()
+    three = upload(client, b"".join(b"%d 1:%d\n" % (i % 3, i) for i in range(9))).json()
+    body = {"dataset_id": three["id"], "params": {"loss": "squared_error"}}
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == "params.loss"
+    assert "this job has 3 classes" in response.json()["detail"]
+    assert count(db, Job) == 0
+    body["dataset_id"] = heart["id"]
+    assert client.post("/v1/jobs", json=body).status_code == 202
 
 
 def test_unknown_dataset_is_404_and_labels_must_fit(client, db, fake_trainer):

@@ -204,3 +204,35 @@ def test_real_trainers_store_what_the_solver_returns(
     np.testing.assert_allclose(coef, np.atleast_2d(expected), rtol=1e-10, atol=1e-12)
     assert model.kind == kind and model.estimator == estimator
     assert done["progress"] is not None and model.n_iter >= 1
+
+
+def test_accuracies_are_computed_a_slice_of_rows_at_a_time():
+    """A 1.5 MB upload of 120,000 rows of 1,000 classes trained, then its job failed computing
+    the training accuracy ("Unable to allocate 916. MiB": every row's decision values at once,
+    and copies). The validation accuracy was computed the same way, for a set of any size.
+    They are computed SCORE_ENTRIES decision values at a time."""
+    import tracemalloc
+    from types import SimpleNamespace
+
+    import numpy as np
+    import scipy.sparse as sp
+
+    from app.jobs import runner
+    from solvers import LinearSVC
+
+    classes, n_rows = 500, 40_000  # all rows at once: 40,000 x 500 x 8 bytes = 160 MB
+    rng = np.random.default_rng(0)
+    few = sp.random(2 * classes, 5, density=1.0, random_state=rng, format="csr")
+    model = LinearSVC(max_iter=2).fit(few, np.arange(2 * classes) % classes)
+    X = sp.random(n_rows, 5, density=1.0, random_state=rng, format="csr")
+    y = rng.integers(classes, size=n_rows).astype(np.float64)
+    trained = SimpleNamespace(classes=list(range(classes)), predict=model.predict)
+    expected = float(np.mean(model.predict(X) == y))
+    tracemalloc.start()
+    try:
+        accuracy = runner._accuracy(trained, X, y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert accuracy == expected and 0 < accuracy < 0.05
+    assert peak < 4 * runner.SCORE_ENTRIES * 8  # 32 MB

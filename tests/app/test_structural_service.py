@@ -304,6 +304,37 @@ def test_bad_params_are_422_naming_the_field(
     assert _count(db, Job) == 0
 
 
+@pytest.mark.parametrize(("cache_size", "status"), [(1024.001, 422), (1024, 202)])
+def test_an_online_cache_beyond_max_cache_mb_is_422(client, db, qid_file, cache_size, status):
+    """cache_size 65536 on a 30-row dataset was accepted, then failed in the worker with numpy's
+    "Unable to allocate 32.0 GiB" (the cache is allocated whole before any row is read). The
+    bound is MAX_CACHE_MB (1024); a batch job ignores cache_size, so it is not bounded."""
+    dataset = upload(client, qid_file, "constraints.txt").json()
+    params = {"online": True, "cache_size": cache_size}
+    body = {"dataset_id": dataset["id"], "estimator": "structural", "params": params}
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == status, response.text
+    if status == 422:
+        problem = response.json()
+        assert problem["errors"][0]["field"] == "params.cache_size"
+        assert "1024.001 MiB is more than the 1024 MiB" in problem["detail"]
+        assert "MAX_CACHE_MB" in problem["detail"]
+        assert _count(db, Job) == 0
+        params["online"] = False
+        assert client.post("/v1/jobs", json=body).status_code == 202
+
+
+def test_max_cache_mb_is_a_setting(app, client, qid_file):
+    dataset = upload(client, qid_file, "constraints.txt").json()
+    app.state.settings.max_cache_mb = 8
+    params = {"online": True, "cache_size": 9}
+    body = {"dataset_id": dataset["id"], "estimator": "structural", "params": params}
+    answer = client.post("/v1/jobs", json=body)
+    assert answer.status_code == 422 and "the 8 MiB" in answer.json()["detail"]
+    params["cache_size"] = 8
+    assert client.post("/v1/jobs", json=body).status_code == 202
+
+
 def test_structural_needs_a_qid_dataset(client, db, heart):
     response = client.post(
         "/v1/jobs",

@@ -204,3 +204,30 @@ def test_spare_threads_go_inside_the_classes(monkeypatch, loss):
     assert split.alpha.shape == fused.alpha.shape and split.bias.shape == (2,)
     np.testing.assert_allclose(split.extra["primal"], fused.extra["primal"], rtol=1e-5)
     assert seen and seen[-1].gap == split.gap
+
+
+def test_the_newton_finish_of_stalled_classes_hears_a_stop(monkeypatch):
+    """A job's one-vs-rest LinearSVC at tol 1e-300: its passes stalled after 0.4 s and the
+    classes' Newton finish ran on, asking the callback nothing, so a cancel went unheard for
+    over 90 s (and a finish cut by time_limit was labelled max_iter). The finish asks the
+    callback every ASK_EVERY_S (here: at every step) with the passes' last record."""
+    import scipy.sparse as sp
+
+    from solvers import LinearSVC
+    from solvers.multiclass import ovr_newton
+
+    monkeypatch.setattr(ovr_newton, "ASK_EVERY_S", 0.0)
+    rng = np.random.default_rng(1)
+    X = sp.csr_matrix(rng.normal(size=(3000, 20)))
+    y = rng.integers(5, size=3000)
+    seen = []
+
+    def callback(progress):  # go on through the passes; stop at the first ask of the finish
+        repeated = bool(seen) and progress.iteration == seen[-1].iteration
+        seen.append(progress)
+        return not repeated
+
+    monkeypatch.setattr(ovr_newton, "STALL_CAP", 5)  # the passes stall at once
+    model = LinearSVC(tol=1e-300, max_iter=400, callback=callback).fit(X, y)
+    assert model.status_ == Status.STOPPED.value
+    assert seen[-2].iteration == seen[-3].iteration  # the ask: the passes' last record again

@@ -167,6 +167,53 @@ def test_callback_reports_and_stops():
     assert res.upper_bound is not None and res.upper_bound >= res.lower_bound
 
 
+def one_large_example(n_rows):
+    """One example of ``n_rows`` rows over 50 features: each pairwise visit's partner search
+    reads the whole example, so a pass costs n_rows² (2 million rows: hours)."""
+    rows = np.arange(n_rows)
+    X = sp.csr_matrix((np.ones(n_rows), (rows, rows % 50)), shape=(n_rows, 50))
+    return X, (rows % 5).astype(float), np.ones(n_rows)
+
+
+@pytest.mark.parametrize("stop_by", ["callback", "time_limit"])
+def test_a_long_pass_is_stopped_within_it(monkeypatch, stop_by):
+    """A pass over one example of 2 million rows lasted hours: a job's cancel (the callback's
+    False) and time_limit were heard only at its end. The pass reports between slices of
+    about _SLICE_WORK entries once it has lasted _PASS_REPORT_S (here: at once)."""
+    from solvers.structural import batch
+
+    monkeypatch.setattr(batch, "_PASS_REPORT_S", 0.0)
+    n_rows = 20_000
+    X, margins, groups = one_large_example(n_rows)
+    seen = []
+    stop = stop_by == "callback"
+    options = {"callback": lambda p: seen.append(p) or not stop}
+    if not stop:
+        options["time_limit"] = 1e-9
+    res = fit_structural(X, margins, groups, tol=1e-12, **options)
+    expected = Status.STOPPED if stop_by == "callback" else Status.TIME_LIMIT
+    assert res.status is expected and res.n_iter == 1
+    first = seen[0]  # from inside the first pass: the rows visited so far, no gap yet
+    assert 0 < first.active < n_rows // 10 and first.gap is None
+    assert first.lower_bound is not None and first.iteration == 1
+    # the returned state's exact bounds are valid: UB of w over all rows >= LB = F(alpha)
+    assert res.upper_bound is not None and res.upper_bound >= res.lower_bound > 0
+
+
+def test_a_pass_in_slices_gives_the_same_solve(monkeypatch):
+    """Slices change where a pass may stop, not what it computes."""
+    from solvers.structural import batch
+
+    X, margins, groups = random_problem(4, n_examples=5, per_example=40)
+    whole = fit_structural(X, margins, groups, tol=1e-6)
+    monkeypatch.setattr(batch, "_SLICE_WORK", 50)
+    monkeypatch.setattr(batch, "_PASS_REPORT_S", 0.0)
+    sliced = fit_structural(X, margins, groups, tol=1e-6)
+    np.testing.assert_array_equal(sliced.w, whole.w)
+    assert sliced.n_iter == whole.n_iter
+    assert len(sliced.history) > len(whole.history)  # the records from inside passes
+
+
 def test_shrinking_reaches_the_same_optimum():
     X, margins, groups = random_problem(12, n_examples=80, per_example=6)
     _, opt = qp_optimum(X, margins, groups, C=0.3)

@@ -160,6 +160,33 @@ def test_callback_stop_and_errors(problem):
         fit_structural_stream(source, n_features=30, C=np.ones(3))
 
 
+@pytest.mark.parametrize("stop_by", ["callback", "time_limit"])
+def test_a_long_pass_is_stopped_within_it(problem, monkeypatch, stop_by):
+    """With tol 1e-300 each optimization of the cache ran max_iter epochs, and a job's pass
+    lasted minutes past its time_limit of 5 s (a cancel was not heard either): the monitor
+    was asked only at a pass's end. Inside a pass it is asked every _PASS_REPORT_S (here: at
+    every epoch and chunk); the solve returns the state it reached, with exact bounds."""
+    from solvers.structural import stream
+
+    monkeypatch.setattr(stream, "_PASS_REPORT_S", 0.0)
+    X, margins, groups, batch = problem
+    seen = []
+    stop = stop_by == "callback"
+    options = {"callback": lambda p: seen.append(p) or not stop}
+    if not stop:
+        options["time_limit"] = 1e-9
+    res = fit_structural_stream(
+        in_memory_chunks(X, margins, groups, 1200), n_features=30, C=0.1, tol=1e-300,
+        max_iter=20_000, passes=5, **options,
+    )  # fmt: skip
+    assert res.status is (Status.STOPPED if stop else Status.TIME_LIMIT) and res.n_iter == 1
+    first = seen[0]  # from inside the first pass: no gap yet
+    assert first.gap is None and first.iteration == 1 and first.lower_bound is not None
+    assert res.extra["examples"] < 2000  # stopped before the pass's end
+    # valid bounds of the returned state: LB <= OPT <= UB
+    assert res.lower_bound <= batch.upper_bound and batch.lower_bound <= res.upper_bound
+
+
 def test_warm_start_restores_the_cache(problem):
     X, margins, groups, batch = problem
     source = in_memory_chunks(X, margins, groups, 1200)
