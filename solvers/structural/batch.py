@@ -247,6 +247,8 @@ def _run(problem, duals, weights, rng, monitor, tol, max_iter, pairwise, shrinki
     bounds = _Bounds()
     status, n_iter = Status.MAX_ITER, 0
     work = problem.visit_work(pairwise)
+    if work.sum() <= _SLICE_WORK:  # every pass is one slice: no need to cut them
+        work = None
     for n_iter in range(1, max_iter + 1):
         max_gradient = np.zeros(problem.groups.C.shape[0])
         stop = _pass(
@@ -277,7 +279,15 @@ def _run(problem, duals, weights, rng, monitor, tol, max_iter, pairwise, shrinki
 def _pass(problem, order, work, duals, weights, pairwise, max_gradient, seen, monitor, bounds, n):
     """One pass over the rows in ``order``, in slices of about _SLICE_WORK entries read; a pass
     that lasts reports its progress (the lower bound so far) every _PASS_REPORT_S between
-    slices. Returns the status to stop with when a report asked to, else None."""
+    slices (``work`` None: the pass is one slice). Returns the status to stop with when a report
+    asked to, else None."""
+    if work is None:
+        kernels.epoch(
+            problem.rows, problem.shifted_margins, problem.groups, problem.sq_norms,
+            order, duals, weights, pairwise, max_gradient, seen,
+        )  # fmt: skip
+        _resync_sums(problem, duals)
+        return None
     ends = np.cumsum(work[order])
     cuts = np.searchsorted(ends, np.arange(_SLICE_WORK, ends[-1] if len(ends) else 0, _SLICE_WORK))
     last_report = monitor.elapsed()
