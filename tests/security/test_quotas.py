@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from app.services import keys
 from tests.security.conftest import HEART, new_key, upload
 
@@ -42,36 +44,33 @@ def test_storage_quota(make_service):
     assert upload(client, heart(2), headers=acme).status_code == 201
 
 
-def test_a_tables_feature_names_count_against_the_quota(make_service):
-    # the names are kept in the database, not in the arrays: 2,000 names of 200 characters over
-    # one row of zeros stored arrays of a few hundred bytes and 400 kB of names the quota missed
-    client, app = make_service(auth_mode="required")
-    acme = new_key(app, "acme", "admin")
-    names = [f"{j:05d}" + "n" * 195 for j in range(2000)]
-    table = ("label," + ",".join(names) + "\n1," + ",".join("0" * 2000) + "\n").encode()
-    first = upload(client, table, filename="wide.csv", headers=acme)
-    assert first.status_code == 201, first.text
-    names_bytes = len(json.dumps(names).encode())
-    assert first.json()["stored_bytes"] > names_bytes > 400_000
-    keys.set_quota(app.state.db, "acme", storage_bytes=int(names_bytes * 1.5), active_jobs=None)
-    refused = upload(client, table + b"\n", filename="wide.csv", headers=acme)
-    assert refused.status_code == 429, refused.text
-    assert len(client.get("/v1/datasets", headers=acme).json()["items"]) == 1
+FEATURE_NAMES = [f"{j:05d}" + "n" * 195 for j in range(2000)]
+CLASS_NAMES = [f"{j:04d}" + "n" * 251 for j in range(1000)]
 
 
-def test_text_class_names_count_against_the_quota(make_service):
-    # kept in the database too: 1,000 names of 255 characters over 1,000 rows stored 16 kB of
-    # arrays and 260 kB of names the quota missed
+@pytest.mark.parametrize(
+    ("names", "table", "least"),
+    [
+        # 2,000 feature names of 200 characters over one row of zeros stored arrays of a few
+        # hundred bytes and 400 kB of names the quota missed
+        (FEATURE_NAMES, "label," + ",".join(FEATURE_NAMES) + "\n1," + ",".join("0" * 2000) + "\n",
+         400_000),
+        # 1,000 class names of 255 characters over 1,000 rows stored 16 kB of arrays and 260 kB
+        # of names the quota missed
+        (CLASS_NAMES, "label,a\n" + "".join(f"{name},1\n" for name in CLASS_NAMES), 250_000),
+    ],
+    ids=["feature-names", "class-names"],
+)
+def test_a_tables_names_count_against_the_quota(make_service, names, table, least):
+    # the names are kept in the database, not in the arrays
     client, app = make_service(auth_mode="required")
     acme = new_key(app, "acme", "admin")
-    names = [f"{j:04d}" + "n" * 251 for j in range(1000)]
-    table = ("label,a\n" + "".join(f"{name},1\n" for name in names)).encode()
-    first = upload(client, table, filename="classes.csv", headers=acme)
+    first = upload(client, table.encode(), filename="names.csv", headers=acme)
     assert first.status_code == 201, first.text
     names_bytes = len(json.dumps(names).encode())
-    assert first.json()["stored_bytes"] > names_bytes > 250_000
+    assert first.json()["stored_bytes"] > names_bytes > least
     keys.set_quota(app.state.db, "acme", storage_bytes=int(names_bytes * 1.5), active_jobs=None)
-    refused = upload(client, table + b"\n", filename="classes.csv", headers=acme)
+    refused = upload(client, table.encode() + b"\n", filename="names.csv", headers=acme)
     assert refused.status_code == 429, refused.text
     assert len(client.get("/v1/datasets", headers=acme).json()["items"]) == 1
 
