@@ -55,6 +55,8 @@ ROWS = {
     "cv-a9a": ("a9a", f"solvers.LinearSVCCV(Cs={GRID}, cv=5, n_jobs=2, tol=0.1).fit(X, y)"),
     "cv-news20": ("news20-binary", f"solvers.LinearSVCCV(Cs={GRID}, cv=5, n_jobs=2).fit(X, y)"),
     "cv-rcv1-like": ("rcv1-like", f"solvers.LinearSVCCV(Cs={GRID}, cv=5, n_jobs=2).fit(X, y)"),
+    "cv-sector-ovr": ("sector", f"solvers.LinearSVCCV(Cs={GRID}, cv=5, n_jobs=2).fit(X, y)"),
+    "cv-news20-ovr": ("news20-l2", f"solvers.LinearSVCCV(Cs={GRID}, cv=5, n_jobs=2).fit(X, y)"),
 }
 DEFAULT_ROWS = [
     "a9a-sqhinge",
@@ -108,6 +110,9 @@ def load(name):
         return X, np.where(y == 1, 1.0, -1.0), 2
     if name == "news20-raw-classes":
         X, y = read("news20", "news20.bz2")
+        return (X, *classes(y))
+    if name == "sector":
+        X, y = read("sector", "sector.scale.bz2")
         return (X, *classes(y))
     if name == "mnist":
         X, y = read("mnist", "mnist.scale.t.bz2")

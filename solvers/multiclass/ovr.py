@@ -16,7 +16,9 @@ own (`solvers.multiclass.class_blocks`), and its state and per-pass bookkeeping 
 `solvers.multiclass.ovr_blocks`. Per class the rules are the
 binary solver's: shrinking (Algorithm 3) with the previous pass's extreme projected gradients;
 stopping when M − m ≤ tol, |M| ≤ tol and |m| ≤ tol on a full pass (a shrunk class that meets it is
-restored and checked again); a converged class is no longer updated. The row order of each pass is
+restored and checked again); a converged class is no longer updated. A warm-started class
+begins with its support (the rows of α_c > 0) active and the others shrunk, as if a pass had
+shrunk them. The row order of each pass is
 drawn in the driver from one seeded generator and shared by all blocks, so a class's iterates do not
 depend on the blocking: serial and threaded runs give identical coefficients.
 """
