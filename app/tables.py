@@ -264,6 +264,8 @@ class Model(Base):
     size_bytes: Mapped[int | None] = mapped_column(BigInteger)  # len(weights), for the quota
     status: Mapped[str] = mapped_column(String(16))  # the solver's status_
     gap: Mapped[float | None] = mapped_column(Float)
+    # (primal − dual) / max(1, |primal|) of the stored weights (migration 0015)
+    duality_gap: Mapped[float | None] = mapped_column(Float)
     n_iter: Mapped[int] = mapped_column(Integer)
     train_time_s: Mapped[float] = mapped_column(Float)
     train_accuracy: Mapped[float | None] = mapped_column(Float)

@@ -308,6 +308,7 @@ def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores)
         size_bytes=len(weights),
         status=trained.status,
         gap=trained.gap,
+        duality_gap=trained.duality_gap,
         n_iter=trained.n_iter,
         train_time_s=train_time,
         train_accuracy=scores.get("train_accuracy"),

@@ -35,7 +35,13 @@ class ModelOut(BaseModel):
         None, description="the training columns' names (predict accepts records by them)"
     )
     status: str = Field(description="the solver's final status (converged, max_iter, ...)")
-    gap: float | None
+    gap: float | None = Field(description="the solver's stopping measure at its end (see tol)")
+    duality_gap: float | None = Field(
+        None, description="(primal - dual objective) / max(1, |primal|) of the stored weights: "
+        "their objective is within this fraction of the optimum. The stopping rule (gap <= tol) "
+        "can hold while it is large, most of all on unscaled features or at a loose tol; null "
+        "where the solver does not measure it"
+    )
     n_iter: int
     train_time_s: float
     train_accuracy: float | None

@@ -76,6 +76,7 @@ def distributed_trainer(option: dict, directory, n_features: int, classes, addre
             status=str(result.status),
             gap=result.duality_gap,
             n_iter=int(result.n_iter),
+            duality_gap=result.duality_gap,
             predict=_predictor(coef, intercept, np.asarray(labels)),
         )
 

@@ -26,6 +26,7 @@ class Trained:
     dual: np.ndarray | None = None  # the dual variables (resumable estimators: a checkpoint)
     calibration: dict | None = None  # solvers.selection.Calibration.to_dict()
     selection: dict | None = None  # the search's table and choice (`selection_summary`)
+    duality_gap: float | None = None  # relative, of the returned weights, where measured
 
 
 def _labels(value: Any) -> list[int | float]:
@@ -170,6 +171,10 @@ def resumable(trainer, params: dict) -> bool:
     return getattr(trainer, "resumable", False) and not many_solves
 
 
+def _finite(value) -> float | None:
+    return float(value) if value is not None and np.isfinite(value) else None
+
+
 def _from_estimator(est, kind: str, classes: list[float] | None) -> Trained:
     coef = np.atleast_2d(np.asarray(est.coef_, dtype=np.float64))
     intercept = np.broadcast_to(
@@ -188,6 +193,7 @@ def _from_estimator(est, kind: str, classes: list[float] | None) -> Trained:
         n_iter=int(n_iter),
         predict=est.predict,
         dual=getattr(est, "dual_coef_", None),
+        duality_gap=_finite(getattr(est, "duality_gap_", None)),
     )
 
 
@@ -219,6 +225,7 @@ def train_structural(params: dict, X, y, qid, callback, n_jobs: int | None) -> T
         status=str(result.status),
         gap=None if result.gap is None else float(result.gap),
         n_iter=int(result.n_iter),
+        duality_gap=_finite(getattr(result, "duality_gap", None)),
         predict=lambda Z: np.asarray(Z @ coef[0]),
     )
 

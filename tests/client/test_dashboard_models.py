@@ -102,3 +102,24 @@ def test_register_a_model_with_an_alias_and_open_it_by_the_alias(page, heart_mod
     page.wait_for_url(re.compile(r"#/models/heart-svm%40production$"))
     expect(page.locator("#model-status")).to_have_text("converged")
     expect(page.locator("h1")).to_have_text("Model heart-svm@production")
+
+
+def test_the_model_page_says_when_its_certificate_is_loose(page, heart_model, tmp_path):
+    import numpy as np
+    from sklearn.datasets import dump_svmlight_file, load_wine
+
+    open_ui(page, f"#/models/{heart_model}")
+    with Client(page.service.url) as client:
+        tight = client.models.get(heart_model)["duality_gap"]
+        X, labels = load_wine(return_X_y=True)  # raw measurements, unscaled
+        dump_svmlight_file(X, np.where(labels == 0, 1, -1), str(tmp_path / "wine_raw"))
+        dataset = client.datasets.upload(tmp_path / "wine_raw")
+        loose = client.jobs.create(dataset["id"], C=1024.0, tol=0.1).wait(check=True).model_id
+        gap = client.models.get(loose)["duality_gap"]
+    assert tight < 0.01 < gap
+    expect(page.locator("#model-duality-gap")).to_have_text(re.compile(r"^\d"))
+    assert page.locator("#model-certificate-note").count() == 0
+    open_ui(page, f"#/models/{loose}")
+    expect(page.locator("#model-status")).to_have_text("converged")
+    expect(page.locator("#model-certificate-note")).to_contain_text("scale the features")
+    shot(page, "model-loose-certificate")

@@ -213,6 +213,20 @@ function decisionTitle(classes, first) {
     ? `Decision values (${classNames(classes)})` : "Decision values";
 }
 
+// The relative duality gap of the stored weights, and what it means when it is large: the
+// stopping rule can hold on unscaled features while the objective is still far from the optimum.
+const LOOSE_CERTIFICATE = 0.01;
+
+function certificate(model) {
+  const gap = model.duality_gap;
+  if (gap === null || gap === undefined) return "not measured";
+  const text = h("span", { id: "model-duality-gap" }, fmt(gap));
+  if (!(gap > LOOSE_CERTIFICATE)) return text;
+  return h("span", {}, text, h("span", { id: "model-certificate-note", class: "muted" },
+    ` (loose: the objective is within ${fmt(100 * gap)}% of the optimum; scale the features ` +
+    "or lower tol for a tighter model)"));
+}
+
 export async function show(main, id) {
   const [model, top, lineage] = await Promise.all([api(`/v1/models/${id}`), api(`/v1/models/${id}/coefficients?top=20`),
                                                    api(`/v1/models/${id}/lineage`)]);
@@ -224,6 +238,7 @@ export async function show(main, id) {
     ["Features", fmt(model.n_features)],
     ["Solver status", h("span", { id: "model-status" }, model.status)],
     ["Final gap", fmt(model.gap)],
+    ["Duality gap", certificate(model)],
     ["Iterations", fmt(model.n_iter)],
     ["Training time", `${fmt(model.train_time_s)} s`],
     ["Training accuracy", fmt(model.train_accuracy)],
