@@ -377,13 +377,28 @@ def cmd_train(client, args) -> int:
     if not args.follow:
         output.emit(args, job.info, output.fields)
         return 0
-    return _follow(args, job)
+    return _follow(client, args, job)
 
 
-def _follow(args, job) -> int:
+LOOSE_CERTIFICATE = 0.01  # a model's relative duality gap above which its summary says so
+
+
+def _follow(client, args, job) -> int:
     job.wait(progress=True)
     output.emit(args, job.info, _job_summary)
+    if not args.json and job.status == "succeeded" and job.model_id:
+        _certificate_note(client.models.get(job.model_id))
     return 0 if job.status == "succeeded" else 1
+
+
+def _certificate_note(model: dict) -> None:
+    """A line when the stored weights are certified only loosely: the stopping rule can hold on
+    unscaled features while the objective is still far from the optimum."""
+    gap = model.get("duality_gap")
+    if gap is not None and gap > LOOSE_CERTIFICATE:
+        print(f"note: the model's duality gap is {output.text(gap)}: its objective is within "
+              f"{output.text(100 * gap)}% of the optimum; scale the features or lower --tol "
+              "for a tighter model", file=sys.stderr)
 
 
 def _job_summary(job: dict) -> None:
@@ -421,7 +436,7 @@ def cmd_jobs_cancel(client, args) -> None:
 
 
 def cmd_jobs_follow(client, args) -> int:
-    return _follow(args, client.jobs.get(args.id))
+    return _follow(client, args, client.jobs.get(args.id))
 
 
 def cmd_models_list(client, args) -> None:

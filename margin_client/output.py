@@ -170,6 +170,7 @@ MODEL_COLUMNS = [
     ("dataset", lambda m: m.get("dataset_id")),
     ("status", lambda m: m["status"]),
     ("gap", lambda m: m.get("gap")),
+    ("duality gap", lambda m: m.get("duality_gap")),
     ("train acc.", lambda m: m.get("train_accuracy")),
     ("created", lambda m: str(m.get("created_at", ""))[:19]),
 ]

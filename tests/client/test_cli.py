@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
 from margin_client import Client
@@ -468,3 +469,20 @@ def test_train_flags_state_the_services_defaults():
     assert f"{svr['loss']} (default)" in helps["loss"]
     assert f"{svc['multi_class']} (default)" in helps["multi_class"]
     assert f"default {svr['epsilon']:g}" in helps["epsilon"]
+
+
+def test_a_followed_job_says_when_its_models_certificate_is_loose(service, tmp_path):
+    # the stopping rule holds on unscaled features while the objective is far from the optimum:
+    # before, nothing but the model view's figures said so
+    from sklearn.datasets import dump_svmlight_file, load_wine
+
+    X, labels = load_wine(return_X_y=True)
+    dump_svmlight_file(X, np.where(labels == 0, 1, -1), str(tmp_path / "wine_raw"))
+    with Client(service.url) as client:
+        dataset = client.datasets.upload(tmp_path / "wine_raw")["id"]
+    loose = margin(service, "train", dataset, "--C", "1024", "--tol", "0.1", "--follow")
+    assert loose.returncode == 0, loose.stderr
+    assert "note: the model's duality gap is" in loose.stderr
+    assert "scale the features" in loose.stderr
+    tight = margin(service, "train", dataset, "--C", "0.001", "--tol", "1e-6", "--follow")
+    assert tight.returncode == 0 and "note:" not in tight.stderr, tight.stderr
