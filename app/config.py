@@ -95,7 +95,7 @@ class Settings(BaseSettings):
         "is more (2^27 float64: 1 GiB)",
     )
     max_cache_mb: float = Field(
-        1024,
+        1024,  # 1 GiB, as the weights' and the duals' bounds
         gt=0,
         description="largest `cache_size` (MiB) a structural job with `online` may ask: its "
         "worker allocates the whole cache before it reads a row",

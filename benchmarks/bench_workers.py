@@ -123,7 +123,7 @@ class Run:
         queue = ProcrastinateQueue()
         body = JobCreate(dataset_id=self.datasets[dataset], estimator="LinearSVC", params=params)
         start = time.perf_counter()
-        ids = [create_job(self.db, queue, body, None)[0].id for _ in range(n_jobs)]
+        ids = [create_job(self.db, queue, body, None, self.settings)[0].id for _ in range(n_jobs)]
         while True:
             with self.db.session() as session:
                 jobs = session.scalars(select(Job).where(Job.id.in_(ids))).all()

@@ -50,16 +50,7 @@ def create_job(
     """Queue a training job for `estimator` on a stored dataset."""
     settings = request.app.state.settings
     job, created = service.create_job(
-        db,
-        request.app.state.queue,
-        body,
-        check_key(idempotency_key),
-        settings.dask_scheduler_address,
-        settings.max_model_weights,
-        settings.idempotency_ttl_hours,
-        settings.max_job_seconds,
-        settings.max_dual_variables,
-        settings.max_cache_mb,
+        db, request.app.state.queue, body, check_key(idempotency_key), settings
     )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:

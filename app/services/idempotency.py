@@ -25,7 +25,6 @@ from app.errors import ProblemError
 from app.tables import LOCAL_TENANT, IdempotencyKey, utcnow
 
 MAX_KEY_LENGTH = 255
-DEFAULT_TTL_HOURS = 24.0  # IDEMPOTENCY_TTL_HOURS's default
 
 
 def check_key(key: str | None) -> str | None:

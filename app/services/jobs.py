@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.config import Settings
 from app.db import Database
 from app.errors import ProblemError, describe_validation_errors
 from app.jobs import budget, lifecycle
@@ -31,9 +32,6 @@ MAX_MODEL_WEIGHTS = 1 << 27
 # (MAX_DUAL_VARIABLES): 1 GiB of float64, or one per stored non-zero where that is more. A 1 MB
 # upload of 50,000 rows of 1,000 classes took a worker 1.4 GB, and 8.5 GB with a 20-fold search.
 MAX_DUAL_VARIABLES = 1 << 27
-# The largest online structural cache (MiB) a job may ask, by default (MAX_CACHE_MB): 1 GiB, as
-# the weights' and the duals' bounds.
-MAX_CACHE_MB = 1024.0
 
 
 def _invalid(field: str, message: str) -> ProblemError:
@@ -375,25 +373,16 @@ def _checked_datasets(
 
 
 def create_job(
-    db: Database,
-    queue: JobQueue,
-    body: JobCreate,
-    key: str | None,
-    dask_address: str | None = None,
-    max_weights: int = MAX_MODEL_WEIGHTS,
-    key_ttl_hours: float = idempotency.DEFAULT_TTL_HOURS,
-    max_job_seconds: float | None = None,
-    max_dual: int = MAX_DUAL_VARIABLES,
-    max_cache_mb: float = MAX_CACHE_MB,
+    db: Database, queue: JobQueue, body: JobCreate, key: str | None, settings: Settings
 ) -> tuple[Job, bool]:
     """Insert a queued job and its queue entry in one transaction. Returns (job, created).
-    ``dask_address``: the service's DASK_SCHEDULER_ADDRESS (distributed jobs need one);
-    ``max_weights``: its MAX_MODEL_WEIGHTS; ``key_ttl_hours``: its IDEMPOTENCY_TTL_HOURS;
-    ``max_job_seconds``: its MAX_JOB_SECONDS; ``max_dual``: its MAX_DUAL_VARIABLES;
-    ``max_cache_mb``: its MAX_CACHE_MB."""
+    The service's `settings` bound it: DASK_SCHEDULER_ADDRESS (distributed jobs need one),
+    MAX_MODEL_WEIGHTS, MAX_DUAL_VARIABLES, MAX_JOB_SECONDS, MAX_CACHE_MB, and
+    IDEMPOTENCY_TTL_HOURS for ``key``."""
     spec, params = validate_request(body)
-    check_time_limit(params, max_job_seconds)
-    check_cache_size(params, max_cache_mb)
+    check_time_limit(params, settings.max_job_seconds)
+    check_cache_size(params, settings.max_cache_mb)
+    key_ttl_hours = settings.idempotency_ttl_hours
     body_hash = idempotency.request_hash(body.model_dump(mode="json")) if key else None
     if key:
         with db.session() as session:
@@ -403,7 +392,13 @@ def create_job(
     try:
         with db.write() as session:
             dataset = _checked_datasets(
-                session, body, spec, params, dask_address, max_weights, max_dual
+                session,
+                body,
+                spec,
+                params,
+                settings.dask_scheduler_address,
+                settings.max_model_weights,
+                settings.max_dual_variables,
             )
             job = Job(
                 id=new_id("job"),

@@ -102,7 +102,8 @@ def test_concurrent_requests_with_one_key_create_one_job(app, client, db, heart,
 
     def create():
         barrier.wait()
-        results.append(service.create_job(db, app.state.queue, body, "same-key"))
+        settings = app.state.settings
+        results.append(service.create_job(db, app.state.queue, body, "same-key", settings))
 
     threads = [threading.Thread(target=create) for _ in range(4)]
     for thread in threads:

@@ -128,7 +128,7 @@ def test_empty_cells_are_an_error_or_zero(client, settings):
     accepted = post(client, text, empty_cells="zero")
     assert accepted.status_code == 201, accepted.text
     # an empty label of numbers: the hint still applies (a text column's empty label is refused
-    # either way, tests/app/test_text_labels.py)
+    # either way, tests/app/test_text_labels_upload.py)
     refused = post(client, b"label,a\n1,2\n,3\n")
     assert refused.status_code == 422
     assert refused.json()["detail"] == (

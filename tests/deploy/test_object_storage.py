@@ -130,7 +130,7 @@ def _embedded_models(tmp_path, datasets: dict[str, object]) -> dict[int, object]
     models = {}
     for n, (name, estimator, params) in enumerate(JOBS):
         body = JobCreate(dataset_id=ids[name], estimator=estimator, params=params)
-        job, _ = create_job(db, RunContext(settings, db).queue, body, None)
+        job, _ = create_job(db, RunContext(settings, db).queue, body, None, settings)
         assert run_job(job.id, RunContext(settings, db, n_jobs=1)) == "succeeded"
         with db.session() as session:
             row = session.query(Model).filter_by(job_id=job.id).one()

@@ -47,7 +47,7 @@ def test_a_fresh_worker_is_ready_only_when_warm_and_its_first_job_pays_no_compil
         wait_for(registered, 240, "the worker to register", every=0.2)
         warm_s = float(re.search(r"kernels warm in ([0-9.]+) s", procs.log(worker)).group(1))
         body = JobCreate(dataset_id=dataset.id, estimator="LinearSVC", params={"C": 1.0})
-        job = create_job(db, LocalQueue(), body, None)[0]
+        job = create_job(db, LocalQueue(), body, None, settings)[0]
         start = time.monotonic()
 
         def finished():

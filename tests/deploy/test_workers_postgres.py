@@ -59,7 +59,7 @@ def cluster(tmp_path_factory):
         datasets[name] = import_file(db, settings, path, name)[0].id
     procs = Processes(root, env)
     try:
-        yield Cluster(db, datasets, procs)
+        yield Cluster(db, datasets, procs, settings)
     finally:
         procs.close()
         db.dispose()
@@ -75,13 +75,15 @@ def no_worker_outlives_its_test(cluster):
 
 
 class Cluster:
-    def __init__(self, db: Database, datasets: dict[str, str], procs: Processes):
-        self.db, self.datasets, self.procs = db, datasets, procs
+    def __init__(
+        self, db: Database, datasets: dict[str, str], procs: Processes, settings: Settings
+    ):
+        self.db, self.datasets, self.procs, self.settings = db, datasets, procs, settings
         self.queue = ProcrastinateQueue()
 
     def submit(self, dataset: str, **params) -> str:
         body = JobCreate(dataset_id=self.datasets[dataset], estimator="LinearSVR", params=params)
-        return create_job(self.db, self.queue, body, None)[0].id
+        return create_job(self.db, self.queue, body, None, self.settings)[0].id
 
     def workers(self, n: int, **env: str):
         started = [

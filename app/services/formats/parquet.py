@@ -15,7 +15,8 @@ decodes a row group whole, so the file is checked before anything is decoded: th
 one per CHUNK_BYTES of the file, or MIN_CHUNK_BUDGET), and every page header (`.parquet_pages`): the
 pages' declared sizes must agree with the footer, each row group may take at most
 ROW_GROUP_BYTES decoded, and all of them together at most MAX_EXPANDED_MB. Row groups are then
-read one at a time and handed on in chunks of rows.
+read one at a time and handed on in chunks of rows. The label column's types and text cells are
+`.parquet_labels`'s, the sparse column's types and parts `.parquet_sparse`'s.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ import scipy.sparse as sp
 from app.limits import ExpansionTooLarge
 from app.services.formats.delimited import MAX_COLUMNS
 from app.services.formats.labels import LabelColumn
-from app.services.formats.parquet_pages import CorruptPages, page_budget, walk_chunk
+from app.services.formats.parquet_labels import is_numeric, is_text, read_as_dictionary, text_cells
+from app.services.formats.parquet_pages import PageCount, column_cost, page_budget
+from app.services.formats.parquet_sparse import sparse_kind, sparse_parts
 from solvers.io import LibsvmLimitError
 
 MAGIC = b"PAR1"
@@ -42,9 +45,6 @@ ROW_GROUP_BYTES = 64 << 20  # decoded size of one row group (pyarrow holds a row
 MIN_CHUNK_BUDGET = 10_000
 CHUNK_BYTES = 2048
 MAX_INDEX = 2**31 - 2
-# Parquet's enum of encodings, as page headers hold them
-_DICTIONARY_ENCODINGS = {2, 8}  # PLAIN_DICTIONARY, RLE_DICTIONARY
-_DELTA_LENGTH_BYTE_ARRAY, _DELTA_BYTE_ARRAY = 6, 7
 
 
 class ParquetChunks:
@@ -139,25 +139,11 @@ class ParquetChunks:
         )
 
     def _text_label_file(self, pf, label: str, encodings: set[int]):
-        """The file with a text label column read as a dictionary: a dictionary-encoded column
-        of one long name repeated decodes, read as plain strings, to a copy of the name per row
-        (a 64 kB file of 2 million 255-character labels took 930 MB), beyond the row group's
-        decoded bound (8 bytes a value); as a dictionary it costs its indices. pyarrow reads
-        the delta encodings only as plain strings: DELTA_LENGTH_BYTE_ARRAY's pages hold every
-        byte of its strings (counted), DELTA_BYTE_ARRAY's only what differs from the previous
-        string, so its decoded size is unknown until decoded: refused. `encodings` are those
-        of the label's data pages, read from their headers (the footer's list of a column
-        chunk's encodings is the writer's word, and may leave out dictionary pages)."""
-        if not _text(pf.schema_arrow.field(label).type):
+        """The file with a text label column read as a dictionary where its encodings allow
+        (`parquet_labels.read_as_dictionary`)."""
+        text = is_text(pf.schema_arrow.field(label).type)
+        if not text or not read_as_dictionary(label, encodings):
             return pf
-        if _DELTA_BYTE_ARRAY in encodings:
-            raise ValueError(
-                f"parquet: the label column {label!r} is written with the DELTA_BYTE_ARRAY "
-                "encoding, whose decoded size its pages do not tell; write it with dictionary "
-                "or plain encoding (pyarrow's default)"
-            )
-        if _DELTA_LENGTH_BYTE_ARRAY in encodings and not encodings & _DICTIONARY_ENCODINGS:
-            return pf  # a mix is read as a dictionary: pyarrow refuses its delta pages (422)
         try:
             return self._parquet_file(read_dictionary=[label])
         except Exception as exc:
@@ -178,13 +164,13 @@ class ParquetChunks:
         else:
             label = names[0]
         kind = schema.field(label).type
-        if not _numeric(kind) and not _text(kind):
+        if not is_numeric(kind) and not is_text(kind):
             raise ValueError(
                 f"parquet: the label column {label!r} is {kind}, expected numbers or text "
                 "(string, or dictionary of strings)"
             )
         others = [n for n in names if n != label]
-        sparse = [n for n in others if _sparse_kind(schema.field(n).type)]
+        sparse = [n for n in others if sparse_kind(schema.field(n).type)]
         if sparse:
             if len(others) != 1:
                 raise ValueError(
@@ -201,7 +187,7 @@ class ParquetChunks:
             )
         for name in others:
             kind = schema.field(name).type
-            if not _numeric(kind):
+            if not is_numeric(kind):
                 raise ValueError(
                     f"parquet: column {name!r} is {kind}, expected numbers (or a sparse "
                     "struct<indices, values> column)"
@@ -229,7 +215,7 @@ class ParquetChunks:
                 for c in range(rg.num_columns):
                     column = rg.column(c)
                     encodings = label_encodings if column.path_in_schema == label else set()
-                    decoded += _column_cost(raw, column, size, pages, encodings)
+                    decoded += column_cost(raw, column, size, pages, encodings)
                 if decoded > ROW_GROUP_BYTES:
                     raise LibsvmLimitError(
                         f"parquet: row group {group} takes {decoded / 2**20:.0f} MB decoded, "
@@ -251,15 +237,14 @@ class ParquetChunks:
             bad = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
             raise ValueError(f"row {self.n_rows + bad + 1}: the label is missing (null)")
         first = self.n_rows + 1
-        if _text(column.type):
-            try:
-                cells = _label_cells(column)
-            except UnicodeDecodeError:  # pyarrow reads a Parquet string column unchecked
-                bad = _first_undecodable(column)
-                raise ValueError(f"row {first + bad}: the label is not UTF-8 text") from None
-            return self.labels.cells(cells, lambda r: f"row {first + r}")
+
+        def where(r: int) -> str:
+            return f"row {first + r}"
+
+        if is_text(column.type):
+            return self.labels.cells(text_cells(column, where), where)
         labels = column.to_numpy(zero_copy_only=False).astype(np.float64)
-        return self.labels.numeric(labels, lambda r: f"row {first + r}")
+        return self.labels.numeric(labels, where)
 
     def label_text(self) -> dict | None:
         return self.labels.text()
@@ -297,7 +282,7 @@ class ParquetChunks:
         if column.null_count:
             bad = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
             raise ValueError(f"row {self.n_rows + bad + 1}: the sparse features are null")
-        indptr, indices, values = _sparse_parts(column)
+        indptr, indices, values = sparse_parts(column)
         where = self.n_rows
         if indices.size:
             low, high = int(indices.min()), int(indices.max())
@@ -331,116 +316,6 @@ def _arrow_error() -> type[Exception]:
     return pa.ArrowException
 
 
-def _label_cells(column) -> list[str]:
-    """A text label column's cells; a dictionary's names made once each (the cells share
-    them), and only the names its rows use."""
-    import pyarrow as pa
-    import pyarrow.types as pt
-
-    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    cells: list[str] = []
-    for chunk in chunks:
-        if not pt.is_dictionary(chunk.type):
-            cells += [str(v) for v in chunk.to_pylist()]
-            continue
-        codes = chunk.indices.to_numpy(zero_copy_only=False)
-        used = np.unique(codes)
-        texts = [str(v) for v in chunk.dictionary.take(used).to_pylist()]
-        names = dict(zip(used.tolist(), texts, strict=True))
-        cells += [names[code] for code in codes.tolist()]
-    return cells
-
-
-def _first_undecodable(column) -> int:
-    """The index of the first cell of a text column whose bytes are not UTF-8; a dictionary's
-    names are checked once each (decoded, a long name made a copy per row: 8 kB over 65,536
-    rows took 1 GB)."""
-    import pyarrow as pa
-    import pyarrow.types as pt
-
-    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    offset = 0
-    for chunk in chunks:
-        names, codes = chunk, None
-        if pt.is_dictionary(chunk.type):
-            names, codes = chunk.dictionary, chunk.indices.to_numpy(zero_copy_only=False)
-        bad = [i for i, name in enumerate(names.cast(pa.binary()).to_pylist()) if not _utf8(name)]
-        rows = np.asarray(bad) if codes is None else np.flatnonzero(np.isin(codes, bad))
-        if rows.size:
-            return offset + int(rows[0])
-        offset += len(chunk)
-    return 0
-
-
-def _utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _numeric(kind) -> bool:
-    import pyarrow.types as pt
-
-    return pt.is_integer(kind) or pt.is_floating(kind) or pt.is_boolean(kind)
-
-
-def _text(kind) -> bool:
-    import pyarrow.types as pt
-
-    if pt.is_dictionary(kind):
-        return _text(kind.value_type) or _numeric(kind.value_type)
-    return pt.is_string(kind) or pt.is_large_string(kind)
-
-
-def _sparse_kind(kind) -> str | None:
-    import pyarrow.types as pt
-
-    if pt.is_struct(kind):
-        names = {kind.field(i).name for i in range(kind.num_fields)}
-        if names == {"indices", "values"}:
-            return "struct"
-    if pt.is_list(kind) or pt.is_large_list(kind):
-        inner = kind.value_type
-        if pt.is_struct(inner):
-            names = {inner.field(i).name for i in range(inner.num_fields)}
-            if names == {"index", "value"}:
-                return "list"
-    return None
-
-
-def _sparse_parts(column):
-    """(indptr, indices, values) of a sparse column (struct of lists, or list of structs)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_struct(column.type):
-        idx_list, val_list = column.field("indices"), column.field("values")
-        idx_off = np.asarray(idx_list.offsets, dtype=np.int64)
-        val_off = np.asarray(val_list.offsets, dtype=np.int64)
-        if not np.array_equal(idx_off - idx_off[0], val_off - val_off[0]):
-            raise ValueError("parquet: a row's indices and values differ in length")
-        indices, values = pc.list_flatten(idx_list), pc.list_flatten(val_list)
-        indptr = idx_off - idx_off[0]
-    else:
-        indptr = np.asarray(column.offsets, dtype=np.int64)
-        indptr = indptr - indptr[0]
-        entries = pc.list_flatten(column)
-        indices, values = entries.field("index"), entries.field("value")
-    if indices.null_count or values.null_count:
-        raise ValueError("parquet: a sparse index or value is null")
-    if not (_numeric(indices.type) and pa.types.is_integer(indices.type)):
-        raise ValueError("parquet: sparse indices must be integers")
-    if not _numeric(values.type):
-        raise ValueError("parquet: sparse values must be numbers")
-    return (
-        indptr,
-        indices.to_numpy(zero_copy_only=False).astype(np.int64),
-        values.to_numpy(zero_copy_only=False).astype(np.float64),
-    )
-
-
 def chunk_budget(file_size: int) -> int:
     """The most column chunks a Parquet file of this size may hold."""
     return max(MIN_CHUNK_BUDGET, file_size // CHUNK_BYTES)
@@ -459,47 +334,3 @@ def _check_chunk_count(row_groups: int, columns: int, file_size: int) -> None:
             "as a sparse struct<indices, values> column",
             None,
         )
-
-
-class PageCount:
-    """Pages walked so far in a file beyond the first two of each column chunk, against the
-    file's `page_budget`."""
-
-    def __init__(self, budget: int):
-        self.budget, self.seen = budget, 0
-
-    def add(self, index_in_chunk: int) -> None:
-        self.seen += index_in_chunk >= 2
-        if self.seen > self.budget:
-            raise LibsvmLimitError(
-                f"parquet: more than {self.budget} pages beyond the first two of each column "
-                "chunk; pages this small cost more to check than their data is worth: write "
-                "the file with larger pages (pyarrow.parquet.write_table(..., "
-                "data_page_size=1 << 20), its default)",
-                None,
-            )
-
-
-def _column_cost(raw, column, file_size: int, pages: PageCount, encodings: set[int]) -> int:
-    """Bytes a column chunk may take decoded: its pages' declared uncompressed sizes, or 8 bytes
-    a value (a dictionary or run-length encoding decodes to more than it stores), whichever is
-    more. The pages must agree with the footer and fit the file's page budget. The encodings
-    of its data pages are added to `encodings`."""
-    start = column.data_page_offset
-    if column.has_dictionary_page and column.dictionary_page_offset:
-        start = min(start, column.dictionary_page_offset)
-    declared = column.total_uncompressed_size
-    unpacked = values = 0
-    try:
-        chunk = walk_chunk(raw, start, column.total_compressed_size, file_size)
-        for index, page in enumerate(chunk):
-            pages.add(index)
-            unpacked += page.header_bytes + page.uncompressed
-            values += page.num_values
-            if page.encoding >= 0:
-                encodings.add(page.encoding)
-            if unpacked > declared:
-                raise CorruptPages("the pages declare more data than the footer")
-    except CorruptPages as exc:
-        raise ValueError(f"parquet: column {column.path_in_schema}: {exc}") from None
-    return max(unpacked, 8 * values)

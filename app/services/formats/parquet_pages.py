@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import BinaryIO, NamedTuple
 
+from solvers.io import LibsvmLimitError
+
 MAX_HEADER_BYTES = 1 << 20  # a page header larger than this is refused
 FIRST_READ_BYTES = 256  # a header is read through a window this large, grown when it is longer
 MIN_PAGE_BUDGET = 10_000  # pages beyond the first two of each column chunk a file may hold,
@@ -186,3 +188,47 @@ def _page_at(raw: BinaryIO, pos: int, left: int) -> Page:
             if size == min(left, MAX_HEADER_BYTES):
                 raise
         window *= 16
+
+
+class PageCount:
+    """Pages walked so far in a file beyond the first two of each column chunk, against the
+    file's `page_budget`."""
+
+    def __init__(self, budget: int):
+        self.budget, self.seen = budget, 0
+
+    def add(self, index_in_chunk: int) -> None:
+        self.seen += index_in_chunk >= 2
+        if self.seen > self.budget:
+            raise LibsvmLimitError(
+                f"parquet: more than {self.budget} pages beyond the first two of each column "
+                "chunk; pages this small cost more to check than their data is worth: write "
+                "the file with larger pages (pyarrow.parquet.write_table(..., "
+                "data_page_size=1 << 20), its default)",
+                None,
+            )
+
+
+def column_cost(raw, column, file_size: int, pages: PageCount, encodings: set[int]) -> int:
+    """Bytes a column chunk may take decoded: its pages' declared uncompressed sizes, or 8 bytes
+    a value (a dictionary or run-length encoding decodes to more than it stores), whichever is
+    more. The pages must agree with the footer and fit the file's page budget. The encodings
+    of its data pages are added to `encodings`."""
+    start = column.data_page_offset
+    if column.has_dictionary_page and column.dictionary_page_offset:
+        start = min(start, column.dictionary_page_offset)
+    declared = column.total_uncompressed_size
+    unpacked = values = 0
+    try:
+        chunk = walk_chunk(raw, start, column.total_compressed_size, file_size)
+        for index, page in enumerate(chunk):
+            pages.add(index)
+            unpacked += page.header_bytes + page.uncompressed
+            values += page.num_values
+            if page.encoding >= 0:
+                encodings.add(page.encoding)
+            if unpacked > declared:
+                raise CorruptPages("the pages declare more data than the footer")
+    except CorruptPages as exc:
+        raise ValueError(f"parquet: column {column.path_in_schema}: {exc}") from None
+    return max(unpacked, 8 * values)
