@@ -29,7 +29,7 @@ import scipy.sparse as sp
 
 from app.limits import ExpansionTooLarge
 from app.services.formats.delimited import MAX_COLUMNS
-from app.services.formats.labels import LabelColumn
+from app.services.formats.labels import LabelColumn, refuse_nul
 from app.services.formats.parquet_pages import CorruptPages, page_budget, walk_chunk
 from solvers.io import LibsvmLimitError
 
@@ -170,6 +170,8 @@ class ParquetChunks:
             raise ValueError("parquet: two columns have the same name")
         if not names:
             raise ValueError("parquet: the file has no columns")
+        for name in names:
+            refuse_nul(name, "parquet: the column name")
         wanted = self.label_column or "label"
         if wanted in names:
             label = wanted
