@@ -363,6 +363,8 @@ class PredictionRun(Base):
     heartbeat_at: Mapped[datetime | None]
     n_rows: Mapped[int | None] = mapped_column(Integer)
     size_bytes: Mapped[int | None] = mapped_column(BigInteger)  # the CSV's, for the quota
+    # the CSV has the calibrated class probabilities too (migration 0015)
+    probabilities: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
