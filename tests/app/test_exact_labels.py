@@ -25,9 +25,10 @@ def csv(labels) -> bytes:
     return ("label,a\n" + "".join(f"{v},{i + 1}\n" for i, v in enumerate(labels))).encode()
 
 
-def parquet(column) -> bytes:
+def parquet(column, row_group_size=None) -> bytes:
     out = io.BytesIO()
-    pq.write_table(pa.table({"label": column, "a": np.arange(1.0, len(column) + 1)}), out)
+    table = pa.table({"label": column, "a": np.arange(1.0, len(column) + 1)})
+    pq.write_table(table, out, row_group_size=row_group_size)
     return out.getvalue()
 
 
@@ -99,3 +100,15 @@ def test_a_real_valued_target_beyond_the_bound_is_kept(client, fmt):
     assert answer.status_code == 201, answer.text
     assert answer.json()["labels"]["kind"] == "real"
     assert answer.json()["labels"]["max"] == float(BOUND), answer.json()["labels"]
+
+
+def test_such_a_number_read_before_the_column_turns_out_text_is_refused(client):
+    """Chunks of numbers are kept as numbers until a text cell comes; their names are made
+    then (here in the next Parquet row group, a chunk of its own). With 1.5 among them the
+    numbers alone are a real-valued target, so only the text makes them classes."""
+    labels = ["1.5", "2", "1", "2", str(BOUND + 1), str(BOUND), "1", "2", "spam", "ham"]
+    answer = post(client, "d.parquet", parquet(pa.array(labels), row_group_size=8))
+    assert answer.status_code == 422, answer.text
+    detail = answer.json()["detail"]
+    assert detail.startswith("row 9: a text label makes every label a class"), detail
+    assert "9007199254740992" in detail
