@@ -264,7 +264,7 @@ class Model(Base):
     size_bytes: Mapped[int | None] = mapped_column(BigInteger)  # len(weights), for the quota
     status: Mapped[str] = mapped_column(String(16))  # the solver's status_
     gap: Mapped[float | None] = mapped_column(Float)
-    # (primal − dual) / max(1, |primal|) of the stored weights (migration 0015)
+    # (primal − dual) / max(1, |primal|) of the stored weights (migration 0016)
     duality_gap: Mapped[float | None] = mapped_column(Float)
     n_iter: Mapped[int] = mapped_column(Integer)
     train_time_s: Mapped[float] = mapped_column(Float)
@@ -365,6 +365,8 @@ class PredictionRun(Base):
     heartbeat_at: Mapped[datetime | None]
     n_rows: Mapped[int | None] = mapped_column(Integer)
     size_bytes: Mapped[int | None] = mapped_column(BigInteger)  # the CSV's, for the quota
+    # the CSV has the calibrated class probabilities too (migration 0015)
+    probabilities: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]

@@ -159,6 +159,9 @@ def _add_runs(commands: argparse._SubParsersAction, command: AddCommand) -> None
     start.add_argument("model")
     start.add_argument("dataset", help="a dataset id, or a file to upload first")
     _add_upload_options(start, " (when DATASET is a file)")
+    start.add_argument("--probabilities", action="store_true",
+                       help="add each class's calibrated probability to the CSV (a model from a "
+                            "search, or trained with probability=true)")
     listing = command(sub, "list", cmd_runs_list, "list a model's runs, newest first")
     listing.add_argument("model")
     listing.add_argument("--limit", type=int, default=50)
@@ -427,7 +430,8 @@ def _run_summary(run: dict) -> None:
 
 
 def cmd_runs_start(client, args) -> None:
-    run = client.runs.start(args.model, _dataset_ref(client, args, args.dataset))
+    dataset = _dataset_ref(client, args, args.dataset)
+    run = client.runs.start(args.model, dataset, probabilities=args.probabilities)
     output.emit(args, run, _run_summary)
 
 

@@ -22,9 +22,17 @@ class PredictionRuns:
         path = f"/v1/models/{segment(model_id(model))}/predictions"
         return path if run is None else f"{path}/{segment(resource_id('prediction run', run))}"
 
-    def start(self, model: str | dict[str, Any], dataset: str | dict[str, Any]) -> dict[str, Any]:
-        """Queue a run predicting every row of a stored dataset; its status document."""
-        return self._client.post_json(self._path(model), {"dataset_id": dataset_id(dataset)})
+    def start(
+        self, model: str | dict[str, Any], dataset: str | dict[str, Any],
+        probabilities: bool = False,
+    ) -> dict[str, Any]:
+        """Queue a run predicting every row of a stored dataset; its status document.
+        `probabilities`: its CSV adds a calibrated model's class probabilities (a
+        ``probability_<class>`` column per class); MarginError 422 for a model without."""
+        body: dict[str, Any] = {"dataset_id": dataset_id(dataset)}
+        if probabilities:  # only when asked: a server before 0015 refuses the field
+            body["probabilities"] = True
+        return self._client.post_json(self._path(model), body)
 
     def list(self, model: str | dict[str, Any], limit: int | None = None) -> list[dict[str, Any]]:
         """The model's runs, newest first (every status, cancelled ones too)."""

@@ -18,10 +18,11 @@ from app.api.model_lookup import app_singleton, unpacked
 from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
 from app.errors import ProblemError
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, keyset_page
-from app.schemas.models import DatasetRef, PredictionRunOut
+from app.schemas.models import PredictionRunOut, PredictionRunRequest
 from app.services import prediction_runs as runs
 from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.datasets import named_dataset
+from app.services.prediction import calibrated, why_no_calibration
 from app.services.prediction_runner import PredictionRunner
 from app.storage import get_storage, prediction_key
 from app.streaming import TimedStreamingResponse
@@ -75,23 +76,35 @@ def _run_out(run: PredictionRun) -> PredictionRunOut:
     responses={429: {"description": "the tenant's active runs or storage are at their quota"}},
 )
 def create_prediction_run(
-    body: DatasetRef,
+    body: PredictionRunRequest,
     model: ModelDep,
     session: SessionDep,
     db: DatabaseDep,
     settings: SettingsDep,
     request: Request,
     response: Response,
+    probabilities: bool = Query(
+        False,
+        description="also write the calibrated class probabilities (a `probability_<class>` "
+        "column per class, in the order of the model's classes); 422 for a model without "
+        'calibration. The body may say `"probabilities": true` instead.',
+    ),
 ):
     """Predict every row of a stored dataset in the background; GET the returned location for
     the run's status, and for the CSV once it has succeeded. 429 with Retry-After while the
     tenant has QUOTA_ACTIVE_PREDICTION_RUNS runs queued or running."""
     dataset = named_dataset(session, body.dataset_id)
     loaded = unpacked(request.app, session, model.id)  # closes the session: one connection
+    with_probabilities = probabilities or body.probabilities
+    if with_probabilities and not calibrated(loaded):
+        raise ProblemError(422, "No probability calibration", why_no_calibration(loaded))
+    outputs = len(loaded.intercept) + (len(loaded.classes) if with_probabilities else 0)
     try:
         source = DatasetSource.of(settings, dataset)
         source.check(loaded)
-        run = runs.create_run(db, model.id, dataset.id, dataset.n_rows, len(loaded.intercept))
+        run = runs.create_run(
+            db, model.id, dataset.id, dataset.n_rows, outputs, probabilities=with_probabilities
+        )
     except DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None
     except runs.ModelDeleted:

@@ -66,6 +66,17 @@ class DatasetRef(RequestBody):
     dataset_id: str = Field(min_length=1, max_length=40)
 
 
+class PredictionRunRequest(DatasetRef):
+    """A stored dataset to predict in the background."""
+
+    probabilities: bool = Field(
+        False,
+        description="also write the calibrated class probabilities, a `probability_<class>` "
+        "column per class in the order of the model's classes (rows sum to 1); 422 for a model "
+        "without calibration. `?probabilities=true` says the same.",
+    )
+
+
 class PredictionRunOut(BaseModel):
     """A background prediction over a stored dataset; ``result`` is the CSV once it succeeded."""
 
@@ -76,6 +87,7 @@ class PredictionRunOut(BaseModel):
     dataset_id: str | None
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"] | str
     n_rows: int | None
+    probabilities: bool = Field(False, description="the CSV has the class probabilities")
     error: str | None
     created_at: datetime
     finished_at: datetime | None

@@ -177,6 +177,7 @@ def _parse_into(
             chunks = formats.chunks(kind, plain, source, bounds, CHUNK_ROWS, CHUNK_NNZ, options)
             for chunk in chunks:
                 writer.append(*chunk)
+            writer.labels.refuse_inexact_classes()
     except UploadAborted as exc:
         return {"error": str(exc), "line": None, "aborted": True}
     except QuotaExceeded as exc:

@@ -28,6 +28,18 @@ HEADER_BYTES = 128  # a 1-D array's .npy header, whatever its length
 BLOCK = 1 << 20  # elements rewritten at a time by the finishing passes
 INT32_MAX = 2**31 - 1
 MAX_CLASSES = 1000
+# float64 (y's type) holds every integer below 2**53, not every one beyond: 9007199254740993 reads
+# as 9007199254740992, so two such classes would be one (a regression target may be that large)
+MAX_EXACT_CLASS = 2**53
+
+
+def inexact_class(value: float) -> str:
+    """Why a class label of magnitude MAX_EXACT_CLASS or more is refused."""
+    return (
+        f"the class label {value:.17g} (as a float64) is of magnitude 2^53 ({MAX_EXACT_CLASS}) "
+        "or more, where float64 labels do not hold every integer (9007199254740993 reads as "
+        "9007199254740992: two classes would be one); renumber the classes (e.g. 0..k-1)"
+    )
 
 
 class QuotaExceeded(Exception):
@@ -118,10 +130,14 @@ class LabelSummary:
         self.low = np.inf
         self.high = -np.inf
         self.counts: dict[float, int] | None = {}  # None once they cannot be classes
+        self.first_huge: tuple[int, float] | None = None  # (row, label) of magnitude >= 2^53
 
     def add(self, y: np.ndarray) -> None:
         if y.size == 0:
             return
+        huge = np.flatnonzero(np.abs(y) >= MAX_EXACT_CLASS)
+        if huge.size and self.first_huge is None:
+            self.first_huge = (self.n + int(huge[0]) + 1, float(y[huge[0]]))
         self.n += y.size
         self.total += float(np.sum(y))
         self.low, self.high = min(self.low, float(y.min())), max(self.high, float(y.max()))
@@ -135,6 +151,13 @@ class LabelSummary:
             self.counts[v] = self.counts.get(v, 0) + c
         if len(self.counts) > MAX_CLASSES:
             self.counts = None
+
+    def refuse_inexact_classes(self) -> None:
+        """Labels that are classes may not reach 2^53 in magnitude (`inexact_class`); a
+        real-valued target may."""
+        if self.first_huge is not None and self.result()["label_kind"] == "classes":
+            row, value = self.first_huge
+            raise ValueError(f"row {row}: {inexact_class(value)}")
 
     def result(self) -> dict[str, Any]:
         target = {"min": _number(self.low), "max": _number(self.high), "mean": self.total / self.n}

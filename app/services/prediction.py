@@ -149,9 +149,9 @@ def predict_body(
     ``probabilities`` (or a JSON body's ``"probabilities": true``) it adds the calibrated class
     probabilities; a model without calibration is a 422."""
     probabilities = probabilities or _asks_probabilities(body, content_type)
-    if probabilities and (model.is_regressor or model.calibration is None):
+    if probabilities and not calibrated(model):
         raise InvalidInstances(
-            _why_no_calibration(model),
+            why_no_calibration(model),
             status=422,
             title="No probability calibration",  # the instances themselves may be fine
         )
@@ -163,7 +163,12 @@ def predict_body(
     return payload
 
 
-def _why_no_calibration(model: LinearModel) -> str:
+def calibrated(model: LinearModel) -> bool:
+    """Whether the model has class probabilities to give."""
+    return not model.is_regressor and model.calibration is not None
+
+
+def why_no_calibration(model: LinearModel) -> str:
     """What a predict asking for probabilities is told by a model that has none."""
     params = model.info.get("params") or {}
     asked = params.get("search") is not None or bool(params.get("probability"))

@@ -11,8 +11,15 @@ import csv
 import os
 from pathlib import Path
 
+import numpy as np
+
 from app.services.dataset_source import finite_rows
-from app.services.prediction import LinearModel, decision_function, labels_from_decision
+from app.services.prediction import (
+    LinearModel,
+    decision_function,
+    labels_from_decision,
+    probabilities_of,
+)
 
 
 def staging_path(data_dir: Path, run_id: str) -> Path:
@@ -20,24 +27,26 @@ def staging_path(data_dir: Path, run_id: str) -> Path:
     return Path(data_dir) / "tmp" / f"{run_id}.csv"
 
 
-def csv_header(model: LinearModel) -> list[str]:
+def csv_header(model: LinearModel, probabilities: bool = False) -> list[str]:
     if model.is_regressor:
         return ["row", "value"]
+    extra = [f"probability_{c}" for c in model.classes] if probabilities else []
     if model.coef.shape[0] == 1:
-        return ["row", "label", "decision_value"]
-    return ["row", "label", *(f"decision_value_{c}" for c in model.classes)]
+        return ["row", "label", "decision_value", *extra]
+    return ["row", "label", *(f"decision_value_{c}" for c in model.classes), *extra]
 
 
-def write_csv(path: Path, model: LinearModel, chunks) -> int:
+def write_csv(path: Path, model: LinearModel, chunks, probabilities: bool = False) -> int:
     """Write the predictions of every chunk of ``(first row, X, y)`` to ``path`` (atomically);
-    returns the row count."""
+    returns the row count. `probabilities`: a calibrated classifier's class probabilities
+    follow the decision values, a column per class in the model's order."""
     part = path.with_suffix(".csv.part")
     part.parent.mkdir(parents=True, exist_ok=True)
     n_rows = 0
     try:
         with open(part, "w", newline="") as fh:
             out = csv.writer(fh)
-            out.writerow(csv_header(model))
+            out.writerow(csv_header(model, probabilities))
             for start, X, _ in chunks:
                 D = finite_rows(decision_function(model, X), start)
                 rows = range(start, start + D.shape[0])
@@ -46,7 +55,8 @@ def write_csv(path: Path, model: LinearModel, chunks) -> int:
                     out.writerows(zip(rows, map(repr, D[:, 0].tolist()), strict=True))
                     continue
                 labels = labels_from_decision(model, D)
-                values = [[repr(v) for v in r] for r in D.tolist()]
+                numbers = np.hstack([D, probabilities_of(model, D)]) if probabilities else D
+                values = [[repr(v) for v in r] for r in numbers.tolist()]
                 out.writerows([r, lab, *v] for r, lab, v in zip(rows, labels, values, strict=True))
         os.replace(part, path)
     except BaseException:

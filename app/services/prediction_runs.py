@@ -63,10 +63,12 @@ class ModelDeleted(LookupError):
     """The run's model was deleted while the run was being made."""
 
 
-def create_run(db, model_id: str, dataset_id: str, n_rows: int, outputs: int) -> PredictionRun:
+def create_run(
+    db, model_id: str, dataset_id: str, n_rows: int, outputs: int, probabilities: bool = False
+) -> PredictionRun:
     """Insert a queued run, unless the tenant already has as many active runs as allowed, or
     its CSV of `n_rows` x `outputs` may not fit in the storage quota (429); a
-    `PredictionRunner` picks it up."""
+    `PredictionRunner` picks it up. `probabilities`: its CSV adds the class probabilities."""
     from app.services import quotas
 
     with db.write() as session:
@@ -80,7 +82,8 @@ def create_run(db, model_id: str, dataset_id: str, n_rows: int, outputs: int) ->
         quotas.check_active_prediction_runs(session)
         check_room(session, n_rows, outputs, label_width(model.classes))
         run = PredictionRun(
-            id=new_id("pred"), model_id=model_id, dataset_id=dataset_id, status="queued"
+            id=new_id("pred"), model_id=model_id, dataset_id=dataset_id, status="queued",
+            probabilities=probabilities,
         )
         session.add(run)
     return run
@@ -181,9 +184,9 @@ def execute_run(db, settings, claim: RunClaim) -> str:
     key = prediction_key(claim.run_id)
     staging = staging_path(settings.data_dir, claim.run_id)
     try:
-        model, source = _inputs(db, settings, claim.run_id)
+        model, source, probabilities = _inputs(db, settings, claim.run_id)
         chunks = until_cancelled(source.chunks(model), lambda: still_running(db, claim))
-        n_rows = write_csv(staging, model, chunks)
+        n_rows = write_csv(staging, model, chunks, probabilities)
         size = staging.stat().st_size
         storage.store_file(staging, key)
     except RunCancelled:  # write_csv has removed its partial .part file
@@ -262,7 +265,7 @@ def cancel_run(db, model_id: str, run_id: str) -> PredictionRun:
     return run
 
 
-def _inputs(db, settings, run_id: str) -> tuple[LinearModel, DatasetSource]:
+def _inputs(db, settings, run_id: str) -> tuple[LinearModel, DatasetSource, bool]:
     from app.services.model_cache import model_from_row
 
     with db.session() as session:
@@ -273,7 +276,7 @@ def _inputs(db, settings, run_id: str) -> tuple[LinearModel, DatasetSource]:
         raise ValueError("the model was deleted")
     if dataset is None:
         raise ValueError("the dataset was deleted before the run could read it")
-    return model_from_row(model), DatasetSource.of(settings, dataset)
+    return model_from_row(model), DatasetSource.of(settings, dataset), run.probabilities
 
 
 def beat(db, run_ids: list[str]) -> None:

@@ -236,3 +236,35 @@ def test_accuracies_are_computed_a_slice_of_rows_at_a_time():
         tracemalloc.stop()
     assert accuracy == expected and 0 < accuracy < 0.05
     assert peak < 4 * runner.SCORE_ENTRIES * 8  # 32 MB
+
+
+def test_accuracies_slice_wide_rows_by_their_stored_entries():
+    """The slice was SCORE_ENTRIES // classes rows whatever the rows held: two classes made it
+    524,288 rows, and slicing copies them (12 bytes a stored entry), so dense rows of 500
+    features copied 3 GB at once. Each slice now holds about SCORE_ENTRIES entries."""
+    import tracemalloc
+    from types import SimpleNamespace
+
+    import numpy as np
+    import scipy.sparse as sp
+
+    from app.jobs import runner
+    from solvers import LinearSVC
+
+    n_rows, width = 12_000, 500  # 6 million entries: 72 MB as CSR, copied whole before
+    rng = np.random.default_rng(1)
+    indptr = np.arange(0, n_rows * width + 1, width, dtype=np.int64)
+    indices = np.tile(np.arange(width, dtype=np.int32), n_rows)
+    X = sp.csr_matrix((rng.standard_normal(n_rows * width), indices, indptr), (n_rows, width))
+    y = np.where(X[:, 0].toarray().ravel() > 0, 1.0, -1.0)
+    model = LinearSVC(max_iter=50).fit(X[:400], y[:400])
+    trained = SimpleNamespace(classes=[-1, 1], predict=model.predict)
+    expected = float(np.mean(model.predict(X) == y))
+    tracemalloc.start()
+    try:
+        accuracy = runner._accuracy(trained, X, y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert accuracy == expected and accuracy > 0.6
+    assert peak < 4 * runner.SCORE_ENTRIES * 8, peak / 2**20  # 32 MB

@@ -111,10 +111,10 @@ def test_a_dataset_deleted_while_it_is_read_is_404(service, binary, monkeypatch)
             shutil.rmtree(settings.data_dir / "datasets" / dataset.id)
         return of(settings, dataset)
 
-    def row_deleted_meanwhile(db, model, dataset_id, *size):
+    def row_deleted_meanwhile(db, model, dataset_id, *size, **options):
         with db.write() as session:
             session.delete(session.get(Dataset, dataset_id))
-        return create_run(db, model, dataset_id, *size)
+        return create_run(db, model, dataset_id, *size, **options)
 
     monkeypatch.setattr(DatasetSource, "of", staticmethod(files_deleted_meanwhile))
     monkeypatch.setattr(runs, "create_run", row_deleted_meanwhile)

@@ -96,8 +96,8 @@ def test_a_run_cancelled_after_its_last_read_ends_cancelled_without_a_csv(
     write, executed, outcomes = runs.write_csv, runs.execute_run, queue.Queue()
     model_id = binary[0]
 
-    def write_then_cancel(path, model, chunks):
-        n_rows = write(path, model, chunks)
+    def write_then_cancel(path, model, chunks, *options):
+        n_rows = write(path, model, chunks, *options)
         runs.cancel_run(service.db, model_id, path.stem)  # path: tmp/<run id>.csv
         return n_rows
 

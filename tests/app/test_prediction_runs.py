@@ -216,3 +216,75 @@ def test_a_stored_row_whose_decision_value_overflows_fails_evaluate_and_the_run(
     assert run["status"] == "failed" and "row 8200 of the dataset" in run["error"], run
     assert list((service.settings.data_dir / "predictions").iterdir()) == []
     assert list((service.settings.data_dir / "tmp").iterdir()) == []
+
+
+def _calibrate(service, model_id: str, calibration: dict) -> None:
+    from app.tables import Model
+
+    with service.db.write() as session:
+        session.get(Model, model_id).calibration = calibration
+
+
+def test_a_run_asked_for_probabilities_writes_them_as_predict_gives_them(service, binary):
+    """`?probabilities=true` (or the body's flag) was ignored: the CSV had decision values only.
+    Now each class has a `probability_<class>` column, in the model's class order, with the
+    values the synchronous predict returns."""
+    model_id, _, _ = binary
+    _calibrate(service, model_id, {"method": "sigmoid", "A": [-2.0], "B": [0.1]})
+    X = rng_problem(n=30, seed=11)
+    dataset_id = service.add_dataset(X, np.ones(30))
+    url = f"/v1/models/{model_id}/predictions"
+    online = service.client.post(
+        f"/v1/models/{model_id}/predict?probabilities=true",
+        json={"instances": sparse_instances(X)},
+    ).json()
+    for params, body in (({"probabilities": "true"}, {}), ({}, {"probabilities": True})):
+        r = service.client.post(url, params=params, json={"dataset_id": dataset_id, **body})
+        assert r.status_code == 202, r.text
+        assert r.json()["probabilities"] is True
+        finished_run(service.client, r.headers["location"])
+        rows = list(csv.reader(io.StringIO(service.client.get(r.headers["location"]).text)))
+        header = ["row", "label", "decision_value", "probability_-1", "probability_1"]
+        assert rows[0] == header
+        P = np.array([[float(v) for v in row[3:]] for row in rows[1:]])
+        assert P.tolist() == online["probabilities"]
+        np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=1e-12)
+    r = service.client.post(url, json={"dataset_id": dataset_id})
+    assert r.json()["probabilities"] is False
+    rows = list(csv.reader(io.StringIO(
+        service.client.get(finished_run(service.client, r.headers["location"])["result"]).text
+    )))  # fmt: skip
+    assert rows[0] == ["row", "label", "decision_value"]
+
+
+def test_a_multiclass_run_has_a_probability_column_per_class(service):
+    rng = np.random.default_rng(12)
+    model_id = service.add_model(rng.standard_normal((3, N_FEATURES)), np.zeros(3), [6, 4, 5])
+    _calibrate(service, model_id, {"method": "softmax", "temperature": 0.5})
+    X = rng_problem(n=12, seed=13)
+    dataset_id = service.add_dataset(X, np.ones(12))
+    r = service.client.post(
+        f"/v1/models/{model_id}/predictions?probabilities=true", json={"dataset_id": dataset_id}
+    )
+    assert r.status_code == 202, r.text
+    csv_text = service.client.get(finished_run(service.client, r.headers["location"])["result"])
+    rows = list(csv.reader(io.StringIO(csv_text.text)))
+    assert rows[0][-3:] == ["probability_6", "probability_4", "probability_5"]
+    online = service.client.post(
+        f"/v1/models/{model_id}/predict",
+        json={"instances": sparse_instances(X), "probabilities": True},
+    ).json()
+    assert [[float(v) for v in row[-3:]] for row in rows[1:]] == online["probabilities"]
+
+
+def test_probabilities_of_a_model_without_calibration_is_a_422_and_no_run(service, binary):
+    model_id, _, _ = binary
+    dataset_id = service.add_dataset(rng_problem(n=5, seed=14), np.ones(5))
+    url = f"/v1/models/{model_id}/predictions"
+    for params, body in (({"probabilities": "true"}, {}), ({}, {"probabilities": True})):
+        r = service.client.post(url, params=params, json={"dataset_id": dataset_id, **body})
+        assert r.status_code == 422, r.text
+        assert "no probability calibration" in r.json()["detail"]
+    r = service.client.post(url, params={"probabilities": "maybe"}, json={"dataset_id": dataset_id})
+    assert r.status_code == 422, r.text
+    assert service.count(PredictionRun) == 0

@@ -102,6 +102,8 @@ def test_prediction_runs_start_list_download_and_cancel(
     assert len(written.read_text().splitlines()) == 271  # the header and one row per instance
     code, _, err = cli("runs", "cancel", heart_model, run["id"])
     assert code == 1 and "409 Prediction run already ended" in err
+    code, _, err = cli("runs", "start", heart_model, heart_dataset, "--probabilities")
+    assert code == 1 and "422 No probability calibration" in err, err  # heart_model has none
 
 
 def test_human_output_has_no_control_codes_when_piped(service, heart_dataset, heart_model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
@@ -198,7 +199,7 @@ def test_binary_exports_come_back_as_bytes_that_load(client, heart_model):
 
 
 def test_predict_with_probabilities_follows_the_exported_calibration(
-    client, heart_dataset, heart_model
+    client, heart_dataset, heart_model, tmp_path
 ):
     # before: the client had no way to ask for probabilities
     job = client.jobs.create(heart_dataset, C=0.5, tol=1e-3, probability=True).wait(check=True)
@@ -211,6 +212,19 @@ def test_predict_with_probabilities_follows_the_exported_calibration(
     assert client.models.predict(job.model_id, lines).probabilities is None
     with pytest.raises(MarginError) as info:
         client.models.predict(heart_model, lines[:1], probabilities=True)
+    assert info.value.status == 422 and "calibration" in info.value.problem["detail"]
+    # a background run writes the same probabilities, a column per class (it ignored the ask)
+    run = client.runs.start(job.model_id, heart_dataset, probabilities=True)
+    while client.runs.get(job.model_id, run["id"])["status"] in ("queued", "running"):
+        time.sleep(0.1)
+    rows = list(csv.reader(io.StringIO(
+        client.runs.download(job.model_id, run["id"], tmp_path / "p.csv").read_text()
+    )))  # fmt: skip
+    assert rows[0] == ["row", "label", "decision_value", "probability_-1", "probability_1"]
+    written = np.array([[float(v) for v in row[3:]] for row in rows[1:]])
+    np.testing.assert_allclose(written, result.probabilities, rtol=1e-12)
+    with pytest.raises(MarginError) as info:
+        client.runs.start(heart_model, heart_dataset, probabilities=True)
     assert info.value.status == 422 and "calibration" in info.value.problem["detail"]
 
 

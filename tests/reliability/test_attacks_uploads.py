@@ -1,8 +1,9 @@
 """Attacks by upload (compression bombs, NUL bytes, huge lines and headers, wide files, the
-storage quota) and by slow uploads that would hold the parser processes, CI-sized, against the
-attack service of attack_service.py (a real `margin serve` on PostgreSQL under an address-space
-limit): each gets its 4xx with `/healthz` answering throughout, nothing left behind and the process
-tree's memory within its bound."""
+storage quota, text labels at their bounds, a job scoring a large dataset) and by slow uploads
+that would hold the parser processes, CI-sized, against the attack service of attack_service.py
+(a real `margin serve` on PostgreSQL under an address-space limit): each gets its 4xx with
+`/healthz` answering throughout, nothing left behind and the process tree's memory within its
+bound."""
 
 from __future__ import annotations
 
@@ -226,3 +227,84 @@ def test_a_tenants_trickled_uploads_leave_a_parser_to_others(service):
     assert again.status_code == 201, again.text
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Text labels and the accuracy of a large job (after the formats and scoring that came later)
+
+
+def text_label_parquet(n_rows: int, one_more: bool = False) -> bytes:
+    """`n_rows` rows whose dictionary-encoded label column names 1000 classes of 255 characters
+    (the bounds: MAX_CLASSES names of MAX_LABEL_CHARS), or a 1001st in its last row
+    (`one_more`), one feature, row groups of two million rows (32 MB decoded each, under the
+    64 MB bound)."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names = pa.array([f"{c:04d}".ljust(255, "x") for c in range(1001)])
+    codes = (np.arange(n_rows) * 7919 % 1000).astype(np.int32)
+    codes[-1] = 1000 if one_more else codes[-1]
+    labels = pa.DictionaryArray.from_arrays(pa.array(codes), names)
+    table = pa.table({"label": labels, "x": np.arange(n_rows, dtype=np.float64) % 5 + 1})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, row_group_size=2_000_000, compression="zstd")
+    return buffer.getvalue()
+
+
+def test_a_parquet_of_a_thousand_long_text_classes_over_six_million_rows(service):
+    beta = service.others[0]  # no storage quota: the 150 MB of arrays are stored
+    body = text_label_parquet(6_000_000)
+    response = attack(service, upload(service, body, headers=beta))
+    assert response.status_code == 201, response.text
+    classes = response.json()["labels"]["classes"]
+    assert len(classes) == 1000 and {c["count"] for c in classes} == {6000}
+    remove_dataset(service, response, beta)
+
+
+def test_a_parquet_whose_last_row_group_holds_a_1001st_long_class_is_422(service):
+    body = text_label_parquet(4_001_000, one_more=True)  # in the last row group
+    response = attack(service, upload(service, body, headers=service.others[0]))
+    assert response.status_code == 422, response.text
+    assert "more than 1000 distinct labels" in response.json()["detail"]
+
+
+def test_the_accuracy_of_a_job_on_dense_rows_is_scored_a_slice_at_a_time(service):
+    """A binary job's training accuracy copied SCORE_ENTRIES // 2 rows at a time whatever they
+    held: here every row (180 MB of arrays) copied once more at the end of the job."""
+    import io
+
+    import numpy as np
+
+    beta = service.others[0]
+    n_rows, width = 300_000, 50
+    values = (np.arange(n_rows * width) % 3 + 1).astype(np.float64)  # compresses
+    y = np.where(np.arange(n_rows) % 2 == 0, 1.0, -1.0)
+    values[::width] *= y  # feature 0 tells the class
+    buffer = io.BytesIO()
+    np.savez_compressed(
+        buffer, data=values, indices=np.tile(np.arange(width, dtype=np.int32), n_rows),
+        indptr=np.arange(0, n_rows * width + 1, width, dtype=np.int64),
+        shape=np.array([n_rows, width]), format=np.array(b"csr"), y=y,
+    )  # fmt: skip
+    dataset = upload(service, buffer.getvalue(), headers=beta)()
+    assert dataset.status_code == 201, dataset.text
+
+    def train():
+        job = httpx.post(
+            f"{service.url}/v1/jobs", headers=beta,
+            json={"dataset_id": dataset.json()["id"], "params": {"tol": 0.5, "max_iter": 3}},
+        )  # fmt: skip
+        assert job.status_code == 202, job.text
+        url = f"{service.url}/v1/jobs/{job.json()['id']}"
+        ended = lambda: httpx.get(url, headers=beta).json()["status"] not in ("queued", "running")  # noqa: E731
+        wait_for(ended, 240, "the job")
+        return httpx.get(url, headers=beta)
+
+    done = attack(service, train)
+    assert done.json()["status"] == "succeeded", done.json()
+    model = httpx.get(f"{service.url}/v1/models/{done.json()['model_id']}", headers=beta).json()
+    assert model["train_accuracy"] == 1.0
+    remove_dataset(service, dataset, beta)

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from app.services.formats.labels import LabelColumn
+from app.services.formats.labels import LabelColumn, refuse_nul
 from solvers.io import LibsvmLimitError
 
 BLOCK_BYTES = 4 << 20  # text converted at a time
@@ -99,6 +99,7 @@ class DelimitedChunks:
         for i, name in enumerate(names):
             if not name:
                 raise ValueError(f"line 1: column {i + 1} has no name")
+            refuse_nul(name, f"line 1: column {i + 1}: the name")
         seen: dict[str, int] = {}
         for i, name in enumerate(names):
             if name in seen:

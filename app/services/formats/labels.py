@@ -4,7 +4,10 @@ Rule: a label column where every cell reads as a number is numeric, exactly as b
 labels existed. Otherwise every label is text (the class names), so ``1`` and ``a`` are two text
 classes; a cell that reads as a number is then named by that number as the service writes it
 (``1``, ``1.0`` and ``01`` are all the class ``"1"``; ``2.5`` is ``"2.5"``). A cell that reads
-as nan or inf is refused in either case, as before.
+as nan or inf is refused in either case, as before, and a number of magnitude 2^53 or more in a
+text column too (`dataset_store.inexact_class`: float64 merges distinct integers there; the
+writer refuses such a number in a numeric column whose labels are classes). A name holding a
+NUL character is refused (`refuse_nul`).
 
 The column is decided while it streams: chunks are numbers until the first cell that is not.
 While they are numbers their distinct values are kept (at most MAX_CLASSES), so that rows
@@ -20,15 +23,30 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.services.dataset_store import MAX_CLASSES
+from app.services.dataset_store import MAX_CLASSES, MAX_EXACT_CLASS, inexact_class
 
 MAX_LABEL_CHARS = 255
+
+
+def refuse_nul(name: str, what: str) -> None:
+    """A feature or class name holding a NUL character (U+0000) is refused: the service keeps
+    names as text, and text elsewhere (PostgreSQL's text type, C strings in export readers)
+    holds no NUL; other control characters are kept, and printed as escapes."""
+    if "\x00" in name:
+        raise ValueError(f"{what} {name!r} holds a NUL character (U+0000), which a name cannot")
 
 
 def number_name(value: float) -> str:
     """The class name of a label that reads as a number (integers without a decimal point)."""
     value = float(value)
     return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+
+
+def _refuse_inexact(numbers: np.ndarray, where: Callable[[int], str]) -> None:
+    """Numbers of a text label column are classes: none may reach 2^53 (`inexact_class`)."""
+    huge = np.flatnonzero(np.abs(numbers) >= MAX_EXACT_CLASS)
+    if huge.size:
+        raise ValueError(f"{where(int(huge[0]))}: {inexact_class(float(numbers[huge[0]]))}")
 
 
 def _as_number(cell: str) -> float | None:
@@ -70,6 +88,7 @@ class LabelColumn:
         if self.codes is None:
             self._remember(y)
             return y
+        _refuse_inexact(y, where)
         return self._encode([number_name(v) for v in y.tolist()], where)
 
     def cells(self, cells: list[str | None], where: Callable[[int], str]) -> np.ndarray:
@@ -89,6 +108,8 @@ class LabelColumn:
         if any(isinstance(m, float) and not np.isfinite(m) for m in meaning.values()):
             bad = first(lambda m: isinstance(m, float) and not np.isfinite(m))
             raise ValueError(f"{where(bad)}: the label is not a finite number")
+        numbers = [m if isinstance(m, float) else 0.0 for m in map(meaning.get, cells)]
+        _refuse_inexact(np.asarray(numbers), where)
         self._start_text(where(first(lambda m: isinstance(m, str))))
         self.rows += len(cells)
         names = {c: number_name(m) if isinstance(m, float) else m for c, m in meaning.items()}
@@ -123,6 +144,10 @@ class LabelColumn:
                 f"{self.zeroed_at}: the label is empty (empty_cells=zero reads it as 0 only in "
                 f"a numeric label column; this one has text labels, from {where})"
             )
+        huge = [v for v in self.numbers if abs(v) >= MAX_EXACT_CLASS]
+        if huge:
+            raise ValueError(f"{where}: a text label makes every label a class, and "
+                             f"{inexact_class(huge[0])}")
         self.codes = {}
         self.text_from = self.rows
         for value in sorted(self.numbers):
@@ -134,6 +159,7 @@ class LabelColumn:
         for i, name in enumerate(names):
             code = self.codes.get(name)
             if code is None:
+                refuse_nul(name, f"{where(i)}: the label")
                 if len(name) > MAX_LABEL_CHARS:
                     raise ValueError(
                         f"{where(i)}: the label has {len(name)} characters, more than the "

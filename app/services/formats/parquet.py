@@ -30,7 +30,7 @@ import scipy.sparse as sp
 
 from app.limits import ExpansionTooLarge
 from app.services.formats.delimited import MAX_COLUMNS
-from app.services.formats.labels import LabelColumn
+from app.services.formats.labels import LabelColumn, refuse_nul
 from app.services.formats.parquet_labels import is_numeric, is_text, read_as_dictionary, text_cells
 from app.services.formats.parquet_pages import PageCount, column_cost, page_budget
 from app.services.formats.parquet_sparse import sparse_kind, sparse_parts
@@ -156,6 +156,8 @@ class ParquetChunks:
             raise ValueError("parquet: two columns have the same name")
         if not names:
             raise ValueError("parquet: the file has no columns")
+        for name in names:
+            refuse_nul(name, "parquet: the column name")
         wanted = self.label_column or "label"
         if wanted in names:
             label = wanted
