@@ -11,7 +11,9 @@ A retried attempt starts from the stored iterate: a warm start that reaches the 
 an uninterrupted solve; its time_limit is what the earlier attempts left of the job's bound
 (`app.jobs.budget`, which counts their whole running time, not only up to the checkpoint). A solve
 stopped by a cancel or a shutdown hands back its iterate too (kept as a model with
-`cancel?keep_model=true`, stored for the next attempt at a shutdown).
+`cancel?keep_model=true`, stored for the next attempt at a shutdown). A job that ends is never
+resumed: its worker removes the checkpoint as it ends the job (succeeded, cancelled or failed), and
+the reaper's retention pass (`app.jobs.recovery`) those of jobs that ended otherwise or are gone.
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
         ctx, lambda s: _finish(s, ctx, attempt, recorder, trained, model), f"finish {job.id}"
     )
     recorder.committed(written)
-    if outcome == JobStatus.SUCCEEDED.value and segments is not None:
+    if outcome != JobStatus.QUEUED.value and segments is not None:  # the job ended: never resumed
         _drop_checkpoint(ctx, job.id)
     return outcome
 
@@ -241,7 +241,7 @@ def _store_checkpoint(ctx: RunContext, attempt: Attempt, point: checkpoint.Check
 def _drop_checkpoint(ctx: RunContext, job_id: str) -> None:
     try:
         get_storage(ctx.settings).delete(checkpoint_key(job_id))
-    except Exception as exc:  # a leftover checkpoint is harmless (deleted with the job)
+    except Exception as exc:  # the reaper's retention pass removes it (`app.jobs.recovery`)
         log.warning("job %s: checkpoint not removed: %s", job_id, exc)
 
 
@@ -347,6 +347,8 @@ def _fail(ctx: RunContext, attempt: Attempt, message: str) -> str | None:
         f"fail {attempt.job_id}",
         use_reserve=True,
     )
+    if failed:  # a checkpoint it stored is never resumed
+        _drop_checkpoint(ctx, attempt.job_id)
     return JobStatus.FAILED.value if failed else None
 
 

@@ -168,3 +168,89 @@ def test_a_checkpoint_goes_through_a_file_not_memory(where, tmp_path, request):
     assert list(scratch.iterdir()) == []
     assert saved < alpha.nbytes / 2 and loaded < alpha.nbytes / 2
     assert Checkpoint.load(storage, checkpoint_key("job_absent"), scratch) is None
+
+
+def test_a_job_that_fails_after_checkpointing_leaves_no_checkpoint(
+    app, client, db, heart, monkeypatch
+):
+    # only a success removed the checkpoint: a job failed after storing one kept it for good
+    from app.jobs import runner
+
+    settings = app.state.settings
+    settings.checkpoint_s = 1e-4
+    job_id = _job(client, heart)
+
+    def scoring_fails(*args):
+        raise RuntimeError("scoring failed")
+
+    monkeypatch.setattr(runner, "_scores", scoring_fails)
+    assert run_job(job_id, RunContext(settings, db)) == "failed"
+    with db.session() as session:
+        assert session.get(Job, job_id).checkpoint_iteration is not None  # one was stored
+    assert not get_storage(settings).exists(checkpoint_key(job_id))
+
+
+def test_a_job_cancelled_while_checkpointing_leaves_no_checkpoint(
+    app, client, db, heart, monkeypatch
+):
+    from app.jobs import lifecycle
+    from app.jobs.queue import LocalQueue
+    from app.services import trainers
+
+    settings = app.state.settings
+    settings.checkpoint_s = 1e-4
+    job_id = _job(client, heart)
+    train = trainers.TRAINERS["LinearSVC"]
+    calls = []
+
+    def cancelled_on_its_tenth_pass(params, X, y, qid, callback, n_jobs, init_dual=None):
+        def cancelling(progress):
+            calls.append(progress.iteration)
+            if len(calls) == 10:  # cancel, and give the watch (0.2 s polls) time to see it
+                with db.write() as session:
+                    job = session.get(Job, job_id, with_for_update=True)
+                    assert lifecycle.cancel(session, LocalQueue(), job)
+                time.sleep(1.0)
+            return callback(progress)
+
+        return train(params, X, y, qid, cancelling, n_jobs, init_dual=init_dual)
+
+    cancelled_on_its_tenth_pass.resumable = True
+    monkeypatch.setitem(trainers.TRAINERS, "LinearSVC", cancelled_on_its_tenth_pass)
+    assert run_job(job_id, RunContext(settings, db)) == "cancelled"
+    with db.session() as session:
+        assert session.get(Job, job_id).checkpoint_iteration is not None  # one was stored
+    assert not get_storage(settings).exists(checkpoint_key(job_id))
+
+
+def test_the_retention_pass_removes_checkpoints_of_jobs_that_will_not_run(
+    app, client, db, heart, tmp_path
+):
+    # a job failed or cancelled by the reaper, cancelled while queued, or deleted by retention
+    # kept its checkpoint for good; those of queued and running jobs are resumed, and stay
+    from sqlalchemy import update
+
+    from app.jobs.checkpoint import Checkpoint
+    from app.jobs.queue import LocalQueue
+    from app.jobs.recovery import Reaper
+
+    settings = app.state.settings
+    statuses = ("queued", "running", "succeeded", "failed", "cancelled")
+    ids = {status: _job(client, heart) for status in statuses}
+    with db.write() as session:
+        for status, job_id in ids.items():
+            session.execute(update(Job).where(Job.id == job_id).values(status=status))
+    storage = get_storage(settings)
+    point = Checkpoint(np.ones(3), np.ones((1, 2)), np.zeros(1), 5, 0.5)
+    for job_id in [*ids.values(), "job_deleted"]:
+        point.save(storage, checkpoint_key(job_id), tmp_path)
+    storage.store_file(_file(tmp_path / "other"), "checkpoints/notes.txt")  # not a checkpoint
+    Reaper(db, settings, LocalQueue(), actor="pool@test").run_once()
+    left = {obj.key for obj in storage.list("checkpoints/")}
+    kept = {checkpoint_key(ids["queued"]), checkpoint_key(ids["running"])}
+    assert left == kept | {"checkpoints/notes.txt"}
+
+
+def _file(path):
+    path.write_text("not a checkpoint")
+    return path
