@@ -26,12 +26,19 @@ from pathlib import Path
 
 import numpy as np
 
+from app.services.uploads import temp_name
 from app.storage import Storage
 
 log = logging.getLogger("margin.training")
 # Passes a segment makes at least: a restarted solve rebuilds its shrinking state and confirms
 # convergence on a full pass, which one pass per segment would never reach.
 MIN_SEGMENT_PASSES = 5
+
+
+def scratch_file(scratch: Path) -> Path:
+    """A local file for one save or load, named after this host and process, so that the sweep
+    of temporary files (`app.services.sweep`) removes one left by a worker killed mid-save."""
+    return scratch / f"{temp_name('checkpoint')}.npz"
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ class Checkpoint:
     def save(self, storage: Storage, key: str, scratch: Path) -> None:
         """Write the file on disk, array by array, and store it: built in memory first, it was
         one more copy of the dual state (up to 1 GiB at MAX_DUAL_VARIABLES)."""
-        path = scratch / f"checkpoint-{time.monotonic_ns()}.npz"
+        path = scratch_file(scratch)
         try:
             np.savez(
                 path, alpha=self.alpha, coef=self.coef, intercept=self.intercept,
@@ -62,7 +69,7 @@ class Checkpoint:
         path = storage.local_path(key)
         fetched = None
         if path is None:
-            fetched = path = scratch / f"checkpoint-{time.monotonic_ns()}.npz"
+            fetched = path = scratch_file(scratch)
         try:
             if fetched is not None:
                 storage.fetch(key, fetched)

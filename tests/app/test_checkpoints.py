@@ -254,3 +254,28 @@ def test_the_retention_pass_removes_checkpoints_of_jobs_that_will_not_run(
 def _file(path):
     path.write_text("not a checkpoint")
     return path
+
+
+def test_a_partial_checkpoint_file_of_a_killed_worker_is_swept(app, db):
+    # a worker killed while saving left `checkpoint-<ns>.npz` in tmp/, which the sweep could not
+    # tie to a process: it stayed a day, however large the dual state
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from app.services.sweep import sweep_partial_uploads
+
+    settings = app.state.settings
+    tmp = settings.data_dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    writes = (
+        "import sys; from pathlib import Path; from app.jobs.checkpoint import scratch_file; "
+        "path = scratch_file(Path(sys.argv[1])); path.write_bytes(b'PK partial'); print(path)"
+    )
+    made = subprocess.run(
+        [sys.executable, "-c", writes, str(tmp)], check=True, capture_output=True, text=True
+    )
+    left = Path(made.stdout.strip())
+    assert left.parent == tmp and left.exists()  # its maker is gone, as a killed worker is
+    assert str(left) in sweep_partial_uploads(settings, db)
+    assert not left.exists()
