@@ -279,3 +279,39 @@ def test_a_partial_checkpoint_file_of_a_killed_worker_is_swept(app, db):
     assert left.parent == tmp and left.exists()  # its maker is gone, as a killed worker is
     assert str(left) in sweep_partial_uploads(settings, db)
     assert not left.exists()
+
+
+def test_an_attempt_taken_away_does_not_overwrite_the_next_attempt_s_checkpoint(
+    app, client, db, heart
+):
+    # the file was stored before the job was checked: an attempt re-queued while its worker was
+    # cut off from the database overwrote the checkpoint of the attempt running after it (which
+    # a third attempt then resumed from), and re-created it after the job ended
+    from app.jobs import lifecycle, runner
+    from app.jobs.checkpoint import Checkpoint
+    from app.jobs.queue import LocalQueue
+
+    settings = app.state.settings
+    job_id = _job(client, heart)
+    queue = LocalQueue()
+    with db.write() as session:
+        first = lifecycle.claim(session, job_id, "host:1:aaaa")
+    with db.write() as session:
+        job = session.get(Job, job_id, with_for_update=True)
+        assert lifecycle.requeue_or_fail(session, queue, job, "silent", 1, "pool") == "queued"
+    with db.write() as session:
+        second = lifecycle.claim(session, job_id, "host:2:bbbb")
+    ctx = RunContext(settings, db)
+    ours = Checkpoint(np.full(270, 0.5), np.ones((1, 13)), np.zeros(1), 50, 1.0)
+    stale = Checkpoint(np.full(270, 0.1), np.ones((1, 13)), np.zeros(1), 80, 2.0)
+    runner._store_checkpoint(ctx, second, ours)
+    runner._store_checkpoint(ctx, first, stale)  # the lost attempt, still training
+    stored = Checkpoint.load(get_storage(settings), checkpoint_key(job_id), settings.data_dir)
+    np.testing.assert_array_equal(stored.alpha, ours.alpha)
+    with db.session() as session:
+        assert session.get(Job, job_id).checkpoint_iteration == stored.iteration == 50
+    with db.write() as session:
+        assert lifecycle.succeed(session, second, "converged", True)
+    runner._drop_checkpoint(ctx, job_id)  # as the second attempt's worker does at the end
+    runner._store_checkpoint(ctx, first, stale)  # after the job ended
+    assert not get_storage(settings).exists(checkpoint_key(job_id))
