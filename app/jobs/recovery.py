@@ -42,6 +42,7 @@ from app.tables import Job, JobStatus, Worker, utcnow
 
 log = logging.getLogger("margin.recovery")
 RETENTION_EVERY_S = 600.0
+CHECKPOINT_BATCH = 500  # job ids per query of the checkpoint sweep
 
 
 def recover(
@@ -169,15 +170,17 @@ class Reaper:
             keys.pop(None, None)
             if not keys:
                 return
+            ids, active = list(keys), set()
             with self.db.session() as session:
-                active = set(
-                    session.scalars(
-                        select(Job.id).where(
-                            Job.id.in_(list(keys)),
-                            Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
+                for start in range(0, len(ids), CHECKPOINT_BATCH):  # bound the query's list
+                    active.update(
+                        session.scalars(
+                            select(Job.id).where(
+                                Job.id.in_(ids[start : start + CHECKPOINT_BATCH]),
+                                Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
+                            )
                         )
                     )
-                )
             gone = [key for job_id, key in keys.items() if job_id not in active]
             for key in gone:
                 storage.delete(key)

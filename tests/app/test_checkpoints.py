@@ -224,12 +224,13 @@ def test_a_job_cancelled_while_checkpointing_leaves_no_checkpoint(
 
 
 def test_the_retention_pass_removes_checkpoints_of_jobs_that_will_not_run(
-    app, client, db, heart, tmp_path
+    app, client, db, heart, tmp_path, monkeypatch
 ):
     # a job failed or cancelled by the reaper, cancelled while queued, or deleted by retention
     # kept its checkpoint for good; those of queued and running jobs are resumed, and stay
     from sqlalchemy import update
 
+    from app.jobs import recovery
     from app.jobs.checkpoint import Checkpoint
     from app.jobs.queue import LocalQueue
     from app.jobs.recovery import Reaper
@@ -245,6 +246,7 @@ def test_the_retention_pass_removes_checkpoints_of_jobs_that_will_not_run(
     for job_id in [*ids.values(), "job_deleted"]:
         point.save(storage, checkpoint_key(job_id), tmp_path)
     storage.store_file(_file(tmp_path / "other"), "checkpoints/notes.txt")  # not a checkpoint
+    monkeypatch.setattr(recovery, "CHECKPOINT_BATCH", 2)  # the jobs asked for in three queries
     Reaper(db, settings, LocalQueue(), actor="pool@test").run_once()
     left = {obj.key for obj in storage.list("checkpoints/")}
     kept = {checkpoint_key(ids["queued"]), checkpoint_key(ids["running"])}
