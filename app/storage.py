@@ -322,8 +322,19 @@ def prediction_key(run_id: str) -> str:
     return f"predictions/{run_id}.csv"
 
 
+CHECKPOINTS = "checkpoints/"
+
+
 def checkpoint_key(job_id: str) -> str:
-    return f"checkpoints/{job_id}.npz"
+    return f"{CHECKPOINTS}{job_id}.npz"
+
+
+def checkpoint_job(key: str) -> str | None:
+    """The job id of a checkpoint's key (None for another key)."""
+    if not (key.startswith(CHECKPOINTS) and key.endswith(".npz")):
+        return None
+    job_id = key[len(CHECKPOINTS) : -len(".npz")]
+    return job_id if job_id and "/" not in job_id else None
 
 
 def copy_between(source: Storage, target: Storage, prefixes: tuple[str, ...], scratch: Path):

@@ -11,7 +11,9 @@ A retried attempt starts from the stored iterate: a warm start that reaches the 
 an uninterrupted solve; its time_limit is what the earlier attempts left of the job's bound
 (`app.jobs.budget`, which counts their whole running time, not only up to the checkpoint). A solve
 stopped by a cancel or a shutdown hands back its iterate too (kept as a model with
-`cancel?keep_model=true`, stored for the next attempt at a shutdown).
+`cancel?keep_model=true`, stored for the next attempt at a shutdown). A job that ends is never
+resumed: its worker removes the checkpoint as it ends the job (succeeded, cancelled or failed), and
+the reaper's retention pass (`app.jobs.recovery`) those of jobs that ended otherwise or are gone.
 """
 
 from __future__ import annotations
@@ -24,12 +26,19 @@ from pathlib import Path
 
 import numpy as np
 
+from app.services.uploads import temp_name
 from app.storage import Storage
 
 log = logging.getLogger("margin.training")
 # Passes a segment makes at least: a restarted solve rebuilds its shrinking state and confirms
 # convergence on a full pass, which one pass per segment would never reach.
 MIN_SEGMENT_PASSES = 5
+
+
+def scratch_file(scratch: Path) -> Path:
+    """A local file for one save or load, named after this host and process, so that the sweep
+    of temporary files (`app.services.sweep`) removes one left by a worker killed mid-save."""
+    return scratch / f"{temp_name('checkpoint')}.npz"
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,7 @@ class Checkpoint:
     def save(self, storage: Storage, key: str, scratch: Path) -> None:
         """Write the file on disk, array by array, and store it: built in memory first, it was
         one more copy of the dual state (up to 1 GiB at MAX_DUAL_VARIABLES)."""
-        path = scratch / f"checkpoint-{time.monotonic_ns()}.npz"
+        path = scratch_file(scratch)
         try:
             np.savez(
                 path, alpha=self.alpha, coef=self.coef, intercept=self.intercept,
@@ -60,7 +69,7 @@ class Checkpoint:
         path = storage.local_path(key)
         fetched = None
         if path is None:
-            fetched = path = scratch / f"checkpoint-{time.monotonic_ns()}.npz"
+            fetched = path = scratch_file(scratch)
         try:
             if fetched is not None:
                 storage.fetch(key, fetched)

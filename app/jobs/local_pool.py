@@ -30,6 +30,12 @@ from app.tables import Job, JobStatus
 
 log = logging.getLogger("margin.worker")
 SWEEP_INTERVAL_S = 5.0
+# How long a child whose pool process died may take to hand its job back before it exits hard:
+# a solver hears the shutdown within an outer iteration, and the release waits at most
+# SHUTDOWN_DEADLINE_S (5 s, app.jobs.attempt) for the database; 10 s covers both, and bounds how
+# long an orphan runs beside the next service's workers.
+ORPHAN_EXIT_S = 10.0
+ORPHAN_EXIT_CODE = 70  # EX_SOFTWARE: the child gave up on a clean exit
 
 
 def next_queued(db: Database) -> str | None:
@@ -102,15 +108,26 @@ def _child_entry(settings_data: dict, threads: int, nonce: str) -> None:
 
 
 def _watch_parent(ctx) -> None:
-    """Shut down (releasing the running job) when the pool's process is gone, e.g. SIGKILLed:
-    an orphaned worker would otherwise run on beside the next service's pool."""
+    """When the pool's process is gone (e.g. SIGKILLed), shut down: the running job is released
+    as at SIGTERM. A child that has not exited ORPHAN_EXIT_S later (its solver inside a long
+    compiled call that never asks the callback) exits at once; its job, left running under this
+    process's id, is re-queued or failed by the next pool's reaper as for a killed worker. An
+    orphaned worker would otherwise run on beside the next service's pool (one ran 35 minutes)."""
     parent = multiprocessing.parent_process()
+    if parent is None:
+        return
 
     def watch() -> None:
-        while not ctx.shutdown.wait(1.0):
-            if parent is not None and not parent.is_alive():
-                log.warning("worker %s: the pool process is gone; stopping", ctx.worker_id)
-                ctx.shutdown.set()
+        parent.join()  # returns when the pool's end of the pipe closes: the pool is gone
+        log.warning("worker %s: the pool process is gone; stopping", ctx.worker_id)
+        ctx.shutdown.set()
+        time.sleep(ORPHAN_EXIT_S)
+        log.error(
+            "worker %s: still running %g s after the pool process died; exiting",
+            ctx.worker_id,
+            ORPHAN_EXIT_S,
+        )
+        os._exit(ORPHAN_EXIT_CODE)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 

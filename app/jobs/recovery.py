@@ -11,8 +11,11 @@ supervisor, each distributed worker's maintenance loop) and at start:
 3. (backends with entries of their own) a queued job without an open entry gets a new one, and an
    entry held by a silent worker whose job is not running any more is closed (and replaced, if the
    job is still queued);
-4. at most every RETENTION_EVERY_S: ended jobs past JOB_RETENTION_DAYS are deleted, and
-   Idempotency-Key records past IDEMPOTENCY_TTL_HOURS are forgotten.
+4. at most every RETENTION_EVERY_S: ended jobs past JOB_RETENTION_DAYS are deleted,
+   Idempotency-Key records past IDEMPOTENCY_TTL_HOURS are forgotten, and the checkpoints of jobs
+   that will not run again (ended, or deleted) are removed: a job's worker removes its checkpoint
+   when it ends the job, but not when the reaper fails or cancels it, retention deletes its row,
+   or an attempt that lost the job stored one after the end.
 
 Every change goes through `app.jobs.lifecycle`, on a row locked in the deciding transaction, so
 reapers on several workers never decide one job twice and never undo a worker's own finish.
@@ -34,10 +37,12 @@ from app.jobs import history, lifecycle
 from app.jobs.queue import JobQueue
 from app.jobs.workers import dead_here
 from app.services import idempotency
+from app.storage import CHECKPOINTS, checkpoint_job, get_storage
 from app.tables import Job, JobStatus, Worker, utcnow
 
 log = logging.getLogger("margin.recovery")
 RETENTION_EVERY_S = 600.0
+CHECKPOINT_BATCH = 500  # job ids per query of the checkpoint sweep
 
 
 def recover(
@@ -153,7 +158,37 @@ class Reaper:
             self.expired_at = time.monotonic()
             self._expire_jobs()
             self._forget_idempotency_keys()
+            self._forget_checkpoints()
         return outcome
+
+    def _forget_checkpoints(self) -> None:
+        """Remove the checkpoints of jobs that are neither queued nor running. The store being
+        away is not the database being away: it is logged, and tried again next pass."""
+        try:
+            storage = get_storage(self.settings)
+            keys = {checkpoint_job(obj.key): obj.key for obj in storage.list(CHECKPOINTS)}
+            keys.pop(None, None)
+            if not keys:
+                return
+            ids, active = list(keys), set()
+            with self.db.session() as session:
+                for start in range(0, len(ids), CHECKPOINT_BATCH):  # bound the query's list
+                    active.update(
+                        session.scalars(
+                            select(Job.id).where(
+                                Job.id.in_(ids[start : start + CHECKPOINT_BATCH]),
+                                Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
+                            )
+                        )
+                    )
+            gone = [key for job_id, key in keys.items() if job_id not in active]
+            for key in gone:
+                storage.delete(key)
+        except Exception as exc:
+            log.warning("checkpoints of ended jobs not removed: %s", exc)
+            return
+        if gone:
+            log.info("removed %d checkpoints of ended or deleted jobs", len(gone))
 
     def _forget_idempotency_keys(self) -> None:
         """IDEMPOTENCY_TTL_HOURS: delete the records past it (requests already ignore them)."""

@@ -158,7 +158,7 @@ def _run_claimed(ctx: RunContext, attempt: Attempt, watch: Watch) -> str | None:
         ctx, lambda s: _finish(s, ctx, attempt, recorder, trained, model), f"finish {job.id}"
     )
     recorder.committed(written)
-    if outcome == JobStatus.SUCCEEDED.value and segments is not None:
+    if outcome != JobStatus.QUEUED.value and segments is not None:  # the job ended: never resumed
         _drop_checkpoint(ctx, job.id)
     return outcome
 
@@ -230,20 +230,28 @@ def _segments(ctx: RunContext, attempt: Attempt, job: Job) -> checkpoint.Segment
 
 
 def _store_checkpoint(ctx: RunContext, attempt: Attempt, point: checkpoint.Checkpoint) -> None:
+    """Record the checkpoint on the job, then store it, only while this attempt is the job's
+    running one: an attempt taken away (re-queued while its worker was cut off) that stored
+    first overwrote the next attempt's checkpoint, and re-created it after the job ended. A
+    store that fails after the record leaves the previous file, which says its own iteration."""
+    fields = {"checkpoint_at": utcnow(), "checkpoint_iteration": point.iteration}
+    current = persist(ctx, lambda s: lifecycle.update_running(s, attempt, **fields), "checkpoint")
+    if not current:
+        log.warning(
+            "job %s: attempt %d lost the job; checkpoint not stored", attempt.job_id, attempt.number
+        )
+        return
     try:
         storage, key = get_storage(ctx.settings), checkpoint_key(attempt.job_id)
         point.save(storage, key, ctx.settings.data_dir / "tmp")
     except Exception as exc:
         log.warning("job %s: checkpoint not stored: %s", attempt.job_id, exc)
-        return
-    fields = {"checkpoint_at": utcnow(), "checkpoint_iteration": point.iteration}
-    persist(ctx, lambda s: lifecycle.update_running(s, attempt, **fields), "checkpoint")
 
 
 def _drop_checkpoint(ctx: RunContext, job_id: str) -> None:
     try:
         get_storage(ctx.settings).delete(checkpoint_key(job_id))
-    except Exception as exc:  # a leftover checkpoint is harmless (deleted with the job)
+    except Exception as exc:  # the reaper's retention pass removes it (`app.jobs.recovery`)
         log.warning("job %s: checkpoint not removed: %s", job_id, exc)
 
 
@@ -365,6 +373,8 @@ def _fail(ctx: RunContext, attempt: Attempt, message: str) -> str | None:
         f"fail {attempt.job_id}",
         use_reserve=True,
     )
+    if failed:  # a checkpoint it stored is never resumed
+        _drop_checkpoint(ctx, attempt.job_id)
     return JobStatus.FAILED.value if failed else None
 
 

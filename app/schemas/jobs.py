@@ -133,7 +133,9 @@ class JobOut(BaseModel):
     model_id: str | None
     error: str | None
     checkpoint_iteration: int | None = Field(
-        None, description="the iteration of the latest stored checkpoint (CHECKPOINT_S)"
+        None,
+        description="the iteration of the latest checkpoint (CHECKPOINT_S), recorded as it is"
+        " stored (if the store then fails, a retry resumes from the previous one: resumed_from)",
     )
     resumed_from: int | None = Field(
         None, description="the checkpoint's iteration this attempt resumed from (null: it started"

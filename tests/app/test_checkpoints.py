@@ -168,3 +168,152 @@ def test_a_checkpoint_goes_through_a_file_not_memory(where, tmp_path, request):
     assert list(scratch.iterdir()) == []
     assert saved < alpha.nbytes / 2 and loaded < alpha.nbytes / 2
     assert Checkpoint.load(storage, checkpoint_key("job_absent"), scratch) is None
+
+
+def test_a_job_that_fails_after_checkpointing_leaves_no_checkpoint(
+    app, client, db, heart, monkeypatch
+):
+    # only a success removed the checkpoint: a job failed after storing one kept it for good
+    from app.jobs import runner
+
+    settings = app.state.settings
+    settings.checkpoint_s = 1e-4
+    job_id = _job(client, heart)
+
+    def scoring_fails(*args):
+        raise RuntimeError("scoring failed")
+
+    monkeypatch.setattr(runner, "_scores", scoring_fails)
+    assert run_job(job_id, RunContext(settings, db)) == "failed"
+    with db.session() as session:
+        assert session.get(Job, job_id).checkpoint_iteration is not None  # one was stored
+    assert not get_storage(settings).exists(checkpoint_key(job_id))
+
+
+def test_a_job_cancelled_while_checkpointing_leaves_no_checkpoint(
+    app, client, db, heart, monkeypatch
+):
+    from app.jobs import lifecycle
+    from app.jobs.queue import LocalQueue
+    from app.services import trainers
+
+    settings = app.state.settings
+    settings.checkpoint_s = 1e-4
+    job_id = _job(client, heart)
+    train = trainers.TRAINERS["LinearSVC"]
+    calls = []
+
+    def cancelled_on_its_tenth_pass(params, X, y, qid, callback, n_jobs, init_dual=None):
+        def cancelling(progress):
+            calls.append(progress.iteration)
+            if len(calls) == 10:  # cancel, and give the watch (0.2 s polls) time to see it
+                with db.write() as session:
+                    job = session.get(Job, job_id, with_for_update=True)
+                    assert lifecycle.cancel(session, LocalQueue(), job)
+                time.sleep(1.0)
+            return callback(progress)
+
+        return train(params, X, y, qid, cancelling, n_jobs, init_dual=init_dual)
+
+    cancelled_on_its_tenth_pass.resumable = True
+    monkeypatch.setitem(trainers.TRAINERS, "LinearSVC", cancelled_on_its_tenth_pass)
+    assert run_job(job_id, RunContext(settings, db)) == "cancelled"
+    with db.session() as session:
+        assert session.get(Job, job_id).checkpoint_iteration is not None  # one was stored
+    assert not get_storage(settings).exists(checkpoint_key(job_id))
+
+
+def test_the_retention_pass_removes_checkpoints_of_jobs_that_will_not_run(
+    app, client, db, heart, tmp_path, monkeypatch
+):
+    # a job failed or cancelled by the reaper, cancelled while queued, or deleted by retention
+    # kept its checkpoint for good; those of queued and running jobs are resumed, and stay
+    from sqlalchemy import update
+
+    from app.jobs import recovery
+    from app.jobs.checkpoint import Checkpoint
+    from app.jobs.queue import LocalQueue
+    from app.jobs.recovery import Reaper
+
+    settings = app.state.settings
+    statuses = ("queued", "running", "succeeded", "failed", "cancelled")
+    ids = {status: _job(client, heart) for status in statuses}
+    with db.write() as session:
+        for status, job_id in ids.items():
+            session.execute(update(Job).where(Job.id == job_id).values(status=status))
+    storage = get_storage(settings)
+    point = Checkpoint(np.ones(3), np.ones((1, 2)), np.zeros(1), 5, 0.5)
+    for job_id in [*ids.values(), "job_deleted"]:
+        point.save(storage, checkpoint_key(job_id), tmp_path)
+    storage.store_file(_file(tmp_path / "other"), "checkpoints/notes.txt")  # not a checkpoint
+    monkeypatch.setattr(recovery, "CHECKPOINT_BATCH", 2)  # the jobs asked for in three queries
+    Reaper(db, settings, LocalQueue(), actor="pool@test").run_once()
+    left = {obj.key for obj in storage.list("checkpoints/")}
+    kept = {checkpoint_key(ids["queued"]), checkpoint_key(ids["running"])}
+    assert left == kept | {"checkpoints/notes.txt"}
+
+
+def _file(path):
+    path.write_text("not a checkpoint")
+    return path
+
+
+def test_a_partial_checkpoint_file_of_a_killed_worker_is_swept(app, db):
+    # a worker killed while saving left `checkpoint-<ns>.npz` in tmp/, which the sweep could not
+    # tie to a process: it stayed a day, however large the dual state
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from app.services.sweep import sweep_partial_uploads
+
+    settings = app.state.settings
+    tmp = settings.data_dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    writes = (
+        "import sys; from pathlib import Path; from app.jobs.checkpoint import scratch_file; "
+        "path = scratch_file(Path(sys.argv[1])); path.write_bytes(b'PK partial'); print(path)"
+    )
+    made = subprocess.run(
+        [sys.executable, "-c", writes, str(tmp)], check=True, capture_output=True, text=True
+    )
+    left = Path(made.stdout.strip())
+    assert left.parent == tmp and left.exists()  # its maker is gone, as a killed worker is
+    assert str(left) in sweep_partial_uploads(settings, db)
+    assert not left.exists()
+
+
+def test_an_attempt_taken_away_does_not_overwrite_the_next_attempt_s_checkpoint(
+    app, client, db, heart
+):
+    # the file was stored before the job was checked: an attempt re-queued while its worker was
+    # cut off from the database overwrote the checkpoint of the attempt running after it (which
+    # a third attempt then resumed from), and re-created it after the job ended
+    from app.jobs import lifecycle, runner
+    from app.jobs.checkpoint import Checkpoint
+    from app.jobs.queue import LocalQueue
+
+    settings = app.state.settings
+    job_id = _job(client, heart)
+    queue = LocalQueue()
+    with db.write() as session:
+        first = lifecycle.claim(session, job_id, "host:1:aaaa")
+    with db.write() as session:
+        job = session.get(Job, job_id, with_for_update=True)
+        assert lifecycle.requeue_or_fail(session, queue, job, "silent", 1, "pool") == "queued"
+    with db.write() as session:
+        second = lifecycle.claim(session, job_id, "host:2:bbbb")
+    ctx = RunContext(settings, db)
+    ours = Checkpoint(np.full(270, 0.5), np.ones((1, 13)), np.zeros(1), 50, 1.0)
+    stale = Checkpoint(np.full(270, 0.1), np.ones((1, 13)), np.zeros(1), 80, 2.0)
+    runner._store_checkpoint(ctx, second, ours)
+    runner._store_checkpoint(ctx, first, stale)  # the lost attempt, still training
+    stored = Checkpoint.load(get_storage(settings), checkpoint_key(job_id), settings.data_dir)
+    np.testing.assert_array_equal(stored.alpha, ours.alpha)
+    with db.session() as session:
+        assert session.get(Job, job_id).checkpoint_iteration == stored.iteration == 50
+    with db.write() as session:
+        assert lifecycle.succeed(session, second, "converged", True)
+    runner._drop_checkpoint(ctx, job_id)  # as the second attempt's worker does at the end
+    runner._store_checkpoint(ctx, first, stale)  # after the job ended
+    assert not get_storage(settings).exists(checkpoint_key(job_id))

@@ -1,0 +1,94 @@
+"""A pool worker whose pool process is SIGKILLed while its solver is inside a long call that never
+asks the callback (so it hears no shutdown): the worker exits by itself ORPHAN_EXIT_S later, not
+at the end of the solve, and the next pool's reaper re-queues its job (JOB_RETRIES) as for a
+killed worker. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from app.jobs.local_pool import ORPHAN_EXIT_S
+from app.jobs.queue import LocalQueue
+from app.jobs.recovery import Reaper
+from app.jobs.workers import WorkerId
+from app.tables import Job
+from tests.app import pool_process
+
+pytestmark = pytest.mark.timeout(180)
+# Beyond ORPHAN_EXIT_S: seeing the pool's death, the exit and this test's next look at /proc,
+# on a loaded machine. The stalling solver would run an hour.
+SLACK_S = 5.0
+
+
+def _running_job(db, job_id: str, pool, log_path, timeout: float = 90.0) -> Job:
+    deadline = time.monotonic() + timeout
+    while True:
+        with db.session() as session:
+            job = session.get(Job, job_id)
+        if job.status == "running":
+            return job
+        assert pool.poll() is None, log_path.read_text()
+        assert time.monotonic() < deadline, f"never ran: {job.status}\n{log_path.read_text()}"
+        time.sleep(0.1)
+
+
+def _wait_reaped(pid: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < deadline, f"process {pid} exited but was never reaped"
+        time.sleep(0.1)
+
+
+def test_an_orphaned_worker_stuck_in_its_solver_exits_and_its_job_is_requeued(
+    app, client, db, heart, tmp_path
+):
+    settings = app.state.settings.model_copy(update={"job_retries": 1})
+    job_id = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()["id"]
+    log_path = tmp_path / "pool.log"
+    pool = pool_process.start(settings, log_path, **{pool_process.STALLING_TRAINER_ENV: "1"})
+    worker_pid = None
+    try:
+        job = _running_job(db, job_id, pool, log_path)
+        worker_pid = WorkerId.parse(job.worker).pid
+        assert worker_pid != pool.pid and pool_process.running(worker_pid)
+        pool.kill()
+        pool.wait()
+        killed = time.monotonic()
+        while pool_process.running(worker_pid):
+            waited = time.monotonic() - killed
+            assert waited < ORPHAN_EXIT_S + SLACK_S, log_path.read_text()
+            time.sleep(0.05)
+        waited = time.monotonic() - killed
+        log = log_path.read_text()
+        # it first shut down as at SIGTERM, then gave up on the solver ORPHAN_EXIT_S later
+        assert "the pool process is gone; stopping" in log
+        assert f"still running {ORPHAN_EXIT_S:g} s after the pool process died" in log
+        assert waited >= ORPHAN_EXIT_S - 1.0
+        with db.session() as session:
+            left = session.get(Job, job_id)
+        assert (left.status, left.worker, left.attempt) == ("running", job.worker, 1)
+
+        # the next pool's reaper, at its start: the worker is dead on this host (once init has
+        # reaped it: a zombie still answers os.kill(pid, 0))
+        _wait_reaped(worker_pid)
+        reaper = Reaper(db, settings, LocalQueue(), actor="pool@next")
+        assert reaper.run_once() == {job_id: "queued"}
+        view = client.get(f"/v1/jobs/{job_id}").json()
+        assert (view["status"], view["attempt"]) == ("queued", 1)
+        assert view["error"] == (
+            "attempt 1 ended: the worker process running the job is gone; re-queued"
+        )
+    finally:
+        if pool.poll() is None:
+            pool.kill()
+            pool.wait()
+        if worker_pid is not None and pool_process.running(worker_pid):
+            os.kill(worker_pid, signal.SIGKILL)
