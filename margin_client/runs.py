@@ -30,7 +30,7 @@ class PredictionRuns:
         `probabilities`: its CSV adds a calibrated model's class probabilities (a
         ``probability_<class>`` column per class); MarginError 422 for a model without."""
         body: dict[str, Any] = {"dataset_id": dataset_id(dataset)}
-        if probabilities:  # only when asked: a server before 0015 refuses the field
+        if probabilities:  # only when asked: a server without the field refuses it (strict bodies)
             body["probabilities"] = True
         return self._client.post_json(self._path(model), body)
 

@@ -162,8 +162,9 @@ class Reaper:
         return outcome
 
     def _forget_checkpoints(self) -> None:
-        """Remove the checkpoints of jobs that are neither queued nor running. The store being
-        away is not the database being away: it is logged, and tried again next pass."""
+        """Remove the checkpoints of jobs that are neither queued nor running. A store or
+        database that fails here is logged and tried again next pass: this tidying never stops
+        the reaper's own work."""
         try:
             storage = get_storage(self.settings)
             keys = {checkpoint_job(obj.key): obj.key for obj in storage.list(CHECKPOINTS)}

@@ -49,7 +49,9 @@ class WorkerId:
         return cls(host, int(pid) if pid.isdigit() else None)
 
     def dead_here(self) -> bool:
-        """True when the process ran on this host and no longer exists."""
+        """True when the process ran on this host and no longer exists, or has exited and
+        waits for its parent to reap it (a zombie: where the parent died too, that waits on
+        the host's init, which in a container without one never comes)."""
         if self.host != socket.gethostname() or self.pid is None:
             return False
         try:
@@ -58,6 +60,16 @@ class WorkerId:
             return True
         except PermissionError:
             return False
+        return _exited(self.pid)
+
+
+def _exited(pid: int) -> bool:
+    """Whether a process that still exists is a zombie (state Z in Linux's /proc; elsewhere,
+    where there is no /proc, it counts as alive)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
         return False
 
 

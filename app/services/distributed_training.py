@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.services.formats.labels import text_classes
-from app.services.trainers import Trained
+from app.services.trainers import Trained, finite_or_none
 
 CONNECT_TIMEOUT_S = 30
 
@@ -76,7 +76,7 @@ def distributed_trainer(option: dict, directory, n_features: int, classes, addre
             status=str(result.status),
             gap=result.duality_gap,
             n_iter=int(result.n_iter),
-            duality_gap=result.duality_gap,
+            duality_gap=finite_or_none(result.duality_gap),
             predict=_predictor(coef, intercept, np.asarray(labels)),
         )
 

@@ -171,7 +171,7 @@ def resumable(trainer, params: dict) -> bool:
     return getattr(trainer, "resumable", False) and not many_solves
 
 
-def _finite(value) -> float | None:
+def finite_or_none(value) -> float | None:
     return float(value) if value is not None and np.isfinite(value) else None
 
 
@@ -193,7 +193,7 @@ def _from_estimator(est, kind: str, classes: list[float] | None) -> Trained:
         n_iter=int(n_iter),
         predict=est.predict,
         dual=getattr(est, "dual_coef_", None),
-        duality_gap=_finite(getattr(est, "duality_gap_", None)),
+        duality_gap=finite_or_none(getattr(est, "duality_gap_", None)),
     )
 
 
@@ -225,7 +225,7 @@ def train_structural(params: dict, X, y, qid, callback, n_jobs: int | None) -> T
         status=str(result.status),
         gap=None if result.gap is None else float(result.gap),
         n_iter=int(result.n_iter),
-        duality_gap=_finite(getattr(result, "duality_gap", None)),
+        duality_gap=finite_or_none(getattr(result, "duality_gap", None)),
         predict=lambda Z: np.asarray(Z @ coef[0]),
     )
 

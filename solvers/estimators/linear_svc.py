@@ -347,6 +347,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 n_jobs=self.n_jobs,
                 warm_start=self._previous_alpha((n_classes, m)) if alpha0 is None else alpha0,
                 newton_after=newton_after,
+                start_on_support=alpha0 is not None,  # only a search's C path passes alpha0
                 **subset,
                 **common,
             )

@@ -16,9 +16,9 @@ own (`solvers.multiclass.class_blocks`), and its state and per-pass bookkeeping 
 `solvers.multiclass.ovr_blocks`. Per class the rules are the
 binary solver's: shrinking (Algorithm 3) with the previous pass's extreme projected gradients;
 stopping when M − m ≤ tol, |M| ≤ tol and |m| ≤ tol on a full pass (a shrunk class that meets it is
-restored and checked again); a converged class is no longer updated. A warm-started class
-begins with its support (the rows of α_c > 0) active and the others shrunk, as if a pass had
-shrunk them. The row order of each pass is
+restored and checked again); a converged class is no longer updated. On a path over C
+(``start_on_support``) a warm-started class begins with its support (the rows of α_c > 0) active
+and the others shrunk, as if a pass had shrunk them. The row order of each pass is
 drawn in the driver from one seeded generator and shared by all blocks, so a class's iterates do not
 depend on the blocking: serial and threaded runs give identical coefficients.
 """
@@ -88,6 +88,7 @@ def solve_ovr(
     newton: bool = True,
     rows: np.ndarray | None = None,
     newton_after: int | None = None,
+    start_on_support: bool = False,
 ) -> SolveResult:
     """Train k one-vs-rest binary linear SVMs by fused dual coordinate descent.
 
@@ -139,6 +140,9 @@ def solve_ovr(
     newton_after : int or None
         Squared hinge with ``newton``: a class still running after this many passes leaves them
         for the Newton finish (None: when its stall detector says, `ovr_newton.STALL_CAP`).
+    start_on_support : bool
+        With ``warm_start`` from the previous C of a path: each class begins with only the rows
+        of α_c > 0 active, the others shrunk (restored when the class meets tol on them).
 
     Returns
     -------
@@ -173,7 +177,7 @@ def solve_ovr(
         return subset_alpha(result, rows)
     storage = ClassBlocks(k, _fused_threads(problem, n_threads), problem.n_features, n)
     blocks = [
-        make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b))
+        make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b), start_on_support)
         for b, classes in enumerate(storage.classes)
     ]
     hinge = loss == "hinge"

@@ -22,3 +22,27 @@ def test_readiness_counts_two_workers_of_one_host_and_pid(client, db, monkeypatc
     assert client.get("/readyz").json()["workers"] == 2
     workers.unregister(db, ids[0])  # one stops: the other is still counted, under its own id
     assert client.get("/readyz").json()["workers"] == 1
+
+
+def test_a_worker_that_exited_unreaped_is_dead_here():
+    # a zombie still answers os.kill(pid, 0): before, the reaper took it for alive until the
+    # host's init reaped it, which in a container without an init never happens
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    alive = workers.WorkerId.parse(workers.new_worker_id(pid=child.pid))
+    deadline = time.monotonic() + 30
+    while not _zombie(child.pid):  # exited, not yet waited for
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert alive.dead_here()
+    child.wait()
+    assert alive.dead_here()  # reaped: gone
+    assert not workers.WorkerId.parse(workers.new_worker_id()).dead_here()  # this process
+
+
+def _zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0] == "Z"

@@ -156,19 +156,20 @@ def test_empty_rows_give_the_zero_model():
     assert result.converged and not result.w.any() and result.alpha.shape == (0,)
 
 
-def test_an_ovr_warm_start_begins_on_its_support():
-    """The first pass of a warm-started one-vs-rest solve visits only the (row, class) pairs
-    with α > 0 (the rest start shrunk), and the solve still ends on a pass over every row."""
+def test_an_ovr_warm_start_on_a_path_begins_on_its_support():
+    """On a C path, the first pass of a warm-started one-vs-rest solve visits only the (row,
+    class) pairs with α > 0 (the rest start shrunk), and the solve still ends on a pass over
+    every row. Any other warm start (a resumed checkpoint) begins with a full pass."""
     X, y = _multiclass()
     first = solve_ovr(X, y, 3, C=0.1, bias=1.0, tol=1e-6, max_iter=50_000)
-    reports = []
-    warm = solve_ovr(
-        X, y, 3, C=0.5, bias=1.0, tol=1e-6, max_iter=50_000, warm_start=first.alpha,
-        callback=reports.append,
-    )  # fmt: skip
+    reports, resumed = [], []
+    options = dict(C=0.5, bias=1.0, tol=1e-6, max_iter=50_000, warm_start=first.alpha)
+    warm = solve_ovr(X, y, 3, start_on_support=True, callback=reports.append, **options)
+    solve_ovr(X, y, 3, callback=resumed.append, **options)
     support = int(np.count_nonzero(first.alpha))
     assert 0 < support < first.alpha.size // 2  # a sparse support: the test can tell
     assert reports[0].active <= support
+    assert resumed[0].active == first.alpha.size
     assert warm.converged and abs(warm.duality_gap) < 1e-3
     cold = solve_ovr(X, y, 3, C=0.5, bias=1.0, tol=1e-6, max_iter=50_000)
     bound = (abs(warm.duality_gap) + abs(cold.duality_gap)) * max(1.0, abs(cold.primal))
