@@ -301,14 +301,15 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         return alpha if alpha is not None and alpha.shape == shape else None
 
     def _solve(self, X, y_index, n_classes, sample_weight, class_weight, rows=None, alpha0=None,
-               primal_start=None, newton_after=None, signs=None):  # fmt: skip
+               primal_start=None, newton_after=None, signs=None, on_path=False):  # fmt: skip
         """The solver's result at ``self.C``: on ``rows`` of X only when given (an index array,
         X not copied), starting from ``alpha0`` when given (else from the previous fit's α when
         ``warm_start`` says so), or for two classes and an L2 loss from the weights
         ``primal_start`` by the primal Newton method; ``newton_after`` caps the dual passes
         before the Newton finish (binary and one-vs-rest, `solvers.binary.solve_binary`).
         ``signs``, for two classes, is y as ±1 (`binary_signs`) when the caller keeps it across
-        solves."""
+        solves. ``on_path``: ``alpha0`` is the previous C's solution on the same rows, and
+        one-vs-rest begins on its support (`solve_ovr`'s ``start_on_support``)."""
         n = X.n_samples
         subset = {} if rows is None else {"rows": rows}
         m = n if rows is None else len(rows)
@@ -347,7 +348,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 n_jobs=self.n_jobs,
                 warm_start=self._previous_alpha((n_classes, m)) if alpha0 is None else alpha0,
                 newton_after=newton_after,
-                start_on_support=alpha0 is not None,  # only a search's C path passes alpha0
+                start_on_support=on_path and alpha0 is not None,
                 **subset,
                 **common,
             )

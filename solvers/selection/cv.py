@@ -157,7 +157,7 @@ class LinearSVCCV(LinearSVC):
                 weights = compute_class_weight(est.class_weight, classes=self.classes_, y=y[train])
             return est._solve(X, y_index, k, sw, weights, rows=train, alpha0=alpha0,
                               primal_start=start, newton_after=newton_after,
-                              signs=signs)  # fmt: skip
+                              signs=signs, on_path=True)  # fmt: skip
 
         def decisions_of(est, result, test):
             est._set_weights(result, k)
