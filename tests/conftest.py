@@ -37,6 +37,22 @@ def shared_file(*parts: str) -> Path:
     return path
 
 
+def raw_wine():
+    """scikit-learn's wine data unscaled (proline runs to 1,680), class 0 against the rest: X, y
+    as ±1, and the rows as LIBSVM text. Where the stopping rule holds at C = 1024, tol 0.1,
+    while the objective is still far from the optimum."""
+    import io
+
+    import numpy as np
+    from sklearn.datasets import dump_svmlight_file, load_wine
+
+    X, labels = load_wine(return_X_y=True)
+    y = np.where(labels == 0, 1.0, -1.0)
+    text = io.BytesIO()
+    dump_svmlight_file(X, y, text)
+    return X, y, text.getvalue()
+
+
 _C_LIBRARY = ctypes.CDLL(None)
 
 

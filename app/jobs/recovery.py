@@ -167,22 +167,9 @@ class Reaper:
         the reaper's own work."""
         try:
             storage = get_storage(self.settings)
-            keys = {checkpoint_job(obj.key): obj.key for obj in storage.list(CHECKPOINTS)}
-            keys.pop(None, None)
-            if not keys:
-                return
-            ids, active = list(keys), set()
-            with self.db.session() as session:
-                for start in range(0, len(ids), CHECKPOINT_BATCH):  # bound the query's list
-                    active.update(
-                        session.scalars(
-                            select(Job.id).where(
-                                Job.id.in_(ids[start : start + CHECKPOINT_BATCH]),
-                                Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]),
-                            )
-                        )
-                    )
-            gone = [key for job_id, key in keys.items() if job_id not in active]
+            stored = _stored_checkpoints(storage)
+            active = self._queued_or_running(list(stored)) if stored else set()
+            gone = [key for job_id, key in stored.items() if job_id not in active]
             for key in gone:
                 storage.delete(key)
         except Exception as exc:
@@ -190,6 +177,19 @@ class Reaper:
             return
         if gone:
             log.info("removed %d checkpoints of ended or deleted jobs", len(gone))
+
+    def _queued_or_running(self, ids: list[str]) -> set[str]:
+        """Which of these jobs are queued or running, asked CHECKPOINT_BATCH ids at a time (a
+        bound on the query's list)."""
+        live = [JobStatus.QUEUED.value, JobStatus.RUNNING.value]
+        found: set[str] = set()
+        with self.db.session() as session:
+            for start in range(0, len(ids), CHECKPOINT_BATCH):
+                batch = ids[start : start + CHECKPOINT_BATCH]
+                found.update(session.scalars(
+                    select(Job.id).where(Job.id.in_(batch), Job.status.in_(live))
+                ))  # fmt: skip
+        return found
 
     def _forget_idempotency_keys(self) -> None:
         """IDEMPOTENCY_TTL_HOURS: delete the records past it (requests already ignore them)."""
@@ -255,3 +255,9 @@ class Reaper:
             if stale is not None:
                 gone = or_(gone, Worker.heartbeat_at < stale)
             session.execute(delete(Worker).where(gone))
+
+
+def _stored_checkpoints(storage) -> dict[str, str]:
+    """Job id -> key of every stored checkpoint (a key that names no job is left alone)."""
+    pairs = ((checkpoint_job(obj.key), obj.key) for obj in storage.list(CHECKPOINTS))
+    return {job_id: key for job_id, key in pairs if job_id is not None}

@@ -223,7 +223,6 @@ class _MultipartReader:
                 422, "Invalid upload", f"{self._target}: expected at most {MAX_FIELD_BYTES} bytes"
             )
 
-
     def text_fields(self) -> dict[str, str]:
         return {k: bytes(v).decode("utf-8", "replace").strip() for k, v in self.fields.items()}
 

@@ -135,7 +135,6 @@ def _graph(coef, intercept, classes, dtype: str, name: str):
     )
 
 
-
 def _add_probabilities(graph, calibration: dict, n_classes: int, k: int, dtype: str) -> None:
     """Append the nodes mapping ``decision_values`` [N, k] to ``probabilities`` [N, n_classes]."""
     from onnx import TensorProto, helper, numpy_helper

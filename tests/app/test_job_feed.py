@@ -111,7 +111,6 @@ def test_a_watchers_last_event_id_does_not_hold_back_the_others(app, client, hea
     assert all(any(line.startswith("event: end") for line in lines) for lines in streams)
 
 
-
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_progress_ids_go_past_the_32_bit_range(app, client, heart, fake_trainer, db_url):
     """Every job's reports take ids from one sequence: past 2^31 − 1 an INTEGER column failed

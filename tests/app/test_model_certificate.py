@@ -5,15 +5,14 @@ stopping rule holds while the bound is loose, and the model says so."""
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
-from sklearn.datasets import dump_svmlight_file, load_svmlight_file, load_wine
+from sklearn.datasets import load_svmlight_file
 from sklearn.svm import LinearSVC as SkLinearSVC
 
 from app.jobs.runner import RunContext, run_job
 from tests.app.conftest import HEART, upload
+from tests.conftest import raw_wine
 
 
 def _model(app, client, dataset_id, **params):
@@ -70,11 +69,8 @@ def test_a_models_duality_gap_bounds_its_distance_from_the_optimum(app, client, 
 
 
 def test_unscaled_features_give_a_converged_model_with_a_loose_certificate(app, client):
-    X, labels = load_wine(return_X_y=True)  # raw measurements: proline runs to 1,680
-    y = np.where(labels == 0, 1.0, -1.0)
-    buffer = io.BytesIO()
-    dump_svmlight_file(X, y, buffer)
-    dataset = upload(client, buffer.getvalue(), "wine_raw").json()
+    X, y, text = raw_wine()
+    dataset = upload(client, text, "wine_raw").json()
     view, model_id = _model(app, client, dataset["id"], C=1024.0, tol=0.1)
     # the stopping rule held, yet the stored weights are far from the optimum, and the figure
     # the model reports says how far at most

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import time
 
-import numpy as np
 import pytest
 
 from margin_client import Client
@@ -476,10 +475,9 @@ def test_train_flags_state_the_services_defaults():
 def test_a_followed_job_says_when_its_models_certificate_is_loose(service, tmp_path):
     # the stopping rule holds on unscaled features while the objective is far from the optimum:
     # before, nothing but the model view's figures said so
-    from sklearn.datasets import dump_svmlight_file, load_wine
+    from tests.conftest import raw_wine
 
-    X, labels = load_wine(return_X_y=True)
-    dump_svmlight_file(X, np.where(labels == 0, 1, -1), str(tmp_path / "wine_raw"))
+    (tmp_path / "wine_raw").write_bytes(raw_wine()[2])
     with Client(service.url) as client:
         dataset = client.datasets.upload(tmp_path / "wine_raw")["id"]
     loose = margin(service, "train", dataset, "--C", "1024", "--tol", "0.1", "--follow")

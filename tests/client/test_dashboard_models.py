@@ -105,14 +105,12 @@ def test_register_a_model_with_an_alias_and_open_it_by_the_alias(page, heart_mod
 
 
 def test_the_model_page_says_when_its_certificate_is_loose(page, heart_model, tmp_path):
-    import numpy as np
-    from sklearn.datasets import dump_svmlight_file, load_wine
+    from tests.conftest import raw_wine
 
     open_ui(page, f"#/models/{heart_model}")
     with Client(page.service.url) as client:
         tight = client.models.get(heart_model)["duality_gap"]
-        X, labels = load_wine(return_X_y=True)  # raw measurements, unscaled
-        dump_svmlight_file(X, np.where(labels == 0, 1, -1), str(tmp_path / "wine_raw"))
+        (tmp_path / "wine_raw").write_bytes(raw_wine()[2])
         dataset = client.datasets.upload(tmp_path / "wine_raw")
         loose = client.jobs.create(dataset["id"], C=1024.0, tol=0.1).wait(check=True).model_id
         gap = client.models.get(loose)["duality_gap"]

@@ -30,7 +30,6 @@ OTHERS = ("beta", "gamma")  # tenants without quotas or rates
 TRICKLE_KB_S = 8  # a trickled upload's pace: twice the service's MIN_BODY_RATE_KB
 
 
-
 class Service:
     def __init__(self, root: Path, database_url: str, **settings: str):
         self.data = root / "data"

@@ -227,8 +227,6 @@ def test_a_tenants_trickled_uploads_leave_a_parser_to_others(service):
     assert again.status_code == 201, again.text
 
 
-
-
 # ---------------------------------------------------------------------------------------------
 # Text labels and the accuracy of a large job (after the formats and scoring that came later)
 
