@@ -206,11 +206,11 @@ def test_a_job_cancelled_while_checkpointing_leaves_no_checkpoint(
     def cancelled_on_its_tenth_pass(params, X, y, qid, callback, n_jobs, init_dual=None):
         def cancelling(progress):
             calls.append(progress.iteration)
-            if len(calls) == 10:  # cancel, and give the watch (0.2 s polls) time to see it
-                with db.write() as session:
+            if len(calls) == 10:  # cancel, and stop as the callback does once its watch
+                with db.write() as session:  # sees it (no wait on the watch's 0.2 s polls)
                     job = session.get(Job, job_id, with_for_update=True)
                     assert lifecycle.cancel(session, LocalQueue(), job)
-                time.sleep(1.0)
+                return False
             return callback(progress)
 
         return train(params, X, y, qid, cancelling, n_jobs, init_dual=init_dual)
