@@ -73,7 +73,8 @@ async def upload_dataset(
     label_column: Annotated[
         str | None,
         Query(max_length=255, description="csv, tsv, parquet: the label column (default "
-              "'label', else the first column); numbers, or text class names"),
+              "'label', else the first column); numbers, or text class names (a 422 for "
+              "libsvm and npz)"),
     ] = None,
     empty_cells: Annotated[
         Literal["error", "zero"] | None,

@@ -94,6 +94,24 @@ def test_label_column_by_query_or_by_a_field_before_the_file(client, settings):
     assert missing.status_code == 422 and "'nope'" in missing.json()["detail"]
 
 
+def test_a_tables_parse_option_on_a_file_without_columns_is_refused(client, settings):
+    # before: label_column and empty_cells were ignored for LIBSVM and npz, so a user who named
+    # the label column trained on whatever the file's own labels were
+    from margin_client._encode import npz_bytes
+
+    libsvm = b"1 1:0.5 2:1\n-1 1:-0.5\n"
+    refused = post(client, libsvm, filename="data.txt", label_column="target")
+    assert refused.status_code == 422
+    assert refused.json()["detail"].startswith(
+        "label_column: applies to csv, tsv, parquet uploads, not to this libsvm file"
+    ), refused.json()["detail"]
+    npz = npz_bytes(np.eye(2), np.array([1.0, -1.0]))
+    refused = post(client, npz, filename="data.npz", empty_cells="zero")
+    assert refused.status_code == 422 and "not to this npz file" in refused.json()["detail"]
+    nothing_stored(client, settings)
+    assert post(client, libsvm, filename="data.txt").status_code == 201
+
+
 def test_a_text_label_read_as_a_feature_says_which_column_is_the_label(client, settings):
     # before: "line 2, column 'target': 'setosa' is not a number", with nothing to say that
     # the first column had been taken as the label

@@ -70,6 +70,13 @@ def resolve(declared: str | None, head: bytes) -> str:
     return "libsvm"
 
 
+TABLES = ("csv", "tsv", "parquet")  # the formats whose columns the parse options name
+LABELS_OF = {
+    "libsvm": " (its labels are the first field of each line)",
+    "npz": " (its labels are its array y)",
+}
+
+
 def chunks(fmt: str, stream: BinaryIO, source: str, limits: dict, chunk_rows: int, chunk_nnz: int,
            options: dict | None = None):
     """The upload in `fmt` as a chunk source for `app.services.dataset_store.DatasetWriter`.
@@ -82,6 +89,12 @@ def chunks(fmt: str, stream: BinaryIO, source: str, limits: dict, chunk_rows: in
     `options` the parse options ``label_column`` and ``empty_cells`` of csv, tsv and parquet.
     """
     options = options or {}
+    if fmt not in TABLES:
+        for name in options:  # a table's option on a file without columns: said, not ignored
+            raise ValueError(
+                f"{name}: applies to {', '.join(TABLES)} uploads, not to this {fmt} file"
+                + (LABELS_OF.get(fmt, "") if name == "label_column" else "")
+            )
     if fmt == "npz":
         from app.services.formats.npz import NpzChunks
 
