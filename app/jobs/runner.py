@@ -232,8 +232,10 @@ def _segments(ctx: RunContext, attempt: Attempt, job: Job) -> checkpoint.Segment
 def _store_checkpoint(ctx: RunContext, attempt: Attempt, point: checkpoint.Checkpoint) -> None:
     """Record the checkpoint on the job, then store it, only while this attempt is the job's
     running one: an attempt taken away (re-queued while its worker was cut off) that stored
-    first overwrote the next attempt's checkpoint, and re-created it after the job ended. A
-    store that fails after the record leaves the previous file, which says its own iteration."""
+    first overwrote the next attempt's checkpoint, and re-created it after the job ended. The
+    check comes before the save, so one taken away during a long save can still overwrite: any
+    attempt's checkpoint is a feasible start of the same job, and a resume reads the iteration
+    from the file. A store that fails after the record leaves the previous file."""
     fields = {"checkpoint_at": utcnow(), "checkpoint_iteration": point.iteration}
     current = persist(ctx, lambda s: lifecycle.update_running(s, attempt, **fields), "checkpoint")
     if not current:
