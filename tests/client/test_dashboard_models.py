@@ -96,6 +96,9 @@ def test_register_a_model_with_an_alias_and_open_it_by_the_alias(page, heart_mod
         dataset = client.datasets.get(client.models.get(heart_model)["dataset_id"])
     expect(page.locator("#lineage")).to_contain_text(dataset["sha256"])
     open_ui(page, "#/models")
+    # the stored models name their dataset (before: its id only), linked to its page
+    link = page.locator(f"main table a[href='#/datasets/{dataset['id']}']").first
+    expect(link).to_have_text(dataset["name"])
     registry = page.locator("section[aria-labelledby=registry-title]")
     expect(registry).to_contain_text("heart-svm")
     registry.get_by_role("link", name="heart-svm@production").click()

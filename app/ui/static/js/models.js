@@ -11,11 +11,14 @@ import { selectionSection } from "./selection.js";
 
 export async function list(main) {
   main.append(h("h1", {}, "Models"));
-  const page = await api("/v1/models?limit=100");
+  const [page, datasets] = await Promise.all([api("/v1/models?limit=100"), api("/v1/datasets?limit=500")]);
+  // a dataset by its name where it is among the newest 500, else by its id
+  const names = new Map(datasets.items.map((d) => [d.id, d.name]));
   main.append(page.items.length ? table(page.items, [
     ["Id", (m) => h("a", { href: `#/models/${m.id}` }, m.id)],
     ["Estimator", (m) => m.estimator],
-    ["Dataset", (m) => (m.dataset_id ? h("a", { href: `#/datasets/${m.dataset_id}` }, m.dataset_id) : "–")],
+    ["Dataset", (m) => (m.dataset_id ? h("a", { href: `#/datasets/${m.dataset_id}`, title: m.dataset_id },
+                                         names.get(m.dataset_id) || m.dataset_id) : "–")],
     ["Status", (m) => m.status],
     ["Gap", (m) => fmt(m.gap), { num: true }],
     ["Train accuracy", (m) => fmt(m.train_accuracy), { num: true }],
