@@ -208,6 +208,10 @@ class Settings(BaseSettings):
         20.0, ge=0, description="seconds a stopping worker lets its jobs finish, then hands "
         "them back to the queue",
     )
+    worker_orphan_exit_s: float = Field(
+        10.0, gt=0, description="seconds a local worker whose pool process died has to hand "
+        "its job back (finish its pass, store its checkpoint) before it exits hard",
+    )
 
     @field_validator("data_dir", "cache_dir")
     @classmethod

@@ -30,11 +30,11 @@ from app.tables import Job, JobStatus
 
 log = logging.getLogger("margin.worker")
 SWEEP_INTERVAL_S = 5.0
-# How long a child whose pool process died may take to hand its job back before it exits hard:
-# a solver hears the shutdown within an outer iteration, and the release waits at most
-# SHUTDOWN_DEADLINE_S (5 s, app.jobs.attempt) for the database; 10 s covers both, and bounds how
-# long an orphan runs beside the next service's workers.
-ORPHAN_EXIT_S = 10.0
+# How long a child whose pool process died may take to hand its job back before it exits hard is
+# WORKER_ORPHAN_EXIT_S (10 s by default): a solver hears the shutdown within an outer iteration,
+# and the release waits at most SHUTDOWN_DEADLINE_S (5 s, app.jobs.attempt) for the database;
+# 10 s covers both, and bounds how long an orphan runs beside the next service's workers. A
+# deployment whose passes or checkpoint stores take longer raises it.
 ORPHAN_EXIT_CODE = 70  # EX_SOFTWARE: the child gave up on a clean exit
 
 
@@ -109,23 +109,24 @@ def _child_entry(settings_data: dict, threads: int, nonce: str) -> None:
 
 def _watch_parent(ctx) -> None:
     """When the pool's process is gone (e.g. SIGKILLed), shut down: the running job is released
-    as at SIGTERM. A child that has not exited ORPHAN_EXIT_S later (its solver inside a long
+    as at SIGTERM. A child that has not exited WORKER_ORPHAN_EXIT_S later (its solver inside a long
     compiled call that never asks the callback) exits at once; its job, left running under this
     process's id, is re-queued or failed by the next pool's reaper as for a killed worker. An
     orphaned worker would otherwise run on beside the next service's pool (one ran 35 minutes)."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
+    exit_after_s = ctx.settings.worker_orphan_exit_s
 
     def watch() -> None:
         parent.join()  # returns when the pool's end of the pipe closes: the pool is gone
         log.warning("worker %s: the pool process is gone; stopping", ctx.worker_id)
         ctx.shutdown.set()
-        time.sleep(ORPHAN_EXIT_S)
+        time.sleep(exit_after_s)
         log.error(
             "worker %s: still running %g s after the pool process died; exiting",
             ctx.worker_id,
-            ORPHAN_EXIT_S,
+            exit_after_s,
         )
         os._exit(ORPHAN_EXIT_CODE)
 

@@ -1,6 +1,6 @@
 """A pool worker whose pool process is SIGKILLed while its solver is inside a long call that never
-asks the callback (so it hears no shutdown): the worker exits by itself ORPHAN_EXIT_S later, not
-at the end of the solve, and the next pool's reaper re-queues its job (JOB_RETRIES) as for a
+asks the callback (so it hears no shutdown): the worker exits by itself WORKER_ORPHAN_EXIT_S later,
+not at the end of the solve, and the next pool's reaper re-queues its job (JOB_RETRIES) as for a
 killed worker. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from app.jobs.local_pool import ORPHAN_EXIT_S
 from app.jobs.queue import LocalQueue
 from app.jobs.recovery import Reaper
 from app.jobs.workers import WorkerId
@@ -19,6 +18,9 @@ from app.tables import Job
 from tests.app import pool_process
 
 pytestmark = pytest.mark.timeout(180)
+# WORKER_ORPHAN_EXIT_S of the test's pool: under the default (10 s) by more than SLACK_S, so that
+# a worker that kept the default fails the test.
+ORPHAN_EXIT_S = 3.0
 # Beyond ORPHAN_EXIT_S: seeing the pool's death, the exit and this test's next look at /proc,
 # on a loaded machine. The stalling solver would run an hour.
 SLACK_S = 5.0
@@ -39,7 +41,8 @@ def _running_job(db, job_id: str, pool, log_path, timeout: float = 90.0) -> Job:
 def test_an_orphaned_worker_stuck_in_its_solver_exits_and_its_job_is_requeued(
     app, client, db, heart, tmp_path
 ):
-    settings = app.state.settings.model_copy(update={"job_retries": 1})
+    update = {"job_retries": 1, "worker_orphan_exit_s": ORPHAN_EXIT_S}
+    settings = app.state.settings.model_copy(update=update)
     job_id = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()["id"]
     log_path = tmp_path / "pool.log"
     pool = pool_process.start(settings, log_path, **{pool_process.STALLING_TRAINER_ENV: "1"})
@@ -57,7 +60,7 @@ def test_an_orphaned_worker_stuck_in_its_solver_exits_and_its_job_is_requeued(
             time.sleep(0.05)
         waited = time.monotonic() - killed
         log = log_path.read_text()
-        # it first shut down as at SIGTERM, then gave up on the solver ORPHAN_EXIT_S later
+        # it first shut down as at SIGTERM, then gave up on the solver WORKER_ORPHAN_EXIT_S later
         assert "the pool process is gone; stopping" in log
         assert f"still running {ORPHAN_EXIT_S:g} s after the pool process died" in log
         assert waited >= ORPHAN_EXIT_S - 1.0

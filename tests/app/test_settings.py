@@ -24,6 +24,18 @@ def test_worker_shutdown_timeout_is_a_validated_setting(monkeypatch):
         Settings(worker_shutdown_timeout_s=-1)
 
 
+def test_the_orphaned_worker_exit_is_a_validated_setting(monkeypatch):
+    """WORKER_ORPHAN_EXIT_S: 10 s by default (the pool's constant it replaces), more than 0 (at
+    0 an orphaned worker could not hand back even a job that hears the shutdown at once)."""
+    assert Settings().worker_orphan_exit_s == 10.0
+    monkeypatch.setenv("WORKER_ORPHAN_EXIT_S", "120")
+    assert Settings().worker_orphan_exit_s == 120.0
+    assert Settings(worker_orphan_exit_s=0.001).worker_orphan_exit_s == 0.001
+    monkeypatch.setenv("WORKER_ORPHAN_EXIT_S", "0")
+    with pytest.raises(ValidationError, match="worker_orphan_exit_s"):
+        Settings()
+
+
 @pytest.mark.parametrize("name", ["SEND_TIMEOUT_S", "EVENT_SEND_TIMEOUT_S"])
 def test_the_send_timeout_is_read_under_its_name_and_its_former_one(monkeypatch, name):
     """SEND_TIMEOUT_S bounds every streamed response; it was EVENT_SEND_TIMEOUT_S when only the
