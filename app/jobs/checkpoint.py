@@ -37,8 +37,8 @@ MIN_SEGMENT_PASSES = 5
 
 def scratch_file(scratch: Path) -> Path:
     """A local file for one save or load, named after this host and process, so that the sweep
-    of temporary files (`app.services.sweep`, at the API's start, for its own host's files)
-    removes one left by a worker killed mid-save."""
+    of temporary files (`app.services.sweep`, at the start of the API and of the workers, for
+    their own host's files) removes one left by a worker killed mid-save."""
     return scratch / f"{temp_name('checkpoint')}.npz"
 
 

@@ -5,7 +5,8 @@ NUMBA_NUM_THREADS to cores / pool size before the solvers load, so the pool neve
 the CPU. A supervisor thread replaces children that die; the job a dead child was running is
 re-queued or failed (JOB_RETRIES) at once, and the reaper (`app.jobs.recovery`) runs at start and
 every few seconds for jobs left by a previous service or silent for JOB_STALL_S. The supervisor
-also keeps the disk reserve (`app.disk`) in place.
+also keeps the disk reserve (`app.disk`) in place. At start the pool sweeps this host's temporary
+files of dead processes (`app.services.sweep`): a checkpoint half-saved by a killed worker.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from app.db import Database
 from app.disk import DiskReserve
 from app.jobs import recovery, workers
 from app.jobs.queue import LocalQueue
+from app.services.sweep import sweep_temp_files
 from app.tables import Job, JobStatus
 
 log = logging.getLogger("margin.worker")
@@ -164,6 +166,7 @@ class LocalPool:
 
     def start(self) -> None:
         self.settings.ensure_dirs()
+        sweep_temp_files(self.settings)  # a worker-only host runs no API to sweep its tmp/
         self.reserve.ensure()
         swept = self.reaper.run_once()
         if swept:

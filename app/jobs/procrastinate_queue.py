@@ -260,8 +260,10 @@ def run_worker(settings: Settings, *, on_ready: Callable[[], None] | None = None
     """Run one distributed worker until SIGINT/SIGTERM (see the module docstring)."""
     _configure_threads(settings)
     from app import logs
+    from app.services.sweep import sweep_temp_files
 
     logs.configure(settings.log_format)
+    sweep_temp_files(settings)  # a worker-only host runs no API to sweep its tmp/
     asyncio.run(_serve(settings, on_ready))
 
 

@@ -1,6 +1,8 @@
-"""Leftovers of interrupted uploads: temporary files of dead processes, and stored datasets
-without a row (a crash, or a storage outage, between storing the arrays and committing the row;
-a delete whose objects could not be removed). Swept when the API starts."""
+"""Leftovers of interrupted work: temporary files of dead processes (uploads in flight, parse
+outputs, checkpoints of a worker killed mid-save), and stored datasets without a row (a crash, or
+a storage outage, between storing the arrays and committing the row; a delete whose objects could
+not be removed). The API sweeps both when it starts; a worker (the local pool, a procrastinate
+worker) sweeps its host's temporary files when it starts, since a worker-only host runs no API."""
 
 from __future__ import annotations
 
@@ -52,8 +54,28 @@ def _abandoned(path: Path, now: float) -> bool:
 def sweep_partial_uploads(settings: Settings, db: Database) -> list[str]:
     """Remove uploads and parse outputs left by dead processes, and dataset directories without
     a row (a crash between rename and commit). Returns the removed paths."""
-    removed = []
     now = time.time()
+    removed = _sweep_temp(settings, now) + _sweep_orphan_objects(get_storage(settings), db, now)
+    if removed:
+        log.info("removed %d partial uploads: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+def sweep_temp_files(settings: Settings) -> list[str]:
+    """At a worker's start: remove the entries of DATA_DIR/tmp left by dead processes of this
+    host (or a day old). Never raises: a sweep must not keep a worker from starting."""
+    try:
+        removed = _sweep_temp(settings, time.time())
+    except Exception:
+        log.exception("sweeping temporary files failed")
+        return []
+    if removed:
+        log.info("removed %d temporary files: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+def _sweep_temp(settings: Settings, now: float) -> list[str]:
+    removed = []
     tmp = settings.data_dir / "tmp"
     for path in sorted(tmp.iterdir()) if tmp.exists() else []:
         if _abandoned(path, now):
@@ -61,9 +83,6 @@ def sweep_partial_uploads(settings: Settings, db: Database) -> list[str]:
                 missing_ok=True
             )
             removed.append(str(path))
-    removed += _sweep_orphan_objects(get_storage(settings), db, now)
-    if removed:
-        log.info("removed %d partial uploads: %s", len(removed), ", ".join(removed))
     return removed
 
 

@@ -258,17 +258,13 @@ def _file(path):
     return path
 
 
-def test_a_partial_checkpoint_file_of_a_killed_worker_is_swept(app, db):
-    # a worker killed while saving left `checkpoint-<ns>.npz` in tmp/, which the sweep could not
-    # tie to a process: it stayed a day, however large the dual state
+def _left_by_a_dead_process(tmp):
+    """A partial checkpoint file in `tmp`, written by a process that is gone (as a worker killed
+    mid-save is)."""
     import subprocess
     import sys
     from pathlib import Path
 
-    from app.services.sweep import sweep_partial_uploads
-
-    settings = app.state.settings
-    tmp = settings.data_dir / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     writes = (
         "import sys; from pathlib import Path; from app.jobs.checkpoint import scratch_file; "
@@ -278,9 +274,73 @@ def test_a_partial_checkpoint_file_of_a_killed_worker_is_swept(app, db):
         [sys.executable, "-c", writes, str(tmp)], check=True, capture_output=True, text=True
     )
     left = Path(made.stdout.strip())
-    assert left.parent == tmp and left.exists()  # its maker is gone, as a killed worker is
-    assert str(left) in sweep_partial_uploads(settings, db)
+    assert left.parent == tmp and left.exists()
+    return left
+
+
+def _in_flight(tmp):
+    """A temporary file of this (live) process: no sweep may take it."""
+    from app.services.uploads import temp_name
+
+    path = tmp / temp_name("upload")
+    path.write_bytes(b"in flight")
+    return path
+
+
+def test_a_partial_checkpoint_file_of_a_killed_worker_is_swept(app, db):
+    # a worker killed while saving left `checkpoint-<ns>.npz` in tmp/, which the sweep could not
+    # tie to a process: it stayed a day, however large the dual state
+    from app.services.sweep import sweep_partial_uploads
+
+    left = _left_by_a_dead_process(app.state.settings.data_dir / "tmp")
+    assert str(left) in sweep_partial_uploads(app.state.settings, db)
     assert not left.exists()
+
+
+def test_a_local_pool_sweeps_its_host_s_temp_files_at_its_start(app, tmp_path):
+    # only the API swept tmp/ at its start: a worker-only host (`margin worker`) kept the
+    # partial checkpoints of its killed workers for a day
+    from tests.app import pool_process
+
+    settings = app.state.settings  # no API started here (no client): nothing else sweeps
+    tmp = settings.data_dir / "tmp"
+    left, mine = _left_by_a_dead_process(tmp), _in_flight(tmp)
+    log_path = tmp_path / "pool.log"
+    pool = pool_process.start(settings, log_path)
+    try:
+        deadline = time.monotonic() + 60
+        while left.exists():
+            assert pool.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+    finally:
+        pool.terminate()
+        try:
+            pool.wait(30)
+        except Exception:
+            pool.kill()
+            pool.wait()
+    assert mine.exists()
+
+
+def test_a_procrastinate_worker_sweeps_its_host_s_temp_files_at_its_start(
+    app, monkeypatch, tmp_path
+):
+    from app.jobs import procrastinate_queue
+
+    settings = app.state.settings
+    tmp = settings.data_dir / "tmp"
+    left, mine = _left_by_a_dead_process(tmp), _in_flight(tmp)
+    seen = []
+
+    async def serve(settings, on_ready):  # the worker's loop, once the start is done
+        seen.append(sorted(tmp.iterdir()))
+
+    monkeypatch.setattr(procrastinate_queue, "_serve", serve)
+    monkeypatch.setattr(procrastinate_queue, "_configure_threads", lambda settings: None)
+    monkeypatch.setattr("app.logs.configure", lambda *args, **kwargs: None)
+    procrastinate_queue.run_worker(settings)
+    assert seen == [[mine]] and not left.exists()
 
 
 def test_an_attempt_taken_away_does_not_overwrite_the_next_attempt_s_checkpoint(
