@@ -9,27 +9,47 @@
 Keys are the same on both: ``datasets/<id>/<array>.npy``, ``predictions/<run>.csv``,
 ``checkpoints/<job>.npz``. Every S3 request has connect and read timeouts and no retry, so
 that an unreachable store fails a request within STORAGE_TIMEOUT_S (`StorageUnavailable`, which
-the API answers with 503) instead of hanging it; a worker's download tries again a few times.
+the API answers with 503) instead of hanging it; a worker's reads (a dataset's download, a
+checkpoint's) try again a few times (`retry_unavailable`).
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
+log = logging.getLogger("margin.storage")
 READ_CHUNK = 1 << 20
+T = TypeVar("T")
 
 
 class StorageUnavailable(Exception):
     """The object store could not be reached, or did not answer in time."""
+
+
+def retry_unavailable(work: Callable[[], T], what: str, tries: int, delay_s: float) -> T:
+    """`work()`, tried up to `tries` times while the store is unavailable, waiting `delay_s`,
+    then 2 × `delay_s`, ... between tries; the last try's error is raised. Any other error (a
+    missing object, a bad file) is raised at once: trying again would not change it."""
+    for attempt in range(1, tries + 1):
+        try:
+            return work()
+        except StorageUnavailable as exc:
+            if attempt >= tries:
+                raise
+            log.warning("%s: %s; trying again (%d of %d)", what, exc, attempt + 1, tries)
+            time.sleep(delay_s * attempt)
+    raise ValueError(f"tries must be at least 1, got {tries}")
 
 
 @dataclass(frozen=True)

@@ -22,17 +22,23 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from app.services.uploads import temp_name
-from app.storage import Storage
+from app.storage import Storage, retry_unavailable
 
 log = logging.getLogger("margin.training")
 # Passes a segment makes at least: a restarted solve rebuilds its shrinking state and confirms
 # convergence on a full pass, which one pass per segment would never reach.
 MIN_SEGMENT_PASSES = 5
+# Reads of a stored checkpoint while the store is unavailable: 3 tries, 0.5 s then 1 s apart (and
+# STORAGE_TIMEOUT_S at most each), so that a resume rides out a hiccup and an outage still
+# starts the attempt from scratch within seconds.
+READ_TRIES = 3
+READ_DELAY_S = 0.5
 
 
 def scratch_file(scratch: Path) -> Path:
@@ -66,14 +72,19 @@ class Checkpoint:
     @classmethod
     def load(cls, storage: Storage, key: str, scratch: Path) -> Checkpoint | None:
         """The stored checkpoint, read from a local file (the store's own where it is a local
-        directory): joining its chunks in memory, then reading them, made two copies."""
+        directory): joining its chunks in memory, then reading them, made two copies.
+
+        A store that is unavailable is tried READ_TRIES times, READ_DELAY_S apart and more:
+        one S3 hiccup lost the job's progress (the attempt started from scratch). A missing or
+        bad file is not tried again."""
         path = storage.local_path(key)
         fetched = None
         if path is None:
             fetched = path = scratch_file(scratch)
         try:
             if fetched is not None:
-                storage.fetch(key, fetched)
+                fetch = partial(storage.fetch, key, fetched)
+                retry_unavailable(fetch, f"reading checkpoint {key}", READ_TRIES, READ_DELAY_S)
             elif not path.exists():
                 raise FileNotFoundError(key)
             with np.load(path, allow_pickle=False) as data:

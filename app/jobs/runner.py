@@ -217,7 +217,7 @@ def _segments(ctx: RunContext, attempt: Attempt, job: Job) -> checkpoint.Segment
             start = checkpoint.Checkpoint.load(
                 get_storage(ctx.settings), checkpoint_key(job.id), ctx.settings.data_dir / "tmp"
             )
-        except Exception as exc:  # the store is away or the file is bad: start from scratch
+        except Exception as exc:  # the store stayed away through the tries, or a bad file
             log.warning("job %s: checkpoint not read (%s); starting from scratch", job.id, exc)
         if start is not None:
             persist(ctx, lambda s: lifecycle.resume(s, attempt, start.iteration), "resume")

@@ -26,11 +26,12 @@ from pathlib import Path
 from threading import Lock
 
 from app.services.uploads import temp_name
-from app.storage import Storage, StorageUnavailable
+from app.storage import Storage, retry_unavailable
 
 log = logging.getLogger("margin.cache")
 PART_MAX_AGE_S = 86_400.0
 DOWNLOAD_TRIES = 3
+DOWNLOAD_DELAY_S = 2.0  # then 4 s: an S3 hiccup, not an outage, is waited out
 
 
 class ArrayCache:
@@ -49,17 +50,13 @@ class ArrayCache:
         if final.is_dir():
             _touch(final)
             return final
+
+        def download() -> None:
+            if not final.is_dir():  # another process may have fetched it while we waited
+                self._download(storage, prefix, names, final)
+
         with self._lock, _file_lock(self.root / ".locks" / f"{_safe(key)}.lock"):
-            for attempt in range(1, DOWNLOAD_TRIES + 1):
-                if final.is_dir():  # another process may have fetched it while we waited
-                    break
-                try:
-                    self._download(storage, prefix, names, final)
-                except StorageUnavailable as exc:
-                    if attempt == DOWNLOAD_TRIES:
-                        raise
-                    log.warning("downloading %s: %s; trying again", prefix, exc)
-                    time.sleep(2.0 * attempt)
+            retry_unavailable(download, f"downloading {prefix}", DOWNLOAD_TRIES, DOWNLOAD_DELAY_S)
         _touch(final)
         self.evict(keep=final)
         return final

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.jobs.runner import RunContext, run_job
-from app.storage import checkpoint_key, get_storage
+from app.storage import StorageUnavailable, checkpoint_key, get_storage
 from app.tables import Job, Model
 from solvers import LinearSVC, read_libsvm
 from tests.app.conftest import HEART
@@ -341,6 +341,93 @@ def test_a_procrastinate_worker_sweeps_its_host_s_temp_files_at_its_start(
     monkeypatch.setattr("app.logs.configure", lambda *args, **kwargs: None)
     procrastinate_queue.run_worker(settings)
     assert seen == [[mine]] and not left.exists()
+
+
+class FlakyStore:
+    """A stand-in for an object store (no local path: a checkpoint is fetched) over a directory
+    store, whose first `failures` fetches fail as an unreachable S3 does."""
+
+    def __init__(self, inner, failures: float):
+        self.inner, self.failures, self.fetches = inner, failures, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def local_path(self, key):
+        return None
+
+    def fetch(self, key, path):
+        self.fetches += 1
+        if self.fetches <= self.failures:
+            raise StorageUnavailable("object storage unreachable: read timeout")
+        self.inner.fetch(key, path)
+
+
+@pytest.mark.parametrize(
+    "failures, corrupt, resumes, fetches",
+    [(1, False, True, 2), (float("inf"), False, False, 3), (0, True, False, 1)],
+    ids=["fails-once", "always-fails", "corrupt"],
+)
+def test_a_resume_rides_out_a_storage_hiccup_but_not_an_outage_or_a_bad_file(
+    app, client, db, heart, monkeypatch, failures, corrupt, resumes, fetches
+):
+    # the stored checkpoint was read once: one S3 hiccup made the attempt start from scratch,
+    # losing every pass of the earlier ones
+    from app.jobs import checkpoint, runner
+
+    assert checkpoint.READ_TRIES == 3  # the always-failing store is fetched that often
+    settings = app.state.settings
+    settings.checkpoint_s = 1e-4
+    job_id = _job(client, heart)
+    assert run_job(job_id, RunContext(settings, db, shutdown=StopAfter(6))) == "queued"
+    with db.session() as session:
+        stored = session.get(Job, job_id).checkpoint_iteration
+    if corrupt:  # a file cut short: no retry reads it whole
+        path = get_storage(settings).local_path(checkpoint_key(job_id))
+        path.write_bytes(path.read_bytes()[:100])
+    flaky = FlakyStore(get_storage(settings), failures)
+    monkeypatch.setattr(runner, "get_storage", lambda _settings: flaky)
+    assert run_job(job_id, RunContext(settings, db)) == "succeeded"
+    assert flaky.fetches == fetches
+    view = client.get(f"/v1/jobs/{job_id}").json()
+    assert view["resumed_from"] == (stored if resumes else None)
+    reasons = [e["reason"] for e in client.get(f"/v1/jobs/{job_id}/history").json()["items"]]
+    assert (f"resumed from the checkpoint at iteration {stored}" in reasons) is resumes
+    progress = client.get(f"/v1/jobs/{job_id}/progress").json()["items"]
+    assert (progress[0]["iteration"] > stored) is resumes  # counted on, or from pass 1
+    coef, model = _coef(db, job_id)
+    straight = LinearSVC(**PARAMS).fit(*read_libsvm(HEART)[:2])
+    assert model.status == "converged"
+    np.testing.assert_allclose(coef[0], straight.coef_[0], atol=1e-4)
+
+
+def test_a_checkpoint_read_gives_up_within_its_tries_and_at_once_on_a_bad_file(tmp_path):
+    from app.jobs.checkpoint import READ_DELAY_S, READ_TRIES, Checkpoint
+    from app.storage import FileStorage
+
+    inner, key = FileStorage(tmp_path / "store"), checkpoint_key("job_x")
+    Checkpoint(np.arange(5.0), np.ones((1, 3)), np.zeros(1), 7, 1.5).save(inner, key, tmp_path)
+    down = FlakyStore(inner, float("inf"))
+    began = time.monotonic()
+    with pytest.raises(StorageUnavailable):
+        Checkpoint.load(down, key, tmp_path)
+    waited = time.monotonic() - began
+    backoff = READ_DELAY_S * sum(range(1, READ_TRIES))  # 0.5 s, then 1 s
+    assert down.fetches == READ_TRIES and backoff <= waited < backoff + 2.0
+    assert [p.name for p in tmp_path.iterdir()] == ["store"]  # no scratch file left
+
+    hiccup = FlakyStore(inner, 1)
+    back = Checkpoint.load(hiccup, key, tmp_path)
+    assert hiccup.fetches == 2 and (back.iteration, back.elapsed_s) == (7, 1.5)
+    np.testing.assert_array_equal(back.alpha, np.arange(5.0))
+
+    inner.local_path(key).write_bytes(b"PK\x03\x04 not a checkpoint")
+    bad = FlakyStore(inner, 0)
+    began = time.monotonic()
+    with pytest.raises(Exception) as raised:
+        Checkpoint.load(bad, key, tmp_path)
+    assert not isinstance(raised.value, StorageUnavailable)
+    assert bad.fetches == 1 and time.monotonic() - began < READ_DELAY_S
 
 
 def test_an_attempt_taken_away_does_not_overwrite_the_next_attempt_s_checkpoint(
