@@ -44,9 +44,12 @@ class RunCancelled(Exception):
     """The run being written is no longer this runner's: cancelled (or deleted) meanwhile."""
 
 
-def check_room(session, n_rows: int, outputs: int, label_bytes: int = 0) -> None:
-    """429 when this run's CSV, with those the tenant's active runs will write (at one output
-    a row), may not fit in its storage quota: the CSVs count once written, too late to refuse."""
+def check_room(
+    session, n_rows: int, outputs: int, label_bytes: int = 0, header_bytes: int = 0
+) -> None:
+    """429 when this run's CSV (`header_bytes` and its rows), with those the tenant's active
+    runs will write (at one output a row), may not fit in its storage quota: the CSVs count once
+    written, too late to refuse."""
     from app.services import quotas
 
     active_rows = session.scalar(
@@ -55,8 +58,8 @@ def check_room(session, n_rows: int, outputs: int, label_bytes: int = 0) -> None
         .join(Dataset, Dataset.id == PredictionRun.dataset_id)
         .where(PredictionRun.status.in_(ACTIVE))
     )
-    label = csv_estimate(n_rows, outputs, label_bytes)
-    quotas.check_storage(session, label + csv_estimate(active_rows, 1))
+    this_run = csv_estimate(n_rows, outputs, label_bytes, header_bytes)
+    quotas.check_storage(session, this_run + csv_estimate(active_rows, 1))
 
 
 class ModelDeleted(LookupError):
@@ -64,11 +67,17 @@ class ModelDeleted(LookupError):
 
 
 def create_run(
-    db, model_id: str, dataset_id: str, n_rows: int, outputs: int, probabilities: bool = False
+    db,
+    model_id: str,
+    dataset_id: str,
+    n_rows: int,
+    outputs: int,
+    probabilities: bool = False,
+    header_bytes: int = 0,
 ) -> PredictionRun:
     """Insert a queued run, unless the tenant already has as many active runs as allowed, or
-    its CSV of `n_rows` x `outputs` may not fit in the storage quota (429); a
-    `PredictionRunner` picks it up. `probabilities`: its CSV adds the class probabilities."""
+    its CSV of `header_bytes` then `n_rows` x `outputs` may not fit in the storage quota (429);
+    a `PredictionRunner` picks it up. `probabilities`: its CSV adds the class probabilities."""
     from app.services import quotas
 
     with db.write() as session:
@@ -80,7 +89,7 @@ def create_run(
             raise ModelDeleted(model_id)
         # in this transaction, the tenant's row locked (or first made): no two slip under
         quotas.check_active_prediction_runs(session)
-        check_room(session, n_rows, outputs, label_width(model.classes))
+        check_room(session, n_rows, outputs, label_width(model.classes), header_bytes)
         run = PredictionRun(
             id=new_id("pred"), model_id=model_id, dataset_id=dataset_id, status="queued",
             probabilities=probabilities,
