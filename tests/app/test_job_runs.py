@@ -218,6 +218,7 @@ def test_accuracies_are_computed_a_slice_of_rows_at_a_time():
     import scipy.sparse as sp
 
     from app.jobs import runner
+    from app.services import dataset_source
     from solvers import LinearSVC
 
     classes, n_rows = 500, 40_000  # all rows at once: 40,000 x 500 x 8 bytes = 160 MB
@@ -235,7 +236,7 @@ def test_accuracies_are_computed_a_slice_of_rows_at_a_time():
     finally:
         tracemalloc.stop()
     assert accuracy == expected and 0 < accuracy < 0.05
-    assert peak < 4 * runner.SCORE_ENTRIES * 8  # 32 MB
+    assert peak < 4 * dataset_source.SCORE_ENTRIES * 8  # 32 MB
 
 
 def test_accuracies_slice_wide_rows_by_their_stored_entries():
@@ -249,6 +250,7 @@ def test_accuracies_slice_wide_rows_by_their_stored_entries():
     import scipy.sparse as sp
 
     from app.jobs import runner
+    from app.services import dataset_source
     from solvers import LinearSVC
 
     n_rows, width = 12_000, 500  # 6 million entries: 72 MB as CSR, copied whole before
@@ -267,4 +269,4 @@ def test_accuracies_slice_wide_rows_by_their_stored_entries():
     finally:
         tracemalloc.stop()
     assert accuracy == expected and accuracy > 0.6
-    assert peak < 4 * runner.SCORE_ENTRIES * 8, peak / 2**20  # 32 MB
+    assert peak < 4 * dataset_source.SCORE_ENTRIES * 8, peak / 2**20  # 32 MB
