@@ -270,3 +270,48 @@ def test_a_runs_csv_header_counts_against_the_quota(make_service):
     assert len(stored.content) > header  # what the run stores: more than its rows' estimate
     with app.state.db.session() as session:
         assert storage_used(session, "acme") <= used + rows + header
+
+
+def test_queued_runs_hold_their_own_csv_estimates_against_the_quota(make_service):
+    """Active runs were counted at one output a row, so a queued run of a model of 1,000
+    calibrated classes (2,000 values a row) held 1/40 of its CSV: a second run fitting beside
+    that was accepted, and the two CSVs passed the quota. A run now holds its own estimate
+    until it ends: the second run is refused, and accepted once the first is cancelled."""
+    import numpy as np
+
+    from app.services.prediction_csv import csv_estimate
+    from app.services.quotas import storage_used
+    from app.tables import Model
+    from tests.app.model_rows import Service, rng_problem
+
+    client, app = make_service(auth_mode="required")
+    app.state.prediction_runner.stop()  # the runs stay queued: their CSVs are not yet written
+    acme = new_key(app, "acme", "admin")
+    service = Service(app, client)
+    coef = np.random.default_rng(0).standard_normal((1000, 20))
+    wide = service.add_model(coef, np.zeros(1000), list(range(1000)), tenant="acme")
+    with app.state.db.write() as session:
+        session.get(Model, wide).calibration = {"method": "softmax", "temperature": 1.0}
+    narrow = service.add_model(coef[:1], [0.0], [-1, 1], tenant="acme")
+    dataset = service.add_dataset(rng_problem(n=50, d=20, seed=1), np.ones(50), tenant="acme")
+    with app.state.db.session() as session:
+        used = storage_used(session, "acme")
+    names = [f"decision_value_{c}" for c in range(1000)] + [f"probability_{c}" for c in range(1000)]
+    wide_run = csv_estimate(50, 2000, header=len(",".join(["row", "label", *names])) + 2)
+    narrow_run = csv_estimate(50, 1, header=len(b"row,label,decision_value\r\n"))
+    keys.set_quota(app.state.db, "acme", storage_bytes=used + wide_run + narrow_run - 1,
+                   active_jobs=None)  # fmt: skip
+
+    def run(model, **params):
+        return client.post(f"/v1/models/{model}/predictions", params=params,
+                           json={"dataset_id": dataset}, headers=acme)  # fmt: skip
+
+    first = run(wide, probabilities="true")
+    assert first.status_code == 202, first.text
+    refused = run(narrow)  # one byte short beside the first run's estimate
+    assert refused.status_code == 429 and refused.headers["Retry-After"], refused.text
+    cancel = client.post(f"{first.headers['location']}/cancel", headers=acme)
+    assert cancel.json()["status"] == "cancelled", cancel.text
+    assert run(narrow).status_code == 202  # the cancelled run holds nothing
+    with app.state.db.session() as session:
+        assert storage_used(session, "acme") == used + narrow_run
