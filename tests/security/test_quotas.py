@@ -267,6 +267,7 @@ def test_a_runs_csv_header_counts_against_the_quota(make_service):
     stored = client.get(done["result"], headers=acme)
     written = list(csv.reader(io.StringIO(stored.text)))
     assert written[0] == ["row", "label", *names] and len(written) == 3
+    assert all(row[1] in classes and len(row) == 2002 for row in written[1:])
     assert len(stored.content) > header  # what the run stores: more than its rows' estimate
     with app.state.db.session() as session:
         assert storage_used(session, "acme") <= used + rows + header
