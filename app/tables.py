@@ -364,7 +364,8 @@ class PredictionRun(Base):
     started_at: Mapped[datetime | None]
     heartbeat_at: Mapped[datetime | None]
     n_rows: Mapped[int | None] = mapped_column(Integer)
-    size_bytes: Mapped[int | None] = mapped_column(BigInteger)  # the CSV's, for the quota
+    # the CSV's size, for the quota; while queued or running, its estimate (held for it)
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger)
     # the CSV has the calibrated class probabilities too (migration 0015)
     probabilities: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     error: Mapped[str | None] = mapped_column(Text)

@@ -23,6 +23,7 @@ from app.services import prediction_runs as runs
 from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.datasets import named_dataset
 from app.services.prediction import calibrated, why_no_calibration
+from app.services.prediction_csv import header_bytes
 from app.services.prediction_runner import PredictionRunner
 from app.storage import get_storage, prediction_key
 from app.streaming import TimedStreamingResponse
@@ -103,7 +104,13 @@ def create_prediction_run(
         source = DatasetSource.of(settings, dataset)
         source.check(loaded)
         run = runs.create_run(
-            db, model.id, dataset.id, dataset.n_rows, outputs, probabilities=with_probabilities
+            db,
+            model.id,
+            dataset.id,
+            dataset.n_rows,
+            outputs,
+            probabilities=with_probabilities,
+            header_bytes=header_bytes(loaded, with_probabilities),
         )
     except DatasetMismatch as exc:
         raise ProblemError(422, "Dataset not compatible", str(exc)) from None

@@ -18,6 +18,29 @@ from app.services.dataset_files import align_columns
 from app.services.prediction import OVERFLOW, LinearModel, first_overflow
 
 CHUNK_ROWS = 8192
+# Decision values (and probabilities) scored at once, and about as many stored entries: a chunk
+# of CHUNK_ROWS rows of 1,000 classes held 65 MB of decision values, and as much again in each
+# copy (probabilities, their targets); a job's training accuracy once asked for 916 MiB so.
+SCORE_ENTRIES = 1 << 20
+
+
+def score_rows(columns: int) -> int:
+    """Rows scored at once when each row has `columns` values: SCORE_ENTRIES in all."""
+    return max(1, SCORE_ENTRIES // max(1, columns))
+
+
+def row_slices(indptr, n_rows: int, step: int):
+    """Row ranges of at most `step` rows holding at most SCORE_ENTRIES stored entries (a row
+    holding more is a range of its own); `indptr` None for dense rows (sliced as views)."""
+    start = 0
+    while start < n_rows:
+        stop = min(start + step, n_rows)
+        if indptr is not None:
+            end = int(indptr[start]) + SCORE_ENTRIES  # a Python int: an int32 indptr would wrap
+            fits = int(np.searchsorted(indptr, end, side="right")) - 1
+            stop = max(start + 1, min(stop, fits))
+        yield start, stop
+        start = stop
 
 
 class DatasetMismatch(ValueError):
@@ -78,7 +101,8 @@ class DatasetSource:
 
     def chunks(self, model: LinearModel, rows: int | None = None):
         """Yield (first row, X chunk in the model's columns, y chunk) over the dataset, `rows`
-        rows at a time (default CHUNK_ROWS).
+        rows at a time (default CHUNK_ROWS), fewer where their decision values and
+        probabilities, or their stored entries, would be more than SCORE_ENTRIES (`row_slices`).
 
         The arrays are memory-mapped and read a chunk at a time, so a prediction over a large
         dataset does not hold it in the API process's memory."""
@@ -88,9 +112,8 @@ class DatasetSource:
         }
         indptr = arrays["indptr"]
         n_rows = len(indptr) - 1
-        rows = rows or CHUNK_ROWS
-        for start in range(0, n_rows, rows):
-            stop = min(start + rows, n_rows)
+        step = min(rows or CHUNK_ROWS, score_rows(model.n_outputs + len(model.classes)))
+        for start, stop in row_slices(indptr, n_rows, step):
             lo, hi = int(indptr[start]), int(indptr[stop])
             X = sp.csr_matrix(
                 (

@@ -74,7 +74,7 @@ def distributed_trainer(option: dict, directory, n_features: int, classes, addre
             coef=coef,
             intercept=intercept,
             status=str(result.status),
-            gap=result.duality_gap,
+            gap=finite_or_none(result.duality_gap),
             n_iter=int(result.n_iter),
             duality_gap=finite_or_none(result.duality_gap),
             predict=_predictor(coef, intercept, np.asarray(labels)),

@@ -8,6 +8,7 @@ stored CSV is whole.
 from __future__ import annotations
 
 import csv
+import io
 import os
 from pathlib import Path
 
@@ -34,6 +35,14 @@ def csv_header(model: LinearModel, probabilities: bool = False) -> list[str]:
     if model.coef.shape[0] == 1:
         return ["row", "label", "decision_value", *extra]
     return ["row", "label", *(f"decision_value_{c}" for c in model.classes), *extra]
+
+
+def header_bytes(model: LinearModel, probabilities: bool = False) -> int:
+    """Bytes of the CSV's header line as written: a column per class and output (two with
+    probabilities), each naming its class, so with many long class names it outweighs rows."""
+    line = io.StringIO()
+    csv.writer(line).writerow(csv_header(model, probabilities))
+    return len(line.getvalue().encode())
 
 
 def write_csv(path: Path, model: LinearModel, chunks, probabilities: bool = False) -> int:
@@ -68,10 +77,12 @@ def write_csv(path: Path, model: LinearModel, chunks, probabilities: bool = Fals
 CSV_FIELD_BYTES = 24  # a row index, a label or a float64's repr, with its comma: at most about
 
 
-def csv_estimate(n_rows: int, outputs: int, label_bytes: int = 0) -> int:
-    """An upper estimate of a run's CSV: a row index, a label and the decision values a row
-    (`label_bytes`: the widest label as written, when wider than a number: a class name)."""
-    return n_rows * (CSV_FIELD_BYTES * (2 + outputs) + max(0, label_bytes - CSV_FIELD_BYTES))
+def csv_estimate(n_rows: int, outputs: int, label_bytes: int = 0, header: int = 0) -> int:
+    """An upper estimate of a run's CSV: its `header` line's bytes, then a row index, a label
+    and the decision values (and probabilities) a row (`label_bytes`: the widest label as
+    written, when wider than a number: a class name)."""
+    row = CSV_FIELD_BYTES * (2 + outputs) + max(0, label_bytes - CSV_FIELD_BYTES)
+    return header + n_rows * row
 
 
 def label_width(classes: list | None) -> int:

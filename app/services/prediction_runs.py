@@ -44,19 +44,18 @@ class RunCancelled(Exception):
     """The run being written is no longer this runner's: cancelled (or deleted) meanwhile."""
 
 
-def check_room(session, n_rows: int, outputs: int, label_bytes: int = 0) -> None:
-    """429 when this run's CSV, with those the tenant's active runs will write (at one output
-    a row), may not fit in its storage quota: the CSVs count once written, too late to refuse."""
+def check_room(
+    session, n_rows: int, outputs: int, label_bytes: int = 0, header_bytes: int = 0
+) -> int:
+    """This run's CSV estimate (`header_bytes` and its rows); 429 when it may not fit in the
+    tenant's storage quota. The tenant's active runs count there at their own estimates (a
+    run holds its estimate in `size_bytes` until it ends): the CSVs are written too late to
+    refuse."""
     from app.services import quotas
 
-    active_rows = session.scalar(
-        select(func.coalesce(func.sum(Dataset.n_rows), 0))
-        .select_from(PredictionRun)
-        .join(Dataset, Dataset.id == PredictionRun.dataset_id)
-        .where(PredictionRun.status.in_(ACTIVE))
-    )
-    label = csv_estimate(n_rows, outputs, label_bytes)
-    quotas.check_storage(session, label + csv_estimate(active_rows, 1))
+    estimate = csv_estimate(n_rows, outputs, label_bytes, header_bytes)
+    quotas.check_storage(session, estimate)
+    return estimate
 
 
 class ModelDeleted(LookupError):
@@ -64,11 +63,17 @@ class ModelDeleted(LookupError):
 
 
 def create_run(
-    db, model_id: str, dataset_id: str, n_rows: int, outputs: int, probabilities: bool = False
+    db,
+    model_id: str,
+    dataset_id: str,
+    n_rows: int,
+    outputs: int,
+    probabilities: bool = False,
+    header_bytes: int = 0,
 ) -> PredictionRun:
     """Insert a queued run, unless the tenant already has as many active runs as allowed, or
-    its CSV of `n_rows` x `outputs` may not fit in the storage quota (429); a
-    `PredictionRunner` picks it up. `probabilities`: its CSV adds the class probabilities."""
+    its CSV of `header_bytes` then `n_rows` x `outputs` may not fit in the storage quota (429);
+    a `PredictionRunner` picks it up. `probabilities`: its CSV adds the class probabilities."""
     from app.services import quotas
 
     with db.write() as session:
@@ -80,10 +85,10 @@ def create_run(
             raise ModelDeleted(model_id)
         # in this transaction, the tenant's row locked (or first made): no two slip under
         quotas.check_active_prediction_runs(session)
-        check_room(session, n_rows, outputs, label_width(model.classes))
+        estimate = check_room(session, n_rows, outputs, label_width(model.classes), header_bytes)
         run = PredictionRun(
             id=new_id("pred"), model_id=model_id, dataset_id=dataset_id, status="queued",
-            probabilities=probabilities,
+            probabilities=probabilities, size_bytes=estimate,  # held for its CSV until it ends
         )
         session.add(run)
     return run
@@ -143,6 +148,10 @@ def claim_next(db, worker: str) -> RunClaim | None:
 
 
 def _move(session, run_id: str, attempt: int, from_: str, to: str, /, **values) -> bool:
+    """from_ -> to, if the run is still at (attempt, from_). A run that ends gives back the
+    storage its CSV estimate held: its CSV's size if it succeeded, else nothing."""
+    if to not in ACTIVE:
+        values.setdefault("size_bytes", None)
     result = session.execute(
         update(PredictionRun)
         .where(PredictionRun.id == run_id, PredictionRun.attempt == attempt)

@@ -129,7 +129,11 @@ def selection_summary(est) -> dict:
             "n_iter": [int(table[f"split{f}_n_iter"][i]) for f in range(n_folds)],
             "fit_time_s": [float(table[f"split{f}_fit_time"][i]) for f in range(n_folds)],
             "status": [str(table[f"split{f}_status"][i]) for f in range(n_folds)],
-            "duality_gap": [float(table[f"split{f}_duality_gap"][i]) for f in range(n_folds)],
+            # NaN where a fold's objectives overflowed (C 1e300 on values 1e99): null in JSON,
+            # which PostgreSQL's json refuses NaN in (the job failed as it stored its model)
+            "duality_gap": [
+                finite_or_none(table[f"split{f}_duality_gap"][i]) for f in range(n_folds)
+            ],
         })  # fmt: skip
     return {
         "C": float(est.C_),

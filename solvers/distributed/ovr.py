@@ -86,7 +86,10 @@ def _combine(results, k, rounds, monitor, blocks) -> SolveResult:
     w, alpha, bias = np.zeros((k, d)), np.zeros((k, n)), np.zeros(k)
     for c, r in enumerate(results):
         w[c], alpha[c], bias[c] = r.w, r.alpha, r.bias
+    # a class not started is stored at w = 0, α = 0: its primal, not 0, with a dual of 0
+    unstarted = k - len(results)
     primal = float(sum(r.primal for r in results))
+    primal += unstarted * _primal_at_zero(blocks) if unstarted else 0.0
     dual = float(sum(r.dual for r in results))
     gaps = [r.duality_gap for r in results]
     return SolveResult(
@@ -112,3 +115,14 @@ def _combine(results, k, rounds, monitor, blocks) -> SolveResult:
             "recoveries": list(blocks.recoveries),
         },
     )  # fmt: skip
+
+
+def _primal_at_zero(blocks) -> float:
+    """The primal of a binary problem at w = 0: Σ C_i, every row's loss at margin 0 being 1.
+    The same for every class (C_i follows the row's own label and weight), so it is measured
+    on the problem the blocks hold (one pass, made only when a class was not started)."""
+    zero = np.zeros(blocks.n_features + 1)
+    while True:  # a block placed again after a loss: measure once more
+        results, failed = blocks.call_all("measure", (zero, False, False))
+        if not failed:
+            return float(sum(r["loss"] for r in results))

@@ -123,3 +123,71 @@ def test_a_dataset_deleted_while_it_is_read_is_404(service, binary, monkeypatch)
                                        json={"dataset_id": dataset_id})  # fmt: skip
         assert response.status_code == 404, (path, response.text)
         assert "deleted while it was being read" in response.json()["detail"]
+
+
+def _stored(directory, X, y) -> DatasetSource:
+    """A DatasetSource over CSR arrays saved under `directory` (as an upload stores them)."""
+    directory.mkdir()
+    for name, array in (("data", X.data), ("indices", X.indices), ("indptr", X.indptr), ("y", y)):
+        np.save(directory / f"{name}.npy", array)
+    return DatasetSource(lambda: directory, X.shape[1], zero_based=False)
+
+
+def _evaluated_peak(model, source) -> tuple[dict, int]:
+    import tracemalloc
+
+    from app.services.dataset_scores import evaluate
+
+    model.calibrator  # noqa: B018 - its module imported before the count, not counted
+    tracemalloc.start()
+    try:
+        report = evaluate(model, source)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return report, peak
+
+
+def test_evaluate_scores_a_bounded_slice_of_many_classes_at_a_time(tmp_path):
+    """evaluate scored CHUNK_ROWS (8,192) rows at once whatever the classes: at 600 calibrated
+    classes 39 MB of decision values, as much of probabilities and of each copy (a 150 MB peak).
+    A chunk now holds SCORE_ENTRIES decision values and probabilities, as a job's accuracy."""
+    from app.services.dataset_source import SCORE_ENTRIES
+    from app.services.prediction import LinearModel
+
+    classes, n_rows = 600, 9000
+    rng = np.random.default_rng(5)
+    coef, intercept = rng.standard_normal((classes, 4)), rng.standard_normal(classes)
+    X = sp.csr_matrix(rng.standard_normal((n_rows, 4)))
+    y = rng.integers(classes, size=n_rows).astype(np.float64)
+    model = LinearModel("m", "classifier", list(range(classes)), 4, False, coef, intercept,
+                        calibration={"method": "softmax", "temperature": 2.0})  # fmt: skip
+    report, peak = _evaluated_peak(model, _stored(tmp_path / "ds", X, y))
+    D = X @ coef.T + intercept  # every row at once: the reference
+    P = np.exp(D / 2.0 - (D / 2.0).max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    truth = y.astype(np.int64)
+    assert report["accuracy"] == pytest.approx(np.mean(D.argmax(axis=1) == truth), abs=1e-12)
+    expected_loss = -np.mean(np.log(np.clip(P[np.arange(n_rows), truth], 1e-15, 1.0)))
+    assert report["log_loss"] == pytest.approx(expected_loss, rel=1e-9)
+    assert peak < 4 * SCORE_ENTRIES * 8, peak / 2**20  # 32 MB
+
+
+def test_evaluate_reads_wide_rows_a_bounded_slice_of_entries_at_a_time(tmp_path):
+    """A chunk was CHUNK_ROWS rows however many stored entries they held: 8,192 rows of 500
+    copied 4 million entries (49 MB) at once. A chunk now holds about SCORE_ENTRIES entries."""
+    from app.services.dataset_source import SCORE_ENTRIES
+    from app.services.prediction import LinearModel
+
+    n_rows, width = 9000, 500
+    rng = np.random.default_rng(6)
+    indptr = np.arange(0, n_rows * width + 1, width, dtype=np.int64)
+    indices = np.tile(np.arange(width, dtype=np.int32), n_rows)
+    X = sp.csr_matrix((rng.standard_normal(n_rows * width), indices, indptr), (n_rows, width))
+    coef = rng.standard_normal((1, width))
+    y = np.where(rng.random(n_rows) < 0.5, 1.0, -1.0)
+    model = LinearModel("m", "classifier", [-1, 1], width, False, coef, np.zeros(1))
+    report, peak = _evaluated_peak(model, _stored(tmp_path / "ds", X, y))
+    predicted = np.where((X @ coef.T).ravel() > 0, 1.0, -1.0)
+    assert report["accuracy"] == pytest.approx(np.mean(predicted == y), abs=1e-12)
+    assert peak < 2 * SCORE_ENTRIES * 12, peak / 2**20  # 24 MB: a chunk's entries, a copy

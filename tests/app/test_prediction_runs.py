@@ -288,3 +288,32 @@ def test_probabilities_of_a_model_without_calibration_is_a_422_and_no_run(servic
     r = service.client.post(url, params={"probabilities": "maybe"}, json={"dataset_id": dataset_id})
     assert r.status_code == 422, r.text
     assert service.count(PredictionRun) == 0
+
+
+def test_an_isotonic_multiclass_run_writes_the_probabilities_predict_gives(service):
+    """Isotonic calibration (a piecewise-linear map per class, clipped, then normalized): the
+    run's probability columns are predict's, each row summing to 1."""
+    rng = np.random.default_rng(15)
+    model_id = service.add_model(rng.standard_normal((3, N_FEATURES)), np.zeros(3), [0, 1, 2])
+    y_steps = [[0.0, 0.2, 1.0], [0.1, 0.5, 0.9], [0.0, 0.0, 0.6]]
+    breakpoints = {"x": [[-1.0, 0.0, 1.0]] * 3, "y": y_steps}
+    _calibrate(service, model_id, {"method": "isotonic", **breakpoints})
+    X = rng_problem(n=20, seed=16)
+    dataset_id = service.add_dataset(X, np.zeros(20))
+    r = service.client.post(
+        f"/v1/models/{model_id}/predictions?probabilities=true", json={"dataset_id": dataset_id}
+    )
+    assert r.status_code == 202, r.text
+    csv_text = service.client.get(finished_run(service.client, r.headers["location"])["result"])
+    rows = list(csv.reader(io.StringIO(csv_text.text)))
+    P = np.array([[float(v) for v in row[-3:]] for row in rows[1:]])
+    online = service.client.post(
+        f"/v1/models/{model_id}/predict",
+        json={"instances": sparse_instances(X), "probabilities": True},
+    ).json()
+    assert P.tolist() == online["probabilities"]
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=1e-12)
+    D = np.array([[float(v) for v in row[2:5]] for row in rows[1:]])
+    expected = np.column_stack([np.interp(D[:, j], breakpoints["x"][j], breakpoints["y"][j])
+                                for j in range(3)])  # fmt: skip
+    np.testing.assert_allclose(P, expected / expected.sum(axis=1, keepdims=True), rtol=1e-12)

@@ -181,7 +181,8 @@ def test_prediction_runs_are_refused_where_their_csvs_may_not_fit(make_service, 
     model = client.get(f"/v1/jobs/{job['id']}", headers=acme).json()["model_id"]
     with app.state.db.session() as session:
         used = storage_used(session, "acme")
-    one_run = csv_estimate(dataset["n_rows"], 1)  # the model has one output (two classes)
+    header = len(b"row,label,decision_value\r\n")  # the model has one output (two classes)
+    one_run = csv_estimate(dataset["n_rows"], 1, header=header)
 
     def run():
         return client.post(f"/v1/models/{model}/predictions", json={"dataset_id": dataset["id"]},
@@ -213,3 +214,105 @@ def test_an_upload_with_almost_no_room_left_is_429(make_service):
     refused = upload(client, heart(1), headers=acme)  # before: 500
     assert refused.status_code == 429, refused.text
     assert str(pickle.loads(pickle.dumps(QuotaExceeded(4)))) == str(QuotaExceeded(4))
+
+
+def test_a_runs_csv_header_counts_against_the_quota(make_service):
+    """A CSV's header has a decision value and a probability column per class, each naming it:
+    1,000 classes of 200-byte names (commas, quotes, a newline: quoted, the quotes doubled) make
+    a header of 435 KB, more than four times two rows of their values (97 KB). The estimate
+    counted only the rows, so such a run was accepted and stored 4.5 times its estimate; now the
+    header is counted too, to the byte."""
+    import csv
+    import io
+
+    import numpy as np
+
+    from app.services.prediction_csv import csv_estimate, label_width
+    from app.services.quotas import storage_used
+    from app.tables import Model
+    from tests.app.conftest import finished_run
+    from tests.app.model_rows import Service, rng_problem
+
+    client, app = make_service(auth_mode="required")
+    acme = new_key(app, "acme", "admin")
+    service = Service(app, client)
+    classes = [f'c{i:03d},"a"\n' + "x" * 190 for i in range(1000)]
+    coef = np.random.default_rng(0).standard_normal((1000, 20))
+    model = service.add_model(coef, np.zeros(1000), classes, tenant="acme")
+    with app.state.db.write() as session:
+        session.get(Model, model).calibration = {"method": "softmax", "temperature": 1.0}
+    dataset = service.add_dataset(rng_problem(n=2, d=20, seed=1), np.ones(2), tenant="acme")
+    with app.state.db.session() as session:
+        used = storage_used(session, "acme")
+    rows = csv_estimate(2, 2000, label_width(classes))
+    names = [f"decision_value_{c}" for c in classes] + [f"probability_{c}" for c in classes]
+    line = io.StringIO()
+    csv.writer(line).writerow(["row", "label", *names])
+    header = len(line.getvalue().encode())
+    assert header > 4 * rows
+
+    def run():
+        return client.post(f"/v1/models/{model}/predictions?probabilities=true",
+                           json={"dataset_id": dataset}, headers=acme)  # fmt: skip
+
+    keys.set_quota(app.state.db, "acme", storage_bytes=used + rows + header - 1, active_jobs=None)
+    refused = run()
+    assert refused.status_code == 429 and refused.headers["Retry-After"], refused.text
+    assert refused.json()["title"] == "Storage quota exceeded", refused.text
+    keys.set_quota(app.state.db, "acme", storage_bytes=used + rows + header, active_jobs=None)
+    accepted = run()
+    assert accepted.status_code == 202, accepted.text
+    done = finished_run(client, accepted.headers["location"], headers=acme)
+    assert done["status"] == "succeeded", done
+    stored = client.get(done["result"], headers=acme)
+    written = list(csv.reader(io.StringIO(stored.text)))
+    assert written[0] == ["row", "label", *names] and len(written) == 3
+    assert all(row[1] in classes and len(row) == 2002 for row in written[1:])
+    assert len(stored.content) > header  # what the run stores: more than its rows' estimate
+    with app.state.db.session() as session:
+        assert storage_used(session, "acme") <= used + rows + header
+
+
+def test_queued_runs_hold_their_own_csv_estimates_against_the_quota(make_service):
+    """Active runs were counted at one output a row, so a queued run of a model of 1,000
+    calibrated classes (2,000 values a row) held 1/40 of its CSV: a second run fitting beside
+    that was accepted, and the two CSVs passed the quota. A run now holds its own estimate
+    until it ends: the second run is refused, and accepted once the first is cancelled."""
+    import numpy as np
+
+    from app.services.prediction_csv import csv_estimate
+    from app.services.quotas import storage_used
+    from app.tables import Model
+    from tests.app.model_rows import Service, rng_problem
+
+    client, app = make_service(auth_mode="required")
+    app.state.prediction_runner.stop()  # the runs stay queued: their CSVs are not yet written
+    acme = new_key(app, "acme", "admin")
+    service = Service(app, client)
+    coef = np.random.default_rng(0).standard_normal((1000, 20))
+    wide = service.add_model(coef, np.zeros(1000), list(range(1000)), tenant="acme")
+    with app.state.db.write() as session:
+        session.get(Model, wide).calibration = {"method": "softmax", "temperature": 1.0}
+    narrow = service.add_model(coef[:1], [0.0], [-1, 1], tenant="acme")
+    dataset = service.add_dataset(rng_problem(n=50, d=20, seed=1), np.ones(50), tenant="acme")
+    with app.state.db.session() as session:
+        used = storage_used(session, "acme")
+    names = [f"decision_value_{c}" for c in range(1000)] + [f"probability_{c}" for c in range(1000)]
+    wide_run = csv_estimate(50, 2000, header=len(",".join(["row", "label", *names])) + 2)
+    narrow_run = csv_estimate(50, 1, header=len(b"row,label,decision_value\r\n"))
+    keys.set_quota(app.state.db, "acme", storage_bytes=used + wide_run + narrow_run - 1,
+                   active_jobs=None)  # fmt: skip
+
+    def run(model, **params):
+        return client.post(f"/v1/models/{model}/predictions", params=params,
+                           json={"dataset_id": dataset}, headers=acme)  # fmt: skip
+
+    first = run(wide, probabilities="true")
+    assert first.status_code == 202, first.text
+    refused = run(narrow)  # one byte short beside the first run's estimate
+    assert refused.status_code == 429 and refused.headers["Retry-After"], refused.text
+    cancel = client.post(f"{first.headers['location']}/cancel", headers=acme)
+    assert cancel.json()["status"] == "cancelled", cancel.text
+    assert run(narrow).status_code == 202  # the cancelled run holds nothing
+    with app.state.db.session() as session:
+        assert storage_used(session, "acme") == used + narrow_run
