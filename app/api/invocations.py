@@ -142,6 +142,7 @@ def _split_rows(split, model, max_batch: int):
         return items_rows("instances", "dataframe_split.data", data, model, max_batch=max_batch)
     if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
         raise InvalidInstances("dataframe_split.columns: expected a list of names")
+    _refuse_repeated(columns, "dataframe_split.columns")
     records = []
     for i, row in enumerate(data):
         if not isinstance(row, list) or len(row) != len(columns):
@@ -182,6 +183,7 @@ def _csv_matrix(body: bytes, model, max_batch: int) -> np.ndarray:
             f"text/csv: the header has more columns than the model's {model.n_features} features"
         )
     names = _header_names(body[:end])
+    _refuse_repeated(names, "text/csv: the header")
     if model.feature_index is not None and all(n in model.feature_index for n in names):
         order = [model.feature_index[n] for n in names]
     elif len(names) == model.n_features:
@@ -208,6 +210,16 @@ def _csv_matrix(body: bytes, model, max_batch: int) -> np.ndarray:
     return X
 
 
+def _refuse_repeated(names: list[str], where: str) -> None:
+    """A column named twice: its values were placed one over the other and the first silently
+    lost (a header naming 'age' twice and a feature not at all was answered 200)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InvalidInstances(f"{where} names the column {name[:80]!r} more than once")
+        seen.add(name)
+
+
 def _name_commas(model) -> int:
     """Commas inside the model's feature names: a header quoting "a,b" (a name a CSV upload
     may hold) has one comma more than columns, and was refused as too many columns."""
@@ -224,9 +236,10 @@ def _header_names(line: bytes) -> list[str]:
 
 
 def _line(body: bytes, start: int) -> bytes:
-    """The line of `body` that begins at `start`, without its LF."""
+    """The line of `body` that begins at `start`, with its LF: the parser joins a quoted field
+    that runs over lines, and without the LF `"1<LF>2"` was read as the number 12."""
     end = body.find(b"\n", start)
-    return body[start:] if end < 0 else body[start:end]
+    return body[start:] if end < 0 else body[start : end + 1]
 
 
 def _row_starts(body: bytes, start: int, limit: int) -> list[int]:

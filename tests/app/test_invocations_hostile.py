@@ -1,0 +1,51 @@
+"""Hostile text/csv and dataframe_split bodies sent to /invocations: a quoted field running over
+two lines, a column named twice, a header opened by a UTF-8 byte order mark."""
+
+from __future__ import annotations
+
+from tests.app.test_serving import NAMES, predict, served  # noqa: F401 (fixture)
+
+
+def post_csv(client, model, text):
+    return client.post(
+        f"/v1/models/{model}/invocations", content=text, headers={"content-type": "text/csv"}
+    )
+
+
+def row_text(values) -> str:
+    return ",".join(repr(v) for v in values)
+
+
+def test_a_quoted_field_over_two_lines_is_400_not_their_digits_joined(client, served):  # noqa: F811
+    """`"1<LF>2"` was read as 12 (the lines were handed to the parser without their LF)."""
+    rest = row_text(served["X"][0].tolist()[1:])
+    answer = post_csv(client, served["model"], ",".join(NAMES) + '\n"1\n2",' + rest + "\n")
+    assert answer.status_code == 400, answer.text
+    assert "1\\n2" in answer.json()["message"]
+
+
+def test_a_csv_header_naming_a_column_twice_is_400(client, served):  # noqa: F811
+    """'age' twice and 'thal' not at all: the second 'age' overwrote the first, and thal was 0."""
+    header = ",".join([*NAMES[:12], "age"])
+    answer = post_csv(client, served["model"], header + "\n" + row_text(served["X"][0]) + "\n")
+    assert answer.status_code == 400, answer.text
+    assert "'age' more than once" in answer.json()["message"]
+
+
+def test_dataframe_split_columns_naming_one_twice_is_400(client, served):  # noqa: F811
+    """14 columns for 13 features, 'age' twice: the first age (5.0) was dropped, answered 200."""
+    split = {"columns": ["age", *NAMES], "data": [[5.0, *served["X"][0].tolist()]]}
+    answer = client.post(
+        f"/v1/models/{served['model']}/invocations", json={"dataframe_split": split}
+    )
+    assert answer.status_code == 400, answer.text
+    assert "'age' more than once" in answer.json()["message"]
+
+
+def test_a_header_after_a_byte_order_mark_is_read(client, served):  # noqa: F811
+    X, model = served["X"][:2], served["model"]
+    labels = predict(client, model, {"instances": X.tolist()})["labels"]
+    body = "\ufeff" + ",".join(NAMES) + "\n" + "\n".join(row_text(r) for r in X.tolist()) + "\n"
+    answer = post_csv(client, model, body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"predictions": labels}
