@@ -113,3 +113,14 @@ def test_concurrent_requests_with_one_key_create_one_job(app, client, db, heart,
     assert len({job.id for job, _ in results}) == 1
     assert sorted(created for _, created in results) == [False, False, False, True]
     assert count(db, Job) == 1
+
+
+def test_a_key_of_255_characters_is_kept_and_256_refused(client, db, heart, fake_trainer):
+    fake_trainer()
+    body = {"dataset_id": heart["id"]}
+    first = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k" * 255})
+    again = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k" * 255})
+    assert first.status_code == 202 and again.json()["id"] == first.json()["id"]
+    over = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k" * 256})
+    assert over.status_code == 422 and "got 256" in over.json()["detail"]
+    assert count(db, Job) == 1
