@@ -27,7 +27,8 @@ def test_a_quoted_field_over_two_lines_is_400_not_their_digits_joined(client, se
 def test_a_csv_header_naming_a_column_twice_is_400(client, served):  # noqa: F811
     """'age' twice and 'thal' not at all: the second 'age' overwrote the first, and thal was 0."""
     header = ",".join([*NAMES[:12], "age"])
-    answer = post_csv(client, served["model"], header + "\n" + row_text(served["X"][0]) + "\n")
+    row = row_text(served["X"][0].tolist())
+    answer = post_csv(client, served["model"], header + "\n" + row + "\n")
     assert answer.status_code == 400, answer.text
     assert "'age' more than once" in answer.json()["message"]
 
@@ -49,3 +50,26 @@ def test_a_header_after_a_byte_order_mark_is_read(client, served):  # noqa: F811
     answer = post_csv(client, model, body)
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"predictions": labels}
+
+
+def test_a_reordered_header_after_a_byte_order_mark_is_read_by_name(client, served):  # noqa: F811
+    """The mark made the first name '\\ufeffthal', no feature, and a header of 13 names that
+    are not all features was read in the model's order: every column another's, silently."""
+    X, model = served["X"], served["model"]
+    order = list(range(13))[::-1]
+    expected = predict(client, model, {"instances": X.tolist()})
+    header = ",".join(NAMES[i] for i in order)
+    rows = "\n".join(row_text(r) for r in X[:, order].tolist())
+    answer = post_csv(client, model, "\ufeff" + header + "\n" + rows + "\n")
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"predictions": expected["labels"]}
+
+
+def test_a_header_naming_some_features_and_a_stranger_is_400(client, served):  # noqa: F811
+    """13 names, 12 of them features in another order and one misspelt: placed in the model's
+    order, every column but the last was read as another feature's."""
+    header = ",".join(["ages", *NAMES[1:]][::-1])
+    row = row_text(served["X"][0].tolist())
+    answer = post_csv(client, served["model"], header + "\n" + row + "\n")
+    assert answer.status_code == 400, answer.text
+    assert "'ages'" in answer.json()["message"]
