@@ -212,13 +212,11 @@ def test_accuracies_are_computed_a_slice_of_rows_at_a_time():
     the training accuracy ("Unable to allocate 916. MiB": every row's decision values at once,
     and copies). The validation accuracy was computed the same way, for a set of any size.
     They are computed SCORE_ENTRIES decision values at a time."""
-    import tracemalloc
     from types import SimpleNamespace
 
     import numpy as np
     import scipy.sparse as sp
 
-    from app.jobs import runner
     from app.services import dataset_source
     from solvers import LinearSVC
 
@@ -230,12 +228,7 @@ def test_accuracies_are_computed_a_slice_of_rows_at_a_time():
     y = rng.integers(classes, size=n_rows).astype(np.float64)
     trained = SimpleNamespace(classes=list(range(classes)), predict=model.predict)
     expected = float(np.mean(model.predict(X) == y))
-    tracemalloc.start()
-    try:
-        accuracy = runner._accuracy(trained, X, y)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    accuracy, peak = _accuracy_and_peak(trained, X, y)
     assert accuracy == expected and 0 < accuracy < 0.05
     assert peak < 4 * dataset_source.SCORE_ENTRIES * 8  # 32 MB
 
@@ -244,13 +237,11 @@ def test_accuracies_slice_wide_rows_by_their_stored_entries():
     """The slice was SCORE_ENTRIES // classes rows whatever the rows held: two classes made it
     524,288 rows, and slicing copies them (12 bytes a stored entry), so dense rows of 500
     features copied 3 GB at once. Each slice now holds about SCORE_ENTRIES entries."""
-    import tracemalloc
     from types import SimpleNamespace
 
     import numpy as np
     import scipy.sparse as sp
 
-    from app.jobs import runner
     from app.services import dataset_source
     from solvers import LinearSVC
 
@@ -263,12 +254,7 @@ def test_accuracies_slice_wide_rows_by_their_stored_entries():
     model = LinearSVC(max_iter=50).fit(X[:400], y[:400])
     trained = SimpleNamespace(classes=[-1, 1], predict=model.predict)
     expected = float(np.mean(model.predict(X) == y))
-    tracemalloc.start()
-    try:
-        accuracy = runner._accuracy(trained, X, y)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    accuracy, peak = _accuracy_and_peak(trained, X, y)
     assert accuracy == expected and accuracy > 0.6
     assert peak < 4 * dataset_source.SCORE_ENTRIES * 8, peak / 2**20  # 32 MB
 
@@ -290,3 +276,17 @@ def test_a_search_whose_fold_gap_overflows_stores_its_model_with_null_gaps(app, 
     gaps = [g for row in model["selection"]["table"] for g in row["duality_gap"]]
     assert None in gaps  # the overflowed folds
     assert all(g is None or np.isfinite(g) for g in [*gaps, model["duality_gap"], model["gap"]])
+
+
+def _accuracy_and_peak(trained, X, y) -> tuple[float, int]:
+    """The job runner's accuracy of ``trained`` on (X, y), and the peak bytes it allocated."""
+    import tracemalloc
+
+    from app.jobs import runner
+
+    tracemalloc.start()
+    try:
+        accuracy = runner._accuracy(trained, X, y)
+        return accuracy, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

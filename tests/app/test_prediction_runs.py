@@ -257,18 +257,23 @@ def test_a_run_asked_for_probabilities_writes_them_as_predict_gives_them(service
     assert rows[0] == ["row", "label", "decision_value"]
 
 
+def _probability_run_rows(service, model_id: str, dataset_id: str) -> list[list[str]]:
+    """The CSV rows (header first) of a finished run of ``model_id`` with probabilities."""
+    r = service.client.post(
+        f"/v1/models/{model_id}/predictions?probabilities=true", json={"dataset_id": dataset_id}
+    )
+    assert r.status_code == 202, r.text
+    csv_text = service.client.get(finished_run(service.client, r.headers["location"])["result"])
+    return list(csv.reader(io.StringIO(csv_text.text)))
+
+
 def test_a_multiclass_run_has_a_probability_column_per_class(service):
     rng = np.random.default_rng(12)
     model_id = service.add_model(rng.standard_normal((3, N_FEATURES)), np.zeros(3), [6, 4, 5])
     _calibrate(service, model_id, {"method": "softmax", "temperature": 0.5})
     X = rng_problem(n=12, seed=13)
     dataset_id = service.add_dataset(X, np.ones(12))
-    r = service.client.post(
-        f"/v1/models/{model_id}/predictions?probabilities=true", json={"dataset_id": dataset_id}
-    )
-    assert r.status_code == 202, r.text
-    csv_text = service.client.get(finished_run(service.client, r.headers["location"])["result"])
-    rows = list(csv.reader(io.StringIO(csv_text.text)))
+    rows = _probability_run_rows(service, model_id, dataset_id)
     assert rows[0][-3:] == ["probability_6", "probability_4", "probability_5"]
     online = service.client.post(
         f"/v1/models/{model_id}/predict",
@@ -300,12 +305,7 @@ def test_an_isotonic_multiclass_run_writes_the_probabilities_predict_gives(servi
     _calibrate(service, model_id, {"method": "isotonic", **breakpoints})
     X = rng_problem(n=20, seed=16)
     dataset_id = service.add_dataset(X, np.zeros(20))
-    r = service.client.post(
-        f"/v1/models/{model_id}/predictions?probabilities=true", json={"dataset_id": dataset_id}
-    )
-    assert r.status_code == 202, r.text
-    csv_text = service.client.get(finished_run(service.client, r.headers["location"])["result"])
-    rows = list(csv.reader(io.StringIO(csv_text.text)))
+    rows = _probability_run_rows(service, model_id, dataset_id)
     P = np.array([[float(v) for v in row[-3:]] for row in rows[1:]])
     online = service.client.post(
         f"/v1/models/{model_id}/predict",
