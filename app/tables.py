@@ -6,6 +6,7 @@ Identifiers are strings that sort by creation time (`new_id`), so lists page by 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -33,9 +34,25 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_last_id = [0, 0]  # (milliseconds, random part) of this process's latest id
+_id_lock = threading.Lock()
+
+
 def new_id(prefix: str) -> str:
-    """`prefix_` + 12 hex digits of milliseconds + 10 random hex digits (time-ordered, unique)."""
-    return f"{prefix}_{int(time.time() * 1000):012x}{os.urandom(5).hex()}"
+    """`prefix_` + 12 hex digits of milliseconds + 10 random hex digits (time-ordered, unique).
+
+    Within one process the ids only grow: an id made in the same millisecond as the one before
+    (or after the clock stepped back) reuses its time and adds one to its random part, so rows
+    one process creates list in the order it created them.
+    """
+    now = int(time.time() * 1000)
+    with _id_lock:
+        if now > _last_id[0]:
+            _last_id[:] = [now, int.from_bytes(os.urandom(5)) >> 1]  # half the range left to grow
+        else:
+            _last_id[1] += 1
+        millis, rest = _last_id
+    return f"{prefix}_{millis:012x}{rest:010x}"
 
 
 class UTCDateTime(TypeDecorator):

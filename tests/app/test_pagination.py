@@ -73,3 +73,18 @@ def test_a_bad_cursor_is_a_422(session):
     with pytest.raises(ProblemError) as info:
         keyset_page(session, select(Row), Row.number, 3, "%%%")
     assert info.value.status == 422
+
+
+def test_ids_one_process_makes_in_one_millisecond_still_sort_in_creation_order(monkeypatch):
+    """Lists page by id, newest first: three models made within one millisecond listed in a random
+    order (the random part decided), and a step back of the clock put a later id before earlier
+    ones. Time is frozen, then stepped back; ids keep growing and keep their length."""
+    from app import tables
+
+    now = [1_800_000_000.0]
+    monkeypatch.setattr(tables.time, "time", lambda: now[0])
+    made = [tables.new_id("model") for _ in range(1000)]
+    now[0] -= 5.0
+    made += [tables.new_id("model") for _ in range(10)]
+    assert made == sorted(made) and len(set(made)) == len(made)
+    assert {len(one) for one in made} == {len("model_") + 22}
