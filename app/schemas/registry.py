@@ -5,14 +5,24 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.schemas.common import RequestBody
 
-TagKey = Annotated[str, StringConstraints(min_length=1, max_length=64)]
-TagValue = Annotated[str, StringConstraints(max_length=256)]
+
+def refuse_nul(text: str) -> str:
+    """PostgreSQL's text holds no NUL character (its description failed at the database, and
+    SQLite and the tags' JSON stored it): refused here on either database."""
+    if "\x00" in text:
+        raise ValueError("holds a NUL character (U+0000), which registry text cannot")
+    return text
+
+
+NoNul = AfterValidator(refuse_nul)
+TagKey = Annotated[str, StringConstraints(min_length=1, max_length=64), NoNul]
+TagValue = Annotated[str, StringConstraints(max_length=256), NoNul]
 Tags = Annotated[dict[TagKey, TagValue], Field(max_length=50)]
-Description = Annotated[str, StringConstraints(max_length=4000)]
+Description = Annotated[str, StringConstraints(max_length=4000), NoNul]
 MAX_VERSION = 10**9
 
 

@@ -131,3 +131,42 @@ def test_a_control_character_other_than_nul_stays_in_the_names(client):
     assert answer.status_code == 201, answer.text
     assert answer.json()["feature_names"] == ["a\x07"]
     assert [c["label"] for c in answer.json()["labels"]["classes"]] == ["\x1b[31mred", "x"]
+
+
+REGISTRY = "/v1/registered-models"
+REGISTRY_NUL = {  # the field the 422 names, and the body's NUL text
+    "tag-key": ("tags", {"tags": {"k\x00": "v"}}),
+    "tag-value": ("tags", {"tags": {"k": "v\x00"}}),
+    "description": ("description", {"description": "d\x00"}),
+}
+
+
+@pytest.mark.parametrize("case", REGISTRY_NUL)
+def test_a_nul_in_registry_text_is_a_422_on_either_database(client, db, service, case):
+    """Tags and descriptions of registered models and versions: a NUL was stored (SQLite, and
+    the tags' JSON on PostgreSQL too) or refused by the database (a description on PostgreSQL,
+    whose text holds none). Now a 422 at the edge on either, naming the field, nothing stored
+    or changed."""
+    from tests.app.test_registry_limits import new_model
+
+    field, body = REGISTRY_NUL[case]
+    assert client.post(REGISTRY, json={"name": "m", "tags": {"k": "v"}}).status_code == 201
+
+    def refused(answer):
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["errors"][0]["field"].startswith(field), answer.text
+        assert "NUL character (U+0000)" in answer.text
+
+    refused(client.post(REGISTRY, json={"name": "other", **body}))
+    assert client.get(f"{REGISTRY}/other").status_code == 404
+    refused(client.patch(f"{REGISTRY}/m", json=body))
+    assert client.get(f"{REGISTRY}/m").json()["tags"] == {"k": "v"}
+    refused(client.post(f"{REGISTRY}/m/versions", json={"model_id": new_model(service), **body}))
+    assert client.get(f"{REGISTRY}/m").json()["latest_version"] is None
+    version = client.post(f"{REGISTRY}/m/versions", json={"model_id": new_model(service)})
+    assert version.status_code == 201, version.text
+    refused(client.patch(f"{REGISTRY}/m/versions/1", json=body))
+    # other control characters are text like any other
+    kept = client.patch(f"{REGISTRY}/m", json={"tags": {"k\x07": "v\x1b"}, "description": "\t"})
+    assert kept.status_code == 200, kept.text
+    assert kept.json()["tags"] == {"k\x07": "v\x1b"}
