@@ -35,8 +35,9 @@ SNIFF_BYTES = 4096  # first bytes that recognise an unnamed format
 def summarize_labels(y: np.ndarray) -> dict[str, Any]:
     """Classes with counts when the labels look like classes, else a real-valued target.
 
-    Labels look like classes when they are all integers and either at most two distinct values
-    occur or at most `MAX_CLASSES` do and each class has two rows or more on average.
+    Labels look like classes when they are all integers of magnitude below 2^53 (float64 holds
+    every integer only there) and either at most two distinct values occur or at most
+    `MAX_CLASSES` do and each class has two rows or more on average.
     """
     summary = LabelSummary()
     summary.add(np.asarray(y, dtype=np.float64))
@@ -177,7 +178,6 @@ def _parse_into(
             chunks = formats.chunks(kind, plain, source, bounds, CHUNK_ROWS, CHUNK_NNZ, options)
             for chunk in chunks:
                 writer.append(*chunk)
-            writer.labels.refuse_inexact_classes()
     except UploadAborted as exc:
         return {"error": str(exc), "line": None, "aborted": True}
     except QuotaExceeded as exc:

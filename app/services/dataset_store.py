@@ -130,34 +130,25 @@ class LabelSummary:
         self.low = np.inf
         self.high = -np.inf
         self.counts: dict[float, int] | None = {}  # None once they cannot be classes
-        self.first_huge: tuple[int, float] | None = None  # (row, label) of magnitude >= 2^53
 
     def add(self, y: np.ndarray) -> None:
         if y.size == 0:
             return
-        huge = np.flatnonzero(np.abs(y) >= MAX_EXACT_CLASS)
-        if huge.size and self.first_huge is None:
-            self.first_huge = (self.n + int(huge[0]) + 1, float(y[huge[0]]))
         self.n += y.size
         self.total += float(np.sum(y))
         self.low, self.high = min(self.low, float(y.min())), max(self.high, float(y.max()))
         if self.counts is None:
             return
         values, counts = np.unique(y, return_counts=True)
-        if not np.all(values == np.round(values)):
+        # integers of magnitude 2^53 or more are no exact class labels (`inexact_class`): such
+        # labels are a real-valued target, which a float may round as any float does
+        if not np.all(values == np.round(values)) or np.any(np.abs(values) >= MAX_EXACT_CLASS):
             self.counts = None
             return
         for v, c in zip(values.tolist(), counts.tolist(), strict=True):
             self.counts[v] = self.counts.get(v, 0) + c
         if len(self.counts) > MAX_CLASSES:
             self.counts = None
-
-    def refuse_inexact_classes(self) -> None:
-        """Labels that are classes may not reach 2^53 in magnitude (`inexact_class`); a
-        real-valued target may."""
-        if self.first_huge is not None and self.result()["label_kind"] == "classes":
-            row, value = self.first_huge
-            raise ValueError(f"row {row}: {inexact_class(value)}")
 
     def result(self) -> dict[str, Any]:
         target = {"min": _number(self.low), "max": _number(self.high), "mean": self.total / self.n}

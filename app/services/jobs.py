@@ -19,6 +19,7 @@ from app.schemas.common import decimal, keyset_page
 from app.schemas.jobs import JobCreate
 from app.schemas.params import ESTIMATORS, EstimatorSpec
 from app.services import idempotency, quotas
+from app.services.dataset_store import MAX_EXACT_CLASS, inexact_class
 from app.services.datasets import named_dataset
 from app.services.formats.labels import class_name, text_classes
 from app.tables import Dataset, Job, JobProgress, new_id, utcnow
@@ -80,7 +81,7 @@ def check_dataset_fits(
             raise _invalid(
                 "dataset_id",
                 f"{spec.name} needs class labels, but dataset {dataset.id!r} has a real-valued "
-                "target (train LinearSVR on it)",
+                f"target{_inexact_note(dataset) or ' (train LinearSVR on it)'}",
             )
         labels = [c["label"] for c in dataset.classes or []]
         if len(labels) < 2:
@@ -228,6 +229,15 @@ def check_model_size(spec: EstimatorSpec, dataset: Dataset, max_weights: int) ->
             f"{weights} weights, more than the {max_weights} a job may train (the "
             "features are the dataset's largest index)",
         )
+
+
+def _inexact_note(dataset: Dataset) -> str:
+    """Why integer labels are a real-valued target when one reaches 2^53 ("" otherwise)."""
+    bounds = dataset.target or {}
+    largest = max((float(bounds.get(k) or 0) for k in ("min", "max")), key=abs)
+    if abs(largest) < MAX_EXACT_CLASS:
+        return ""
+    return f" ({inexact_class(largest)}; or train LinearSVR on it)"
 
 
 def check_dual_size(

@@ -5,9 +5,9 @@ labels existed. Otherwise every label is text (the class names), so ``1`` and ``
 classes; a cell that reads as a number is then named by that number as the service writes it
 (``1``, ``1.0`` and ``01`` are all the class ``"1"``; ``2.5`` is ``"2.5"``). A cell that reads
 as nan or inf is refused in either case, as before, and a number of magnitude 2^53 or more in a
-text column too (`dataset_store.inexact_class`: float64 merges distinct integers there; the
-writer refuses such a number in a numeric column whose labels are classes). A name holding a
-NUL character is refused (`refuse_nul`).
+text column too (`dataset_store.inexact_class`: float64 merges distinct integers there; a numeric
+column holding such a number is a real-valued target, `dataset_store.LabelSummary`). A name
+holding a NUL character is refused (`refuse_nul`).
 
 The column is decided while it streams: chunks are numbers until the first cell that is not.
 While they are numbers their distinct values are kept (at most MAX_CLASSES), so that rows
