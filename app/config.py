@@ -92,7 +92,9 @@ class Settings(BaseSettings):
         ge=1,
         description="most dual variables (rows x outputs, times the folds of a search or of "
         "probability=true) a job may hold, or one per stored non-zero of its dataset where that "
-        "is more (2^27 float64: 1 GiB)",
+        "is more. Each copy of them is 8 bytes a variable (2^27: 1 GiB): a solve from scratch "
+        "holds about one, and each segment of a checkpointed job (CHECKPOINT_S) after its first, "
+        "started from the last iterate, up to four (2^27: about 4 GiB)",
     )
     max_cache_mb: float = Field(
         1024,  # 1 GiB, as the weights' and the duals' bounds
