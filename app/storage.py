@@ -7,10 +7,10 @@
   (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`).
 
 Keys are the same on both: ``datasets/<id>/<array>.npy``, ``predictions/<run>.csv``,
-``checkpoints/<job>.npz``. Every S3 request has connect and read timeouts and no retry, so
-that an unreachable store fails a request within STORAGE_TIMEOUT_S (`StorageUnavailable`, which
-the API answers with 503) instead of hanging it; a worker's reads (a dataset's download, a
-checkpoint's) try again a few times (`retry_unavailable`).
+``checkpoints/<job>.<attempt>.npz``. Every S3 request has connect and read timeouts and no
+retry, so that an unreachable store fails a request within STORAGE_TIMEOUT_S
+(`StorageUnavailable`, which the API answers with 503) instead of hanging it; a worker's reads (a
+dataset's download, a checkpoint's) try again a few times (`retry_unavailable`).
 """
 
 from __future__ import annotations
@@ -345,16 +345,26 @@ def prediction_key(run_id: str) -> str:
 CHECKPOINTS = "checkpoints/"
 
 
-def checkpoint_key(job_id: str) -> str:
-    return f"{CHECKPOINTS}{job_id}.npz"
+def checkpoint_key(job_id: str, attempt: int) -> str:
+    """Each attempt stores under its own key: an attempt taken away mid-save (re-queued while
+    its worker was cut off) can then only rewrite its own file, never the next attempt's."""
+    return f"{CHECKPOINTS}{job_id}.{attempt}.npz"
 
 
-def checkpoint_job(key: str) -> str | None:
-    """The job id of a checkpoint's key (None for another key)."""
+def job_checkpoints(job_id: str) -> str:
+    """The prefix of every checkpoint key of one job (the dot ends the id: no other job's)."""
+    return f"{CHECKPOINTS}{job_id}."
+
+
+def checkpoint_owner(key: str) -> tuple[str, int] | None:
+    """(job id, attempt) of a checkpoint's key, None for another key. A key without an attempt
+    (``checkpoints/<job>.npz``, stored before keys named it) counts as attempt 0."""
     if not (key.startswith(CHECKPOINTS) and key.endswith(".npz")):
         return None
-    job_id = key[len(CHECKPOINTS) : -len(".npz")]
-    return job_id if job_id and "/" not in job_id else None
+    job_id, _, attempt = key[len(CHECKPOINTS) : -len(".npz")].partition(".")
+    if not job_id or "/" in job_id or not (attempt == "" or attempt.isdecimal()):
+        return None
+    return job_id, int(attempt or 0)
 
 
 def copy_between(source: Storage, target: Storage, prefixes: tuple[str, ...], scratch: Path):

@@ -4,11 +4,13 @@ resumes from it.
 The solvers stop cleanly when the progress callback returns False, handing back their iterate
 (α and w), and start from a given dual point (`warm_start` with a `dual_coef_` set before the
 fit). So a job of a resumable estimator is trained in segments: once CHECKPOINT_S have passed the
-callback stops the solve, the iterate is stored at ``checkpoints/<job id>.npz`` (STORAGE_URL),
-and the next segment starts from it, its iterations and seconds counted on from the previous
-segment's (and its max_iter what is left of it, its time_limit what is left of the attempt's).
-A retried attempt starts from the stored iterate: a warm start that reaches the same optimum as
-an uninterrupted solve; its time_limit is what the earlier attempts left of the job's bound
+callback stops the solve, the iterate is stored at ``checkpoints/<job id>.<attempt>.npz``
+(STORAGE_URL), and the next segment starts from it, its iterations and seconds counted on from
+the previous segment's (and its max_iter what is left of it, its time_limit what is left of the
+attempt's). A retried attempt starts from the iterate of the latest attempt that stored one
+(each attempt writes its own key, so one taken away mid-save never rewrites the next
+attempt's): a warm start that reaches the same optimum as an uninterrupted solve; its time_limit
+is what the earlier attempts left of the job's bound
 (`app.jobs.budget`, which counts their whole running time, not only up to the checkpoint). A solve
 stopped by a cancel or a shutdown hands back its iterate too (kept as a model with
 `cancel?keep_model=true`, stored for the next attempt at a shutdown). A job that ends is never
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from app.services.uploads import temp_name
-from app.storage import Storage, retry_unavailable
+from app.storage import Storage, checkpoint_owner, job_checkpoints, retry_unavailable
 
 log = logging.getLogger("margin.training")
 # Passes a segment makes at least: a restarted solve rebuilds its shrinking state and confirms
@@ -46,6 +48,30 @@ def scratch_file(scratch: Path) -> Path:
     of temporary files (`app.services.sweep`, at the start of the API and of the workers, for
     their own host's files) removes one left by a worker killed mid-save."""
     return scratch / f"{temp_name('checkpoint')}.npz"
+
+
+def attempt_keys(storage: Storage, job_id: str, up_to: int) -> list[str]:
+    """The keys of the checkpoints of the job's attempts numbered up to `up_to`, the latest
+    last."""
+    owned = ((checkpoint_owner(obj.key), obj.key) for obj in storage.list(job_checkpoints(job_id)))
+    return [key for owner, key in sorted(
+        (owner, key) for owner, key in owned if owner and owner[0] == job_id and owner[1] <= up_to
+    )]  # fmt: skip
+
+
+def resume_key(storage: Storage, job_id: str, attempt: int) -> str | None:
+    """The key of the checkpoint that `attempt` resumes (None: none stored): the latest
+    attempt's up to this one's number (an attempt released at a shutdown does not count, and
+    the next one takes its number: it resumes the file the released one stored before it let
+    go). An earlier attempt still saving (taken away mid-save) replaces only its own file, and
+    whole, so the file read is one that attempt stored, older or newer, never a mix."""
+    keys = retry_unavailable(
+        partial(attempt_keys, storage, job_id, attempt),
+        f"listing checkpoints of {job_id}",
+        READ_TRIES,
+        READ_DELAY_S,
+    )
+    return keys[-1] if keys else None
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from app.jobs import history, lifecycle
 from app.jobs.queue import JobQueue
 from app.jobs.workers import dead_here
 from app.services import idempotency
-from app.storage import CHECKPOINTS, checkpoint_job, get_storage
+from app.storage import CHECKPOINTS, checkpoint_owner, get_storage
 from app.tables import Job, JobStatus, Worker, utcnow
 
 log = logging.getLogger("margin.recovery")
@@ -168,8 +168,8 @@ class Reaper:
         try:
             storage = get_storage(self.settings)
             stored = _stored_checkpoints(storage)
-            active = self._queued_or_running(list(stored)) if stored else set()
-            gone = [key for job_id, key in stored.items() if job_id not in active]
+            active = self._queued_or_running(sorted(set(stored.values()))) if stored else set()
+            gone = [key for key, job_id in stored.items() if job_id not in active]
             for key in gone:
                 storage.delete(key)
         except Exception as exc:
@@ -258,6 +258,7 @@ class Reaper:
 
 
 def _stored_checkpoints(storage) -> dict[str, str]:
-    """Job id -> key of every stored checkpoint (a key that names no job is left alone)."""
-    pairs = ((checkpoint_job(obj.key), obj.key) for obj in storage.list(CHECKPOINTS))
-    return {job_id: key for job_id, key in pairs if job_id is not None}
+    """Key -> job id of every stored checkpoint, of any attempt (a key that names no job is
+    left alone)."""
+    pairs = ((obj.key, checkpoint_owner(obj.key)) for obj in storage.list(CHECKPOINTS))
+    return {key: owner[0] for key, owner in pairs if owner is not None}

@@ -44,7 +44,7 @@ from app.services.formats.labels import (
 from app.services.model_store import pack_weights
 from app.services.stored_chunks import map_arrays
 from app.services.trainers import TRAINERS, Trained, resumable, streams
-from app.storage import checkpoint_key, get_storage
+from app.storage import checkpoint_key, get_storage, job_checkpoints
 from app.tables import Dataset, Job, JobStatus, Model, new_id, utcnow
 
 log = logging.getLogger("margin.training")
@@ -205,13 +205,14 @@ def _train(ctx: RunContext, job: Job, params: dict, trainer, data: tuple, record
 
 
 def _segments(ctx: RunContext, attempt: Attempt, job: Job) -> checkpoint.Segments:
-    """Checkpoints every CHECKPOINT_S, starting from the stored one when the job has one."""
+    """Checkpoints every CHECKPOINT_S, starting from the latest attempt's stored one when the
+    job has one."""
     start = None
     if job.checkpoint_iteration is not None:
+        storage, scratch = get_storage(ctx.settings), ctx.settings.data_dir / "tmp"
         try:
-            start = checkpoint.Checkpoint.load(
-                get_storage(ctx.settings), checkpoint_key(job.id), ctx.settings.data_dir / "tmp"
-            )
+            key = checkpoint.resume_key(storage, job.id, attempt.number)
+            start = checkpoint.Checkpoint.load(storage, key, scratch) if key else None
         except Exception as exc:  # the store stayed away through the tries, or a bad file
             log.warning("job %s: checkpoint not read (%s); starting from scratch", job.id, exc)
         if start is not None:
@@ -225,12 +226,13 @@ def _segments(ctx: RunContext, attempt: Attempt, job: Job) -> checkpoint.Segment
 
 
 def _store_checkpoint(ctx: RunContext, attempt: Attempt, point: checkpoint.Checkpoint) -> None:
-    """Record the checkpoint on the job, then store it, only while this attempt is the job's
-    running one: an attempt taken away (re-queued while its worker was cut off) that stored
-    first overwrote the next attempt's checkpoint, and re-created it after the job ended. The
-    check comes before the save, so one taken away during a long save can still overwrite: any
-    attempt's checkpoint is a feasible start of the same job, and a resume reads the iteration
-    from the file. A store that fails after the record leaves the previous file."""
+    """Record the checkpoint on the job, then store it under this attempt's own key, only while
+    this attempt is the job's running one: an attempt taken away (re-queued while its worker was
+    cut off) that stored first overwrote the next attempt's checkpoint, and re-created it after
+    the job ended. One taken away during its save (after the check) rewrites only its own file,
+    which a later attempt resumes only when no attempt after it stored one. Once this attempt's
+    file is stored, the earlier attempts' files are removed. A store that fails after the record
+    leaves the previous file."""
     fields = {"checkpoint_at": utcnow(), "checkpoint_iteration": point.iteration}
     current = persist(ctx, lambda s: lifecycle.update_running(s, attempt, **fields), "checkpoint")
     if not current:
@@ -238,16 +240,23 @@ def _store_checkpoint(ctx: RunContext, attempt: Attempt, point: checkpoint.Check
             "job %s: attempt %d lost the job; checkpoint not stored", attempt.job_id, attempt.number
         )
         return
+    storage, job_id = get_storage(ctx.settings), attempt.job_id
     try:
-        storage, key = get_storage(ctx.settings), checkpoint_key(attempt.job_id)
-        point.save(storage, key, ctx.settings.data_dir / "tmp")
+        point.save(storage, checkpoint_key(job_id, attempt.number), ctx.settings.data_dir / "tmp")
     except Exception as exc:
-        log.warning("job %s: checkpoint not stored: %s", attempt.job_id, exc)
+        log.warning("job %s: checkpoint not stored: %s", job_id, exc)
+        return
+    try:
+        for key in checkpoint.attempt_keys(storage, job_id, attempt.number - 1):
+            storage.delete(key)
+    except Exception as exc:  # removed with the job's at its end, or by the retention pass
+        log.warning("job %s: earlier attempts' checkpoints not removed: %s", job_id, exc)
 
 
 def _drop_checkpoint(ctx: RunContext, job_id: str) -> None:
+    """Remove every attempt's checkpoint of a job that ended."""
     try:
-        get_storage(ctx.settings).delete(checkpoint_key(job_id))
+        get_storage(ctx.settings).delete_prefix(job_checkpoints(job_id))
     except Exception as exc:  # the reaper's retention pass removes it (`app.jobs.recovery`)
         log.warning("job %s: checkpoint not removed: %s", job_id, exc)
 

@@ -501,7 +501,7 @@ def cancel_job(db: Database, queue: JobQueue, job_id: str, keep_model: bool = Fa
 def delete_job(db: Database, settings, job_id: str) -> None:
     """Delete an ended job with its progress and history (its model stays); 409 while it is
     queued or running."""
-    from app.storage import checkpoint_key, get_storage
+    from app.storage import get_storage, job_checkpoints
 
     with db.write() as session:
         job = session.get(Job, job_id, with_for_update=True)
@@ -514,7 +514,7 @@ def delete_job(db: Database, settings, job_id: str) -> None:
                 f"job {job_id!r} is {job.status}: cancel it, then delete it once it has ended",
             )
     try:
-        get_storage(settings).delete(checkpoint_key(job_id))
+        get_storage(settings).delete_prefix(job_checkpoints(job_id))
     except Exception:  # a checkpoint left behind is removed with the next retention pass
         pass
 

@@ -21,7 +21,7 @@ from app.config import Settings
 from app.jobs.checkpoint import Checkpoint
 from app.jobs.workers import WorkerId
 from app.services.model_cache import model_from_row
-from app.storage import checkpoint_key, get_storage
+from app.storage import checkpoint_key, get_storage, job_checkpoints
 from app.tables import Job, JobProgress, Model
 from solvers import LinearSVC, read_libsvm
 from tests.app import pool_process
@@ -81,7 +81,7 @@ def test_a_killed_worker_s_job_resumes_from_its_checkpoint(app, client, db, tmp_
     job_id = client.post("/v1/jobs", json=body).json()["id"]
     log_path = tmp_path / "pool.log"
     pool = pool_process.start(settings, log_path)
-    storage, key = get_storage(settings), checkpoint_key(job_id)
+    storage, key = get_storage(settings), checkpoint_key(job_id, 1)
     try:
         running = _wait(
             db, job_id, pool, log_path,
@@ -123,7 +123,7 @@ def test_a_killed_worker_s_job_resumes_from_its_checkpoint(app, client, db, tmp_
     assert cold_start.iteration == 1
     assert warm_start.iteration == resumed + 1  # its passes counted on from the checkpoint's,
     assert warm_start.gap < cold_start.gap / 10  # from its iterate: a cold first pass is far off
-    assert not storage.exists(key)
+    assert storage.list(job_checkpoints(job_id)) == []  # every attempt's removed
 
     # certified against a cold solve: P(w) - P* <= P(w) - D(alpha_cold), and the primal's
     # strong convexity gives |w - w*| <= sqrt(2 (P(w) - P*)) for each of the two models

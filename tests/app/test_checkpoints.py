@@ -6,12 +6,13 @@ from __future__ import annotations
 import threading
 import time
 import tracemalloc
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from app.jobs.runner import RunContext, run_job
-from app.storage import StorageUnavailable, checkpoint_key, get_storage
+from app.storage import StorageUnavailable, checkpoint_key, get_storage, job_checkpoints
 from app.tables import Job, Model
 from solvers import LinearSVC, read_libsvm
 from tests.app.conftest import HEART
@@ -36,6 +37,11 @@ def _job(client, heart, **params):
     return client.post("/v1/jobs", json=body).json()["id"]
 
 
+def _stored(settings, job_id) -> list[str]:
+    """The keys of the job's checkpoints, of every attempt."""
+    return [obj.key for obj in get_storage(settings).list(job_checkpoints(job_id))]
+
+
 def _coef(db, job_id):
     with db.session() as session:
         model = session.query(Model).filter_by(job_id=job_id).one()
@@ -52,7 +58,7 @@ def test_a_job_checkpoints_and_ends_at_the_uninterrupted_optimum(app, client, db
     with db.session() as session:
         job = session.get(Job, job_id)
     assert job.checkpoint_iteration is not None and job.checkpoint_iteration >= 3
-    assert not get_storage(settings).exists(checkpoint_key(job_id))  # removed once done
+    assert _stored(settings, job_id) == []  # removed once done
     coef, model = _coef(db, job_id)
     X, y = read_libsvm(HEART)[:2]
     straight = LinearSVC(**PARAMS).fit(X, y)
@@ -69,7 +75,7 @@ def test_a_retried_job_resumes_from_its_checkpoint(app, client, db, heart):
     with db.session() as session:
         job = session.get(Job, job_id)
     stored = job.checkpoint_iteration
-    assert stored and get_storage(settings).exists(checkpoint_key(job_id))
+    assert stored and _stored(settings, job_id) == [checkpoint_key(job_id, 1)]
     assert run_job(job_id, RunContext(settings, db)) == "succeeded"
     view = client.get(f"/v1/jobs/{job_id}").json()
     assert view["resumed_from"] == stored
@@ -155,10 +161,10 @@ def test_a_checkpoint_goes_through_a_file_not_memory(where, tmp_path, request):
     point = Checkpoint(alpha, np.ones((1, 3)), np.zeros(1), 7, 1.5)
     tracemalloc.start()
     try:
-        point.save(storage, checkpoint_key("job_x"), scratch)
+        point.save(storage, checkpoint_key("job_x", 1), scratch)
         saved = tracemalloc.get_traced_memory()[1]
         tracemalloc.reset_peak()
-        back = Checkpoint.load(storage, checkpoint_key("job_x"), scratch)
+        back = Checkpoint.load(storage, checkpoint_key("job_x", 1), scratch)
         loaded = tracemalloc.get_traced_memory()[1] - back.alpha.nbytes
     finally:
         tracemalloc.stop()
@@ -167,7 +173,7 @@ def test_a_checkpoint_goes_through_a_file_not_memory(where, tmp_path, request):
     assert (back.iteration, back.elapsed_s) == (7, 1.5)
     assert list(scratch.iterdir()) == []
     assert saved < alpha.nbytes / 2 and loaded < alpha.nbytes / 2
-    assert Checkpoint.load(storage, checkpoint_key("job_absent"), scratch) is None
+    assert Checkpoint.load(storage, checkpoint_key("job_absent", 1), scratch) is None
 
 
 def test_a_job_that_fails_after_checkpointing_leaves_no_checkpoint(
@@ -187,7 +193,7 @@ def test_a_job_that_fails_after_checkpointing_leaves_no_checkpoint(
     assert run_job(job_id, RunContext(settings, db)) == "failed"
     with db.session() as session:
         assert session.get(Job, job_id).checkpoint_iteration is not None  # one was stored
-    assert not get_storage(settings).exists(checkpoint_key(job_id))
+    assert _stored(settings, job_id) == []
 
 
 def test_a_job_cancelled_while_checkpointing_leaves_no_checkpoint(
@@ -220,7 +226,7 @@ def test_a_job_cancelled_while_checkpointing_leaves_no_checkpoint(
     assert run_job(job_id, RunContext(settings, db)) == "cancelled"
     with db.session() as session:
         assert session.get(Job, job_id).checkpoint_iteration is not None  # one was stored
-    assert not get_storage(settings).exists(checkpoint_key(job_id))
+    assert _stored(settings, job_id) == []
 
 
 def test_the_retention_pass_removes_checkpoints_of_jobs_that_will_not_run(
@@ -243,13 +249,19 @@ def test_the_retention_pass_removes_checkpoints_of_jobs_that_will_not_run(
             session.execute(update(Job).where(Job.id == job_id).values(status=status))
     storage = get_storage(settings)
     point = Checkpoint(np.ones(3), np.ones((1, 2)), np.zeros(1), 5, 0.5)
+
+    def keys(job_id):  # attempts 1 and 2, and one stored before keys named the attempt
+        return {checkpoint_key(job_id, 1), checkpoint_key(job_id, 2), f"checkpoints/{job_id}.npz"}
+
     for job_id in [*ids.values(), "job_deleted"]:
-        point.save(storage, checkpoint_key(job_id), tmp_path)
+        for key in keys(job_id):
+            point.save(storage, key, tmp_path)
+
     storage.store_file(_file(tmp_path / "other"), "checkpoints/notes.txt")  # not a checkpoint
     monkeypatch.setattr(recovery, "CHECKPOINT_BATCH", 2)  # the jobs asked for in three queries
     Reaper(db, settings, LocalQueue(), actor="pool@test").run_once()
     left = {obj.key for obj in storage.list("checkpoints/")}
-    kept = {checkpoint_key(ids["queued"]), checkpoint_key(ids["running"])}
+    kept = keys(ids["queued"]) | keys(ids["running"])
     assert left == kept | {"checkpoints/notes.txt"}
 
 
@@ -383,7 +395,7 @@ def test_a_resume_rides_out_a_storage_hiccup_but_not_an_outage_or_a_bad_file(
     with db.session() as session:
         stored = session.get(Job, job_id).checkpoint_iteration
     if corrupt:  # a file cut short: no retry reads it whole
-        path = get_storage(settings).local_path(checkpoint_key(job_id))
+        path = get_storage(settings).local_path(checkpoint_key(job_id, 1))
         path.write_bytes(path.read_bytes()[:100])
     flaky = FlakyStore(get_storage(settings), failures)
     monkeypatch.setattr(runner, "get_storage", lambda _settings: flaky)
@@ -405,7 +417,7 @@ def test_a_checkpoint_read_gives_up_within_its_tries_and_at_once_on_a_bad_file(t
     from app.jobs.checkpoint import READ_DELAY_S, READ_TRIES, Checkpoint
     from app.storage import FileStorage
 
-    inner, key = FileStorage(tmp_path / "store"), checkpoint_key("job_x")
+    inner, key = FileStorage(tmp_path / "store"), checkpoint_key("job_x", 1)
     Checkpoint(np.arange(5.0), np.ones((1, 3)), np.zeros(1), 7, 1.5).save(inner, key, tmp_path)
     down = FlakyStore(inner, float("inf"))
     began = time.monotonic()
@@ -431,36 +443,55 @@ def test_a_checkpoint_read_gives_up_within_its_tries_and_at_once_on_a_bad_file(t
 
 
 def test_an_attempt_taken_away_does_not_overwrite_the_next_attempt_s_checkpoint(
-    app, client, db, heart
+    app, client, db, heart, monkeypatch
 ):
-    # the file was stored before the job was checked: an attempt re-queued while its worker was
-    # cut off from the database overwrote the checkpoint of the attempt running after it (which
-    # a third attempt then resumed from), and re-created it after the job ended
+    # an attempt re-queued while its worker was cut off from the database trains on and
+    # checkpoints: it is refused once the job is another attempt's, but one taken away during
+    # its save (after the check) wrote the job's one key, over the checkpoint of the attempt
+    # running after it, and a third attempt resumed from the stale iterate
     from app.jobs import lifecycle, runner
     from app.jobs.checkpoint import Checkpoint
     from app.jobs.queue import LocalQueue
 
     settings = app.state.settings
     job_id = _job(client, heart)
-    queue = LocalQueue()
-    with db.write() as session:
-        first = lifecycle.claim(session, job_id, "host:1:aaaa")
-    with db.write() as session:
-        job = session.get(Job, job_id, with_for_update=True)
-        assert lifecycle.requeue_or_fail(session, queue, job, "silent", 1, "pool") == "queued"
-    with db.write() as session:
-        second = lifecycle.claim(session, job_id, "host:2:bbbb")
-    ctx = RunContext(settings, db)
+    ctx, queue = RunContext(settings, db), LocalQueue()
+
+    def take_over(worker):
+        with db.write() as session:
+            job = session.get(Job, job_id, with_for_update=True)
+            if job.status == "running":
+                outcome = lifecycle.requeue_or_fail(session, queue, job, "silent", 5, "pool")
+                assert outcome == "queued"
+        with db.write() as session:
+            return lifecycle.claim(session, job_id, worker)
+
+    first = take_over("host:1:aaaa")
     ours = Checkpoint(np.full(270, 0.5), np.ones((1, 13)), np.zeros(1), 50, 1.0)
     stale = Checkpoint(np.full(270, 0.1), np.ones((1, 13)), np.zeros(1), 80, 2.0)
-    runner._store_checkpoint(ctx, second, ours)
-    runner._store_checkpoint(ctx, first, stale)  # the lost attempt, still training
-    stored = Checkpoint.load(get_storage(settings), checkpoint_key(job_id), settings.data_dir)
-    np.testing.assert_array_equal(stored.alpha, ours.alpha)
+    save = Checkpoint.save
+    second = []
+
+    def slow_save(point, storage, key, scratch):
+        if point is stale:  # checked and current; taken away while it saves
+            second.append(take_over("host:2:bbbb"))
+            runner._store_checkpoint(ctx, second[0], ours)
+        save(point, storage, key, scratch)
+
+    monkeypatch.setattr(Checkpoint, "save", slow_save)
+    runner._store_checkpoint(ctx, first, stale)  # the lost attempt's save lands last
+    third = take_over("host:3:cccc")
     with db.session() as session:
-        assert session.get(Job, job_id).checkpoint_iteration == stored.iteration == 50
+        job = session.get(Job, job_id)
+    start = runner._segments(ctx, third, job).start
+    assert start.iteration == 50  # the second attempt's, not the stale one stored after it
+    np.testing.assert_array_equal(start.alpha, ours.alpha)
+    assert client.get(f"/v1/jobs/{job_id}").json()["resumed_from"] == 50
+
+    runner._store_checkpoint(ctx, third, replace(ours, iteration=60))
+    assert _stored(settings, job_id) == [checkpoint_key(job_id, 3)]  # the earlier ones removed
     with db.write() as session:
-        assert lifecycle.succeed(session, second, "converged", True)
-    runner._drop_checkpoint(ctx, job_id)  # as the second attempt's worker does at the end
-    runner._store_checkpoint(ctx, first, stale)  # after the job ended
-    assert not get_storage(settings).exists(checkpoint_key(job_id))
+        assert lifecycle.succeed(session, third, "converged", True)
+    runner._drop_checkpoint(ctx, job_id)  # as the third attempt's worker does at the end
+    runner._store_checkpoint(ctx, first, stale)  # after the job ended: refused
+    assert _stored(settings, job_id) == []
