@@ -5,8 +5,9 @@ NUMBA_NUM_THREADS to cores / pool size before the solvers load, so the pool neve
 the CPU. A supervisor thread replaces children that die; the job a dead child was running is
 re-queued or failed (JOB_RETRIES) at once, and the reaper (`app.jobs.recovery`) runs at start and
 every few seconds for jobs left by a previous service or silent for JOB_STALL_S. The supervisor
-also keeps the disk reserve (`app.disk`) in place. At start the pool sweeps this host's temporary
-files of dead processes (`app.services.sweep`): a checkpoint half-saved by a killed worker.
+also keeps the disk reserve (`app.disk`) in place. At start, and whenever a child dies, the pool
+sweeps this host's temporary files of dead processes (`app.services.sweep`): a checkpoint
+half-saved by a killed worker.
 """
 
 from __future__ import annotations
@@ -222,6 +223,8 @@ class LocalPool:
             )
         except Exception:
             log.exception("could not recover the jobs of worker %s", self.worker_id(process))
+        # its temporary files (a checkpoint half-saved, a download) go now, not at the next start
+        sweep_temp_files(self.settings)
 
     def alive(self) -> int:
         return sum(p.is_alive() for p in self.children)

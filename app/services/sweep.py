@@ -2,7 +2,8 @@
 outputs, checkpoints of a worker killed mid-save), and stored datasets without a row (a crash, or
 a storage outage, between storing the arrays and committing the row; a delete whose objects could
 not be removed). The API sweeps both when it starts; a worker (the local pool, a procrastinate
-worker) sweeps its host's temporary files when it starts, since a worker-only host runs no API."""
+worker) sweeps its host's temporary files when it starts, since a worker-only host runs no API,
+and the local pool again whenever one of its worker processes dies."""
 
 from __future__ import annotations
 
