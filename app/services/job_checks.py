@@ -67,42 +67,53 @@ def check_dataset_fits(
             "targets as numbers",
         )
     if spec.kind == "classifier":
-        if dataset.label_kind != "classes":
-            raise invalid(
-                "dataset_id",
-                f"{spec.name} needs class labels, but dataset {dataset.id!r} has a real-valued "
-                "target (train LinearSVR on it)",
-            )
-        labels = [c["label"] for c in dataset.classes or []]
-        if len(labels) < 2:
-            raise invalid(
-                "dataset_id",
-                f"a classifier needs at least two classes, dataset {dataset.id!r} has "
-                f"{len(labels)} ({', '.join(map(str, labels))})",
-            )
-        weights = params.get("class_weight")
-        if isinstance(weights, dict):
-            named = text_classes(dataset.classes) is not None  # keyed by the class names
-            if named:
-                unknown = [k for k in weights if k not in set(labels)]
-            else:
-                classes = {float(v) for v in labels}
-                unknown = [k for k in weights if _as_float(k) not in classes]
-            if unknown:
-                raise invalid(
-                    "params.class_weight",
-                    f"labels {unknown} are not classes of the dataset (its classes: {labels})",
-                )
-            if not named:  # names are distinct keys; numbers may be spelled twice ("1", "1.0")
-                _check_one_weight_per_class(weights)
-        _check_weighted_c(params, dataset)
-        _check_least_squares(params, len(labels))
+        _check_classifier(spec, params, dataset)
     if spec.kind == "structural":
         if not dataset.has_qid:
             raise invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
     check_model_size(spec, dataset, max_weights)
     check_folds(spec, params, dataset)
     check_dual_size(spec, params, dataset, max_dual)
+
+
+def _check_classifier(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -> None:
+    """422 when a classifier cannot train on the dataset: no class labels, fewer than two
+    classes, class weights or a loss that do not fit them."""
+    if dataset.label_kind != "classes":
+        raise invalid(
+            "dataset_id",
+            f"{spec.name} needs class labels, but dataset {dataset.id!r} has a real-valued "
+            "target (train LinearSVR on it)",
+        )
+    labels = [c["label"] for c in dataset.classes or []]
+    if len(labels) < 2:
+        raise invalid(
+            "dataset_id",
+            f"a classifier needs at least two classes, dataset {dataset.id!r} has "
+            f"{len(labels)} ({', '.join(map(str, labels))})",
+        )
+    weights = params.get("class_weight")
+    if isinstance(weights, dict):
+        _check_class_weights(weights, labels, dataset)
+    _check_weighted_c(params, dataset)
+    _check_least_squares(params, len(labels))
+
+
+def _check_class_weights(weights: dict[str, float], labels: list, dataset: Dataset) -> None:
+    """422 when a class_weight key is no class of the dataset, or two keys name one class."""
+    named = text_classes(dataset.classes) is not None  # keyed by the class names
+    if named:
+        unknown = [k for k in weights if k not in set(labels)]
+    else:
+        classes = {float(v) for v in labels}
+        unknown = [k for k in weights if _as_float(k) not in classes]
+    if unknown:
+        raise invalid(
+            "params.class_weight",
+            f"labels {unknown} are not classes of the dataset (its classes: {labels})",
+        )
+    if not named:  # names are distinct keys; numbers may be spelled twice ("1", "1.0")
+        _check_one_weight_per_class(weights)
 
 
 def _check_least_squares(params: dict[str, Any], n_classes: int) -> None:

@@ -76,24 +76,7 @@ def create_job(
                 return _replayed(session, existing), False
     try:
         with db.write() as session:
-            dataset = _checked_datasets(
-                session,
-                body,
-                spec,
-                params,
-                settings.dask_scheduler_address,
-                settings.max_model_weights,
-                settings.max_dual_variables,
-            )
-            job = Job(
-                id=new_id("job"),
-                dataset_id=dataset.id,
-                validation_dataset_id=body.validation_dataset_id,
-                estimator=spec.name,
-                params=params,
-                distributed=body.distributed.model_dump() if body.distributed else None,
-            )
-            lifecycle.submit(session, queue, job)
+            job = _queued_job(session, queue, body, spec, params, settings)
             if key:
                 idempotency.remember(session, "jobs", key, body_hash, job.id, key_ttl_hours)
     except IntegrityError:
@@ -106,6 +89,36 @@ def create_job(
             return _replayed(session, existing), False
     with db.session() as session:
         return session.get(Job, job.id), True
+
+
+def _queued_job(
+    session: Session,
+    queue: JobQueue,
+    body: JobCreate,
+    spec: EstimatorSpec,
+    params: dict,
+    settings: Settings,
+) -> Job:
+    """A new job, added with its queue entry in `session` once its datasets fit the request."""
+    dataset = _checked_datasets(
+        session,
+        body,
+        spec,
+        params,
+        settings.dask_scheduler_address,
+        settings.max_model_weights,
+        settings.max_dual_variables,
+    )
+    job = Job(
+        id=new_id("job"),
+        dataset_id=dataset.id,
+        validation_dataset_id=body.validation_dataset_id,
+        estimator=spec.name,
+        params=params,
+        distributed=body.distributed.model_dump() if body.distributed else None,
+    )
+    lifecycle.submit(session, queue, job)
+    return job
 
 
 def _replayed(session: Session, job_id: str) -> Job:
