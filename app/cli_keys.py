@@ -132,15 +132,14 @@ def _revoke(args, db, keys) -> None:
 
 
 def _quota(args, db, keys) -> None:
-    storage_mb = getattr(args, "storage_mb", keys.KEEP)
-    storage_bytes = int(storage_mb * 2**20) if storage_mb not in (None, keys.KEEP) else storage_mb
+    keep = keys.KEEP  # a limit left out of the command
     row = keys.set_quota(
         db,
         args.tenant,
-        storage_bytes,
-        getattr(args, "jobs", keys.KEEP),
-        getattr(args, "rate", keys.KEEP),
-        getattr(args, "prediction_runs", keys.KEEP),
+        _megabytes_as_bytes(getattr(args, "storage_mb", keep), keep),
+        getattr(args, "jobs", keep),
+        getattr(args, "rate", keep),
+        getattr(args, "prediction_runs", keep),
     )
     print(
         f"tenant {row.id!r}: storage {row.max_storage_bytes} bytes, "
@@ -148,6 +147,11 @@ def _quota(args, db, keys) -> None:
         f"active prediction runs {row.max_active_prediction_runs}, rate {row.rate_limit}",
         file=sys.stderr,
     )
+
+
+def _megabytes_as_bytes(megabytes, keep):
+    """--storage-mb in bytes; None ('default') and `keep` (left out) stay as they are."""
+    return megabytes if megabytes in (None, keep) else int(megabytes * 2**20)
 
 
 _COMMANDS = {"create": _create, "list": _list, "revoke": _revoke, "quota": _quota}

@@ -28,6 +28,7 @@ from app.schemas.jobs import (
     JobStatusName,
     ProgressPage,
 )
+from app.services import job_views
 from app.services import jobs as service
 from app.services.idempotency import check_key
 from app.streaming import drop_connection
@@ -55,7 +56,7 @@ def create_job(
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:
         response.headers["Idempotent-Replayed"] = "true"
-    return service.job_view(job, settings.max_job_seconds)
+    return job_views.job_view(job, settings.max_job_seconds)
 
 
 @router.get("/jobs", response_model=Page[JobOut])
@@ -67,14 +68,14 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     cursor: str | None = None,
 ):
-    items, nxt = service.list_jobs(session, limit, cursor, status, dataset_id)
+    items, nxt = job_views.list_jobs(session, limit, cursor, status, dataset_id)
     bound = settings.max_job_seconds
-    return {"items": [service.job_view(j, bound) for j in items], "next": nxt}
+    return {"items": [job_views.job_view(j, bound) for j in items], "next": nxt}
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
 def get_job(job: JobDep, settings: SettingsDep):
-    return service.job_view(job, settings.max_job_seconds)
+    return job_views.job_view(job, settings.max_job_seconds)
 
 
 @router.get("/jobs/{job_id}/progress", response_model=ProgressPage)
@@ -85,7 +86,7 @@ def job_progress(
     cursor: str | None = None,
 ):
     """The job's progress records, one per outer iteration written (oldest first)."""
-    items, nxt = service.progress_records(session, job, limit, cursor)
+    items, nxt = job_views.progress_records(session, job, limit, cursor)
     return {"items": [r.as_record() for r in items], "next": nxt}
 
 
@@ -104,7 +105,7 @@ def cancel_job(
     job = service.cancel_job(db, request.app.state.queue, job_id, keep_model)
     if job.status not in TERMINAL_STATUSES:
         response.status_code = status.HTTP_202_ACCEPTED
-    return service.job_view(job, request.app.state.settings.max_job_seconds)
+    return job_views.job_view(job, request.app.state.settings.max_job_seconds)
 
 
 @router.delete("/jobs/{job_id}", status_code=status.HTTP_204_NO_CONTENT)
@@ -203,7 +204,7 @@ def _counted(events, streams: dict, tenant: str | None):
 def _resume_after(last_event_id: str | None) -> int:
     """The progress id after which a reconnecting client resumes: the Last-Event-ID header when
     it is a plain decimal id in the column's range, else 0 (from the start)."""
-    after = service.progress_id((last_event_id or "").strip())
+    after = job_views.progress_id((last_event_id or "").strip())
     return 0 if after is None else after
 
 
@@ -282,7 +283,7 @@ def _progress_event(row: JobProgress) -> dict:
 
 def _end_event(current: Job | None, bound) -> dict:
     """``bound``: MAX_JOB_SECONDS, for the job's `time_bound_s`."""
-    view = JobOut.model_validate(service.job_view(current, bound)) if current else None
+    view = JobOut.model_validate(job_views.job_view(current, bound)) if current else None
     return {"event": "end", "data": view.model_dump_json() if view else "null"}
 
 

@@ -199,18 +199,26 @@ class LocalPool:
             wait([p.sentinel for p in self.children], timeout=1.0)
             if self._stopping.is_set():
                 break
-            for i, process in enumerate(self.children):
-                if process.is_alive():
-                    continue
-                self._recover(process)
-                self.children[i] = self._spawn()
+            self._replace_dead()
             if time.monotonic() - last_sweep > every:
                 last_sweep = time.monotonic()
-                self.reserve.ensure()
-                try:
-                    self.reaper.run_once()
-                except Exception as exc:
-                    log.warning("sweep failed: %s", exc)
+                self._sweep()
+
+    def _replace_dead(self) -> None:
+        """Recover the jobs of each child that died, and start another in its place."""
+        for i, process in enumerate(self.children):
+            if not process.is_alive():
+                self._recover(process)
+                self.children[i] = self._spawn()
+
+    def _sweep(self) -> None:
+        """Put the disk reserve back if it was used, and run the reaper's pass; a failed pass
+        is logged, and the next sweep tries again."""
+        self.reserve.ensure()
+        try:
+            self.reaper.run_once()
+        except Exception as exc:
+            log.warning("sweep failed: %s", exc)
 
     def _recover(self, process) -> None:
         code = process.exitcode

@@ -66,11 +66,18 @@ class WorkerId:
 def _exited(pid: int) -> bool:
     """Whether a process that still exists is a zombie (state Z in Linux's /proc; elsewhere,
     where there is no /proc, it counts as alive)."""
+    return process_state(pid) == "Z"
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of process `pid` in Linux's /proc/<pid>/stat (R running, S sleeping, Z a
+    zombie: exited, not yet reaped, ...); None where it cannot be read: no such process, or no
+    /proc. The letter follows the command name's closing parenthesis (the name may hold any)."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+            return handle.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return None
 
 
 def dead_here(worker_id: str | None) -> bool:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from app.services.formats.labels import text_classes
-from app.services.trainers import Trained, finite_or_none
+from app.services.trainers import Trained
+from solvers._core.progress import finite_or_none
 
 CONNECT_TIMEOUT_S = 30
 

@@ -1,7 +1,8 @@
 """Estimator name -> how to train it on a stored dataset and turn the result into model weights.
 
 Each trainer gets the validated params, the data and a progress callback, and returns a
-`Trained` record; the solvers are imported here, inside the worker, never in the API process.
+`Trained` record; the solvers are imported here, inside the worker, never in the API process
+(which may load only their light progress records, through `finite_or_none`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from solvers._core.progress import finite_or_none
 
 
 @dataclass
@@ -138,17 +141,11 @@ def selection_summary(est) -> dict:
     return {
         "C": float(est.C_),
         "search_status": est.search_status_,
-        "best_score": _finite_or_none(est.best_score_),
+        "best_score": finite_or_none(est.best_score_),  # NaN when no C finished
         "scoring": est.scoring or "accuracy",
         "cv": n_folds,
         "table": rows,
     }
-
-
-def _finite_or_none(value) -> float | None:
-    """A search that finished no C has no best score (NaN, which JSON cannot hold)."""
-    value = float(value)
-    return value if np.isfinite(value) else None
 
 
 def train_linear_svr(
@@ -173,10 +170,6 @@ def resumable(trainer, params: dict) -> bool:
     or an internal calibration fold runs many solves, and has no single dual point to resume)."""
     many_solves = params.get("search") is not None or bool(params.get("probability"))
     return getattr(trainer, "resumable", False) and not many_solves
-
-
-def finite_or_none(value) -> float | None:
-    return float(value) if value is not None and np.isfinite(value) else None
 
 
 def _from_estimator(est, kind: str, classes: list[float] | None) -> Trained:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from solvers._core.newton import METHOD, L2Loss, StallDetector, newton_finish
-from solvers._core.progress import Progress, SolveResult, relative_duality_gap
+from solvers._core.progress import Progress, SolveResult, finite_or_none, relative_duality_gap
 from solvers._core.sparse import weighted_row_sum
 
 STALL_CAP = 300
@@ -89,7 +89,11 @@ def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
     alpha = state.take_alpha()  # the record's buffer, shrunk to α: no copy
     n_iter += outcome.n_iter
     final = monitor.conclude(_final_progress(monitor, n_iter, outcome, M, m, state.index.shape[0]))
-    pg = {"pg_max": _finite(M), "pg_min": _finite(m), "pg_range": _finite(M - m)}
+    pg = {
+        "pg_max": finite_or_none(M),
+        "pg_min": finite_or_none(m),
+        "pg_range": finite_or_none(M - m),
+    }
     return _as_result(outcome, csr.n_features, state.bias, alpha, n_iter, final, monitor, **pg)
 
 
@@ -134,17 +138,12 @@ def _final_progress(monitor, n_iter, outcome, M, m, active):
         iteration=n_iter,
         elapsed_s=monitor.elapsed(),
         gap=outcome.grad_ratio,
-        pg_max=_finite(M),
-        pg_min=_finite(m),
-        pg_range=_finite(M - m),
+        pg_max=finite_or_none(M),
+        pg_min=finite_or_none(m),
+        pg_range=finite_or_none(M - m),
         active=int(active),
         primal=outcome.primal,
         dual=outcome.dual,
         duality_gap=relative_duality_gap(outcome.primal, -outcome.dual),
         method=METHOD,
     )
-
-
-def _finite(value):
-    value = float(value)
-    return value if np.isfinite(value) else None

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from app.jobs.workers import process_state
 from app.services import trainers
 
 STALLING_TRAINER_ENV = "MARGIN_TEST_STALLING_TRAINER"
@@ -48,11 +49,8 @@ def start(settings, log_path: Path, **env: str) -> subprocess.Popen:
 def running(pid: int) -> bool:
     """Whether process `pid` exists and has not exited (a zombie waiting for its parent to
     reap it has exited)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    state = process_state(pid)
+    return state is not None and state != "Z"
 
 
 def main(settings_json: str) -> None:

@@ -21,6 +21,7 @@ from app.jobs.workers import WorkerId
 from app.services.model_store import unpack_weights
 from app.tables import Model
 from benchmarks._service import free_port
+from tests.app.pool_process import running
 from tests.conftest import shared_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -304,14 +305,6 @@ def descendants(pid: int) -> set[int]:
     for child in children:
         out |= {child} | descendants(child)
     return out
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"  # zombies have exited
-    except FileNotFoundError:
-        return False
 
 
 def test_a_killed_service_releases_its_jobs_and_a_restart_runs_them(tmp_path):

@@ -44,5 +44,4 @@ def test_a_worker_that_exited_unreaped_is_dead_here():
 
 
 def _zombie(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    return workers.process_state(pid) == "Z"

@@ -458,7 +458,7 @@ def test_a_number_beyond_a_float_is_one_line_not_a_traceback(service, heart_data
 def test_train_flags_state_the_services_defaults():
     """`margin train --help` names each flag's default: they are the service's own."""
     from app.schemas.params import LinearSVCParams, LinearSVRParams
-    from margin_client.cli import TRAIN_FLAGS
+    from margin_client.cli_jobs import TRAIN_FLAGS
 
     svc = {k: f.default for k, f in LinearSVCParams.model_fields.items()}
     svr = {k: f.default for k, f in LinearSVRParams.model_fields.items()}

@@ -11,7 +11,7 @@ import lzma
 import pytest
 from sqlalchemy import text
 
-from app.services import jobs as jobs_service
+from app.services import job_views
 from tests.security.conftest import HEART, upload
 
 LEAKS = ("Traceback", 'File "', "site-packages", ".py", "/tmp/", "/work/")
@@ -159,7 +159,7 @@ def test_unexpected_errors_name_no_code_or_path(make_service, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError(f"failure in {app.state.settings.data_dir}/secret.py line 3")
 
-    monkeypatch.setattr(jobs_service, "list_jobs", boom)
+    monkeypatch.setattr(job_views, "list_jobs", boom)
     response = client.get("/v1/jobs")
     assert response.status_code == 500
     assert_clean(response, str(app.state.settings.data_dir), "secret")

@@ -1,0 +1,87 @@
+"""Reading jobs: the list, a job's progress records, and the job as the API shows it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.errors import ProblemError
+from app.jobs import budget
+from app.schemas.common import decimal, keyset_page
+from app.tables import Job, JobProgress, utcnow
+
+MAX_PROGRESS_ID = 2**63 - 1  # progress ids are 64-bit integers (migration 0012)
+
+
+def list_jobs(
+    session: Session,
+    limit: int,
+    cursor: str | None,
+    statuses: list[str] | None,
+    dataset_id: str | None = None,
+) -> tuple[list[Job], str | None]:
+    query = select(Job)
+    if statuses:
+        query = query.where(Job.status.in_(statuses))
+    if dataset_id:
+        query = query.where(Job.dataset_id == dataset_id)
+    return keyset_page(session, query, Job.id, limit, cursor)
+
+
+def progress_records(
+    session: Session, job: Job, limit: int, cursor: str | None
+) -> tuple[list[JobProgress], str | None]:
+    """The job's progress records of its latest attempt, oldest first."""
+    query = select(JobProgress).where(
+        JobProgress.job_id == job.id, JobProgress.attempt == max(job.attempt, 1)
+    )
+
+    def position(after: str) -> int:
+        value = progress_id(after)
+        if value is None:
+            raise ProblemError(422, "Invalid cursor", f"cursor: not a progress cursor: {cursor!r}")
+        return value
+
+    return keyset_page(
+        session, query, JobProgress.id, limit, cursor, descending=False, position=position
+    )
+
+
+def progress_id(text: str) -> int | None:
+    """The progress id `text` spells in decimal within the column's range, else None."""
+    return decimal(text, MAX_PROGRESS_ID)
+
+
+
+def job_view(job: Job, max_job_seconds: float | None = None) -> dict[str, Any]:
+    """The job as the API shows it; ``max_job_seconds`` (MAX_JOB_SECONDS) for its time bound."""
+    end = job.finished_at or (utcnow() if job.started_at else None)
+    elapsed = (end - job.started_at).total_seconds() if job.started_at and end else None
+    return {
+        "id": job.id,
+        "dataset_id": job.dataset_id,
+        "validation_dataset_id": job.validation_dataset_id,
+        "estimator": job.estimator,
+        "params": job.params,
+        "distributed": job.distributed,
+        "status": job.status,
+        "progress": job.progress,
+        "percent": job.percent,
+        "eta_s": job.eta_s,
+        "elapsed_s": elapsed,
+        "tol": job.params.get("tol"),
+        "time_bound_s": budget.bound(job.params.get("time_limit"), max_job_seconds),
+        "converged": job.converged,
+        "stop_reason": job.stop_reason,
+        "attempt": job.attempt,
+        "cancel_requested": job.cancel_requested,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "model_id": job.model_id,
+        "error": job.error,
+        "checkpoint_iteration": job.checkpoint_iteration,
+        "resumed_from": job.resumed_from,
+    }

@@ -1,0 +1,88 @@
+"""`margin datasets`: upload, list, show and rm of datasets, and the reading of a DATASET
+argument that `train`, `runs start` and `evaluate` take (a dataset id, or a file to upload
+first); registered on the `margin` parser by `margin_client.cli.add_commands`."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from margin_client import output
+
+if TYPE_CHECKING:
+    from margin_client.cli import AddCommand
+
+UPLOAD_FORMATS = ("libsvm", "csv", "tsv", "parquet", "npz")
+
+
+def add_datasets(commands: argparse._SubParsersAction, command: AddCommand) -> None:
+    datasets = commands.add_parser("datasets", help="upload, list, show, remove datasets")
+    sub = datasets.add_subparsers(dest="datasets_command", required=True)
+    upload = command(sub, "upload", cmd_datasets_upload,
+                     "upload a LIBSVM, CSV, TSV, Parquet or npz file")
+    upload.add_argument("file", type=Path)
+    upload.add_argument("--name", help="the dataset's name (default: the file's)")
+    add_upload_options(upload)
+    listing = command(sub, "list", cmd_datasets_list, "list datasets, newest first")
+    listing.add_argument("--limit", type=int, default=50)
+    command(sub, "show", cmd_datasets_show, "show a dataset").add_argument("id")
+    command(sub, "rm", cmd_datasets_rm, "remove a dataset").add_argument("id")
+
+
+def add_upload_options(parser: argparse.ArgumentParser, file_note: str = "") -> None:
+    """How a file is read when uploaded: by `datasets upload`, and by the commands that take
+    a dataset id or a file to upload first (`file_note` says so in their help)."""
+    group = parser.add_argument_group(f"reading the file{file_note}")
+    group.add_argument("--format", choices=UPLOAD_FORMATS,
+                       help="default: from the file's extension, else recognised")
+    group.add_argument("--label-column",
+                       help="CSV, TSV, Parquet: the label column (default: label, else the first)")
+    group.add_argument("--empty-cells", choices=("error", "zero"),
+                       help="CSV, TSV, Parquet: an empty cell is an error (default) or 0")
+
+
+def _upload(client, path: Path, **options: Any) -> dict:
+    from margin_client.progress import upload_bar
+
+    with upload_bar(path) as on_bytes:
+        return client.datasets.upload(path, on_bytes=on_bytes, **options)
+
+
+def dataset_ref(client, args, ref: str) -> str:
+    """A dataset id as given, or the id of the file `ref` once uploaded."""
+    path = Path(ref)
+    options = {"format": args.format, "label_column": args.label_column,
+               "empty_cells": args.empty_cells}  # fmt: skip
+    if ref.startswith("ds_"):
+        if any(value is not None for value in options.values()):
+            raise SystemExit(f"margin: --format, --label-column and --empty-cells read a file to "
+                             f"upload; {ref} is a stored dataset, read when it was uploaded")
+        return ref
+    if not path.is_file():  # every dataset id starts with ds_: this was meant as a file
+        raise FileNotFoundError(errno.ENOENT, "No such file (nor a dataset id)", ref)
+    dataset = _upload(client, path, **options)
+    print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
+    return dataset["id"]
+
+
+def cmd_datasets_upload(client, args) -> None:
+    dataset = _upload(client, args.file, name=args.name, format=args.format,
+                      label_column=args.label_column, empty_cells=args.empty_cells)
+    output.emit(args, dataset, output.fields)
+
+
+def cmd_datasets_list(client, args) -> None:
+    items = client.datasets.list(limit=args.limit)
+    output.emit(args, items, lambda rows: output.table(rows, output.DATASET_COLUMNS))
+
+
+def cmd_datasets_show(client, args) -> None:
+    output.emit(args, client.datasets.get(args.id), output.fields)
+
+
+def cmd_datasets_rm(client, args) -> None:
+    client.datasets.delete(args.id)
+    output.emit(args, {"id": args.id, "deleted": True}, lambda _: print(f"removed {args.id}"))

@@ -1,0 +1,187 @@
+"""`margin train` (start a training job, optionally following it) and `margin jobs`: list,
+show, cancel and follow jobs; registered on the `margin` parser by
+`margin_client.cli.add_commands`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import TYPE_CHECKING, Any
+
+from margin_client import output
+from margin_client.cli_datasets import add_upload_options, dataset_ref
+
+if TYPE_CHECKING:
+    from margin_client.cli import AddCommand
+
+TRAIN_FLAGS = {  # flag -> (parameter, type, help); the defaults are the service's (LinearSVC's)
+    "--C": ("C", float, "the loss term's weight (default 1; --search chooses it)"),
+    "--loss": ("loss", str, "squared_hinge (default), hinge; squared_error; LinearSVR: "
+               "epsilon_insensitive (default), squared_epsilon_insensitive"),
+    "--multi-class": ("multi_class", str, "ovr (default), crammer_singer, weston_watkins"),
+    "--tol": ("tol", float, "stopping tolerance (default 0.1, LIBLINEAR's; LinearSVR 0.0001): "
+              "the job reports the duality gap it reached"),
+    "--max-iter": ("max_iter", int, "passes over the data at most (default 1000)"),
+    "--epsilon": ("epsilon", float, "LinearSVR: width of the insensitive zone (default 0)"),
+    "--time-limit": ("time_limit", float, "seconds the whole job may take (default: the "
+                     "service's MAX_JOB_SECONDS)"),
+}
+LOOSE_CERTIFICATE = 0.01  # a model's relative duality gap above which its summary says so
+
+
+def add_train(commands: argparse._SubParsersAction, command: AddCommand) -> None:
+    train = command(commands, "train", cmd_train, "start a training job")
+    train.add_argument("dataset", help="a dataset id, or a file to upload first")
+    train.add_argument("--estimator", default="LinearSVC", help="LinearSVC, LinearSVR, ...")
+    for flag, (name, kind, help) in TRAIN_FLAGS.items():
+        train.add_argument(flag, dest=f"param_{name}", type=kind, metavar=name.upper(), help=help)
+    train.add_argument(
+        "--param", action="append", default=[], metavar="NAME=VALUE",
+        help="any other parameter (VALUE read as JSON when it parses), e.g. shrinking=false",
+    )
+    search = train.add_argument_group(
+        "choosing C", "any of these makes the job a search: k-fold cross-validation along a "
+        "warm-started path of C values; its model is calibrated unless --calibration none")
+    search.add_argument("--search", action="store_true",
+                        help="search C on the default grid (from LIBLINEAR's start value upward)")
+    search.add_argument("--Cs", type=_positive_floats, metavar="C1,C2,...",
+                        help="the values of C to try")
+    search.add_argument("--cv", type=int, metavar="K", help="folds (default 5)")
+    search.add_argument("--scoring",
+                        choices=("accuracy", "balanced_accuracy", "f1_macro", "roc_auc"))
+    train.add_argument("--probability", action="store_true",
+                       help="calibrate probabilities by an internal 5-fold at this C")
+    train.add_argument("--calibration",
+                       choices=("auto", "sigmoid", "softmax", "isotonic", "none"))
+    train.add_argument("--validation", help="a validation dataset id")
+    train.add_argument("--follow", action="store_true", help="draw the progress until it ends")
+    add_upload_options(train, " (when DATASET is a file)")
+
+
+def add_jobs(commands: argparse._SubParsersAction, command: AddCommand) -> None:
+    jobs = commands.add_parser("jobs", help="list, show, cancel, follow jobs")
+    sub = jobs.add_subparsers(dest="jobs_command", required=True)
+    listing = command(sub, "list", cmd_jobs_list, "list jobs, newest first")
+    listing.add_argument("--status", action="append", help="only jobs in this status")
+    listing.add_argument("--limit", type=int, default=50)
+    command(sub, "show", cmd_jobs_show, "show a job").add_argument("id")
+    command(sub, "cancel", cmd_jobs_cancel, "cancel a job").add_argument("id")
+    command(sub, "follow", cmd_jobs_follow, "draw a job's progress").add_argument("id")
+
+
+def _positive_floats(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, got {text!r}"
+        ) from None
+    if not all(v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"every C must be > 0, got {text!r}")
+    if not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"every C must be a finite number, got {text!r}")
+    return values
+
+
+def _train_params(args) -> dict[str, Any]:
+    params = {
+        name: getattr(args, f"param_{name}")
+        for name, _, _ in TRAIN_FLAGS.values()
+        if getattr(args, f"param_{name}") is not None
+    }
+    for item in args.param:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"margin train: --param expects NAME=VALUE, got {item!r}")
+        try:
+            params[name] = json.loads(raw)
+        except ValueError:
+            params[name] = raw
+    search = {
+        name: value
+        for name, value in (("Cs", args.Cs), ("cv", args.cv), ("scoring", args.scoring))
+        if value is not None
+    }
+    if search or args.search:
+        params["search"] = {**(params.get("search") or {}), **search}
+    if args.probability:
+        params["probability"] = True
+    if args.calibration:
+        params["calibration"] = args.calibration
+    return params
+
+
+def cmd_train(client, args) -> int:
+    dataset = dataset_ref(client, args, args.dataset)
+    job = client.jobs.create(
+        dataset, args.estimator, _train_params(args), validation_dataset=args.validation
+    )
+    if not args.follow:
+        output.emit(args, job.info, output.fields)
+        return 0
+    return _follow(client, args, job)
+
+
+def _follow(client, args, job) -> int:
+    job.wait(progress=True)
+    output.emit(args, job.info, _job_summary)
+    if not args.json and job.status == "succeeded" and job.model_id:
+        import httpx
+
+        from margin_client._http import MarginError
+
+        try:
+            _certificate_note(client.models.get(job.model_id))
+        except (MarginError, httpx.HTTPError):  # the job's outcome is the answer, not the hint
+            pass
+    return 0 if job.status == "succeeded" else 1
+
+
+def _certificate_note(model: dict) -> None:
+    """A line when the stored weights are certified only loosely: the stopping rule can hold on
+    unscaled features while the objective is still far from the optimum."""
+    gap = model.get("duality_gap")
+    if gap is not None and gap > LOOSE_CERTIFICATE:
+        print(f"note: the model's duality gap is {output.text(gap)}: its objective is within "
+              f"{output.text(100 * gap)}% of the optimum; scale the features or lower --tol "
+              "for a tighter model", file=sys.stderr)
+
+
+def _job_summary(job: dict) -> None:
+    console = output.console()
+    progress = job.get("progress") or {}
+    line = f"{job['id']} {job['status']}"
+    if job.get("cancel_requested") and job["status"] == "running":
+        line += " (cancel requested: it stops within one iteration)"
+    if progress:
+        gap = output.text(progress.get("gap"))
+        line += f" after {progress.get('iteration')} iterations, gap {gap}"
+        if (job.get("params") or {}).get("search") and progress.get("stage") == "refit":
+            line += f" (refit at the chosen C {output.text(progress.get('C'))})"
+    if job["status"] == "succeeded" and job.get("converged") is False:
+        line += f"; not converged ({job.get('stop_reason')}: gap above tol {job.get('tol')})"
+    if job.get("model_id"):
+        line += f" -> model {job['model_id']}"
+    console.print(output.plain(line), soft_wrap=True)  # the model id stays on its line
+    if job.get("error"):
+        console.print(output.plain(f"error: {job['error']}"))
+
+
+def cmd_jobs_list(client, args) -> None:
+    items = client.jobs.list(status=args.status, limit=args.limit)
+    output.emit(args, items, lambda rows: output.table(rows, output.JOB_COLUMNS))
+
+
+def cmd_jobs_show(client, args) -> None:
+    output.emit(args, client.jobs.get(args.id).info, output.fields)
+
+
+def cmd_jobs_cancel(client, args) -> None:
+    job = client.jobs.get(args.id).cancel()
+    output.emit(args, job.info, _job_summary)
+
+
+def cmd_jobs_follow(client, args) -> int:
+    return _follow(client, args, client.jobs.get(args.id))
