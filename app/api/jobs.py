@@ -130,12 +130,8 @@ async def job_events(
     tenant = tenancy.current_tenant()
     _check_stream_room(streams, tenant, settings)
     start = _resume_after(last_event_id)
-    feeds = getattr(request.app.state, "job_feeds", None)
-    if feeds is None:
-        poll_s = min(settings.progress_interval_s, 0.25)
-        events = _polled_events(db, job.id, start, poll_s, settings.max_job_seconds)
-    else:
-        events = _notified_events(db, feeds, job.id, start, settings.max_job_seconds)
+    feeds = request.app.state.job_feeds
+    events = _fed_events(db, feeds, job.id, start, settings.max_job_seconds)
     stream = _counted(events, streams, tenant)
     return _EventStream(stream, ping=15, send_timeout=settings.send_timeout_s)
 
@@ -207,22 +203,9 @@ def _resume_after(last_event_id: str | None) -> int:
     return 0 if after is None else after
 
 
-async def _polled_events(db: Database, job_id: str, start: int, poll_s: float, bound):
-    """SQLite: no notifications, so look a few times a second."""
-    after = start
-    while True:
-        rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)
-        after = rows[-1].id if rows else after
-        for event in _events(rows, current, bound):
-            yield event
-        if _ended(rows, current):
-            return
-        if not rows:
-            await asyncio.sleep(poll_s)
-
-
-async def _notified_events(db: Database, feeds, job_id: str, start: int, bound):
-    """PostgreSQL: woken by LISTEN/NOTIFY, rows read once per process."""
+async def _fed_events(db: Database, feeds, job_id: str, start: int, bound):
+    """Woken by the job's feed (`app.services.job_feed`: notified on PostgreSQL, polled on
+    SQLite), its rows read once per process for all its watchers."""
     feed = feeds.subscribe(job_id)
     try:
         after = start
@@ -240,7 +223,7 @@ async def _notified_events(db: Database, feeds, job_id: str, start: int, bound):
             rows = feed.since(after) if changed else None
             if rows is None:  # left the feed, or no notice for long: read it directly
                 rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)
-            elif feed.current is not None:
+            else:  # the feed's state as read with its rows (None: the job was deleted)
                 current = feed.current
     finally:
         feeds.unsubscribe(feed)
