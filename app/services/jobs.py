@@ -481,8 +481,10 @@ def cancel_job(db: Database, queue: JobQueue, job_id: str, keep_model: bool = Fa
             raise ProblemError(
                 409, "Job already finished", f"job {job_id!r} already ended {job.status}"
             )
-    with db.session() as session:
-        return session.get(Job, job_id)
+        # as written, read in this transaction: a read after the commit found nothing (500)
+        # once the cancelled job was deleted in between
+        session.refresh(job)
+    return job
 
 
 def delete_job(db: Database, settings, job_id: str) -> None:
