@@ -28,6 +28,7 @@ from app.tables import Job, JobProgress
 log = logging.getLogger("margin.api")
 CHANNEL = "margin_jobs"
 FEED_ROWS = 5000  # rows a feed keeps for watchers that are behind; older ones are read directly
+STATES_AT_ONCE = 500  # watched jobs PolledJobFeeds looks at in one query
 
 
 def notify(session: Session, job_id: str) -> None:
@@ -182,10 +183,14 @@ class PolledJobFeeds(JobFeeds):
     def _poll(self) -> None:
         """Read the jobs whose status, attempt or newest progress row changed since their last
         read (a new feed has none: it is read at once)."""
-        feeds = list(self.feeds.values())
+        with self._lock:  # subscribers change the dict meanwhile
+            feeds = list(self.feeds.values())
         if not feeds:
             return
-        states = _states(self.db, [feed.job_id for feed in feeds])
+        ids = [feed.job_id for feed in feeds]
+        states = {}
+        for start in range(0, len(ids), STATES_AT_ONCE):  # SQLite bounds a query's parameters
+            states.update(_states(self.db, ids[start : start + STATES_AT_ONCE]))
         for feed in feeds:
             state = states.get(feed.job_id, "deleted")
             if state != feed.polled:

@@ -10,6 +10,8 @@ import time
 import pytest
 from sqlalchemy import event
 
+from app.services import job_feed
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -118,3 +120,22 @@ def test_a_malformed_last_event_id_streams_from_the_start(client, heart, fake_tr
     # database error)
     assert progress == 3, response.text
     assert "event: end" in response.text
+
+
+def test_polled_feeds_read_only_the_watched_jobs_that_changed(app, client, heart, monkeypatch):
+    monkeypatch.setattr(job_feed, "STATES_AT_ONCE", 2)  # three jobs: two queries of states
+    jobs = [client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()["id"] for _ in "abc"]
+    feeds = job_feed.PolledJobFeeds(app.state.db, 0.25)
+    read = []
+    monkeypatch.setattr(feeds, "_refresh", read.extend)
+    for job_id in jobs:
+        feeds.feeds[job_id] = job_feed.Feed(job_id)
+    feeds._poll()
+    assert sorted(read) == sorted(jobs)  # new feeds: each read once
+    read.clear()
+    feeds._poll()
+    assert read == []  # nothing changed: nothing read
+    assert client.post(f"/v1/jobs/{jobs[1]}/cancel").status_code == 200
+    client.delete(f"/v1/jobs/{jobs[2]}")  # queued: 409, unchanged
+    feeds._poll()
+    assert read == [jobs[1]]
