@@ -411,6 +411,7 @@ def create_job(
             lifecycle.submit(session, queue, job)
             if key:
                 idempotency.remember(session, "jobs", key, body_hash, job.id, key_ttl_hours)
+            session.refresh(job)  # whole as inserted (its model relation too), for the answer
     except IntegrityError:
         if not key:
             raise
@@ -419,8 +420,10 @@ def create_job(
             if existing is None:
                 raise
             return _replayed(session, existing), False
-    with db.session() as session:
-        return session.get(Job, job.id), True
+    with db.session() as session:  # as it is now: a worker may have started it already
+        now = session.get(Job, job.id)
+    # None: cancelled and deleted by another request since the commit; answer it as created
+    return (now if now is not None else job), True
 
 
 def _replayed(session: Session, job_id: str) -> Job:

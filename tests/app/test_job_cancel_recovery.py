@@ -57,6 +57,31 @@ def test_a_cancelled_job_deleted_before_its_answer_is_not_a_500(
     assert client.get(f"/v1/jobs/{job['id']}").status_code == 404
 
 
+def test_a_job_cancelled_and_deleted_before_its_creation_answers_is_not_a_500(
+    app, client, heart, fake_trainer, monkeypatch
+):
+    fake_trainer()
+    submit = lifecycle.submit
+
+    def submitted_then_deleted(session, queue, job, **kwargs):
+        # other requests cancel and delete it between the creation's commit and its answer
+        submit(session, queue, job, **kwargs)
+        db, settings = app.state.db, app.state.settings
+
+        def cancel_and_delete(_session):
+            job_service.cancel_job(db, app.state.queue, job.id)
+            job_service.delete_job(db, settings, job.id)
+
+        event.listen(session, "after_commit", cancel_and_delete, once=True)
+
+    monkeypatch.setattr(lifecycle, "submit", submitted_then_deleted)
+    response = client.post("/v1/jobs", json={"dataset_id": heart["id"]})
+    # before: the answer read the job again after the commit, found nothing and answered 500
+    assert response.status_code == 202, response.text
+    assert response.json()["status"] == "queued"
+    assert client.get(f"/v1/jobs/{response.json()['id']}").status_code == 404
+
+
 def test_cancel_running_stops_within_an_iteration(app, client, db, heart, fake_trainer):
     fake = fake_trainer(n_iter=10_000, delay=0.01)
     job = client.post(
