@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Annotated
@@ -15,6 +17,7 @@ from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 
 from app import tenancy
+from app.auth import client_address
 from app.db import Database
 from app.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
 from app.errors import ProblemError
@@ -125,13 +128,17 @@ async def job_events(
 ):
     """Progress records as Server-Sent Events (`progress`), then one `end` event with the job;
     503 while this API process already serves MAX_EVENT_STREAMS streams, 429 while it serves
-    MAX_EVENT_STREAMS_PER_TENANT of the caller's tenant."""
+    MAX_EVENT_STREAMS_PER_TENANT of the caller's tenant. A stream whose API key is revoked is
+    closed within AUTH_CACHE_S, without an `end` event."""
     streams = _open_streams(request.app)
     tenant = tenancy.current_tenant()
     _check_stream_room(streams, tenant, settings)
     start = _resume_after(last_event_id)
     feeds = request.app.state.job_feeds
     events = _fed_events(db, feeds, job.id, start, settings.max_job_seconds)
+    alive = _key_check(request)
+    if alive is not None:
+        events = _while_key_lives(events, alive, max(settings.auth_cache_s, 1.0))
     stream = _counted(events, streams, tenant)
     return _EventStream(stream, ping=15, send_timeout=settings.send_timeout_s)
 
@@ -194,6 +201,57 @@ def _counted(events, streams: dict, tenant: str | None):
     stream = counted()
     weakref.finalize(stream, streams.pop, token, None)
     return stream
+
+
+def _key_check(request: Request):
+    """An async callable telling whether the stream's API key still works (False once it is
+    revoked), or None where the request sent no key."""
+    principal = tenancy.current()
+    if principal is None or principal.key_id is None:
+        return None
+    auth = request.app.state.auth
+    header, address = request.headers.get("authorization"), client_address(request)
+
+    async def alive() -> bool:
+        try:
+            await auth.principal_for(header, address)
+        except ProblemError as exc:
+            return exc.status != 401  # 429 or 503: not a sign that the key is gone
+        except Exception:  # the database is away: the key may well be fine
+            return True
+        return True
+
+    return alive
+
+
+async def _while_key_lives(events, alive, every_s: float):
+    """`events`, ended once `alive()` says the stream's key was revoked: asked every `every_s`
+    (AUTH_CACHE_S, the bound within which a revoked key stops), events or none. A stream opened
+    before the revocation otherwise went on for as long as its job, for ever while queued."""
+    checked = time.monotonic()
+    pending = None
+    try:
+        while True:
+            pending = asyncio.ensure_future(anext(events))
+            while not pending.done():
+                left = checked + every_s - time.monotonic()
+                await asyncio.wait({pending}, timeout=max(0.0, left))
+                if time.monotonic() - checked >= every_s:
+                    if not await alive():
+                        log.info("event stream closed: its API key was revoked")
+                        return
+                    checked = time.monotonic()
+            try:
+                event = pending.result()
+            except StopAsyncIteration:
+                return
+            yield event
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        await events.aclose()
 
 
 def _resume_after(last_event_id: str | None) -> int:
