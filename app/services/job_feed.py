@@ -23,7 +23,7 @@ from collections import deque
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from app.tables import Job, JobProgress
+from app.tables import TERMINAL_STATUSES, Job, JobProgress
 
 log = logging.getLogger("margin.api")
 CHANNEL = "margin_jobs"
@@ -182,7 +182,9 @@ class PolledJobFeeds(JobFeeds):
 
     def _poll(self) -> None:
         """Read the jobs whose status, attempt or newest progress row changed since their last
-        read (a new feed has none: it is read at once)."""
+        read (a new feed has none: it is read at once, unless its job has ended: its watchers
+        read the rows themselves and end, and a feed of an ended job of many rows, kept for a
+        client that reads nothing, would hold FEED_ROWS of them in memory for nothing)."""
         with self._lock:  # subscribers change the dict meanwhile
             feeds = list(self.feeds.values())
         if not feeds:
@@ -192,10 +194,11 @@ class PolledJobFeeds(JobFeeds):
         for start in range(0, len(ids), STATES_AT_ONCE):  # SQLite bounds a query's parameters
             states.update(_states(self.db, ids[start : start + STATES_AT_ONCE]))
         for feed in feeds:
-            state = states.get(feed.job_id, "deleted")
-            if state != feed.polled:
+            state = states.get(feed.job_id, ("deleted", None, None))
+            ended_before = feed.polled is None and state[0] in TERMINAL_STATUSES
+            if state != feed.polled and not ended_before:
                 self._refresh([feed.job_id])
-                feed.polled = state
+            feed.polled = state
 
 
 def _states(db, job_ids: list[str]) -> dict[str, tuple]:
