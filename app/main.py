@@ -59,8 +59,7 @@ async def _lifespan(app: FastAPI):
     try:
         yield
     finally:
-        if app.state.job_feeds is not None:
-            app.state.job_feeds.stop()
+        app.state.job_feeds.stop()
         app.state.parser.shutdown()
         app.state.db.dispose()
 
@@ -68,7 +67,7 @@ async def _lifespan(app: FastAPI):
 def _attach_state(app: FastAPI, settings: Settings) -> None:
     """The app's shared objects: settings, database, job queue, upload slots and parsers, job
     feeds."""
-    from app.services.job_feed import JobFeeds
+    from app.services.job_feed import JobFeeds, PolledJobFeeds
     from app.services.parser_pool import ParserPool
     from app.services.upload_slots import UploadSlots, parser_count
 
@@ -80,7 +79,11 @@ def _attach_state(app: FastAPI, settings: Settings) -> None:
         settings.max_uploads_per_tenant, settings.max_uploads_in_flight
     )
     app.state.parser = ParserPool(parser_count(settings.max_uploads_in_flight))
-    app.state.job_feeds = None if settings.is_sqlite else JobFeeds(app.state.db)
+    app.state.job_feeds = (
+        PolledJobFeeds(app.state.db, min(settings.progress_interval_s, 0.25))
+        if settings.is_sqlite
+        else JobFeeds(app.state.db)
+    )
 
 
 def _add_middleware(app: FastAPI, settings: Settings) -> None:

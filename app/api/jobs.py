@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Annotated
@@ -15,6 +17,7 @@ from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 
 from app import tenancy
+from app.auth import client_address
 from app.db import Database
 from app.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
 from app.errors import ProblemError
@@ -126,17 +129,17 @@ async def job_events(
 ):
     """Progress records as Server-Sent Events (`progress`), then one `end` event with the job;
     503 while this API process already serves MAX_EVENT_STREAMS streams, 429 while it serves
-    MAX_EVENT_STREAMS_PER_TENANT of the caller's tenant."""
+    MAX_EVENT_STREAMS_PER_TENANT of the caller's tenant. A stream whose API key is revoked is
+    closed within AUTH_CACHE_S, without an `end` event."""
     streams = _open_streams(request.app)
     tenant = tenancy.current_tenant()
     _check_stream_room(streams, tenant, settings)
     start = _resume_after(last_event_id)
-    feeds = getattr(request.app.state, "job_feeds", None)
-    if feeds is None:
-        poll_s = min(settings.progress_interval_s, 0.25)
-        events = _polled_events(db, job.id, start, poll_s, settings.max_job_seconds)
-    else:
-        events = _notified_events(db, feeds, job.id, start, settings.max_job_seconds)
+    feeds = request.app.state.job_feeds
+    events = _fed_events(db, feeds, job.id, start, settings.max_job_seconds)
+    alive = _key_check(request)
+    if alive is not None:
+        events = _while_key_lives(events, alive, max(settings.auth_cache_s, 1.0))
     stream = _counted(events, streams, tenant)
     return _EventStream(stream, ping=15, send_timeout=settings.send_timeout_s)
 
@@ -201,6 +204,57 @@ def _counted(events, streams: dict, tenant: str | None):
     return stream
 
 
+def _key_check(request: Request):
+    """An async callable telling whether the stream's API key still works (False once it is
+    revoked), or None where the request sent no key."""
+    principal = tenancy.current()
+    if principal is None or principal.key_id is None:
+        return None
+    auth = request.app.state.auth
+    header, address = request.headers.get("authorization"), client_address(request)
+
+    async def alive() -> bool:
+        try:
+            await auth.principal_for(header, address)
+        except ProblemError as exc:
+            return exc.status != 401  # 429 or 503: not a sign that the key is gone
+        except Exception:  # the database is away: the key may well be fine
+            return True
+        return True
+
+    return alive
+
+
+async def _while_key_lives(events, alive, every_s: float):
+    """`events`, ended once `alive()` says the stream's key was revoked: asked every `every_s`
+    (AUTH_CACHE_S, the bound within which a revoked key stops), events or none. A stream opened
+    before the revocation otherwise went on for as long as its job, for ever while queued."""
+    checked = time.monotonic()
+    pending = None
+    try:
+        while True:
+            pending = asyncio.ensure_future(anext(events))
+            while not pending.done():
+                left = checked + every_s - time.monotonic()
+                await asyncio.wait({pending}, timeout=max(0.0, left))
+                if time.monotonic() - checked >= every_s:
+                    if not await alive():
+                        log.info("event stream closed: its API key was revoked")
+                        return
+                    checked = time.monotonic()
+            try:
+                event = pending.result()
+            except StopAsyncIteration:
+                return
+            yield event
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        await events.aclose()
+
+
 def _resume_after(last_event_id: str | None) -> int:
     """The progress id after which a reconnecting client resumes: the Last-Event-ID header when
     it is a plain decimal id in the column's range, else 0 (from the start)."""
@@ -208,22 +262,9 @@ def _resume_after(last_event_id: str | None) -> int:
     return 0 if after is None else after
 
 
-async def _polled_events(db: Database, job_id: str, start: int, poll_s: float, bound):
-    """SQLite: no notifications, so look a few times a second."""
-    after = start
-    while True:
-        rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)
-        after = rows[-1].id if rows else after
-        for event in _events(rows, current, bound):
-            yield event
-        if _ended(rows, current):
-            return
-        if not rows:
-            await asyncio.sleep(poll_s)
-
-
-async def _notified_events(db: Database, feeds, job_id: str, start: int, bound):
-    """PostgreSQL: woken by LISTEN/NOTIFY, rows read once per process."""
+async def _fed_events(db: Database, feeds, job_id: str, start: int, bound):
+    """Woken by the job's feed (`app.services.job_feed`: notified on PostgreSQL, polled on
+    SQLite), its rows read once per process for all its watchers."""
     feed = feeds.subscribe(job_id)
     try:
         after = start
@@ -241,7 +282,7 @@ async def _notified_events(db: Database, feeds, job_id: str, start: int, bound):
             rows = feed.since(after) if changed else None
             if rows is None:  # left the feed, or no notice for long: read it directly
                 rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)
-            elif feed.current is not None:
+            else:  # the feed's state as read with its rows (None: the job was deleted)
                 current = feed.current
     finally:
         feeds.unsubscribe(feed)

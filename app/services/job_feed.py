@@ -1,4 +1,4 @@
-"""Live progress for the event stream: PostgreSQL's LISTEN/NOTIFY instead of polling.
+"""Live progress for the event stream, read once per API process for all the watchers of a job.
 
 Every write of a job's progress or status notifies channel `margin_jobs` with the job's id (in
 its transaction, so the notice arrives once the rows are visible). One thread per API process
@@ -7,7 +7,10 @@ once, and every watcher of that job takes them from the job's `Feed`. A hundred 
 one query per progress write, and nothing while the job is quiet. After the listening connection
 is lost and made again, every feed is read again (a notice may have been missed meanwhile).
 
-SQLite has no notifications: the stream polls there (`app.api.jobs`).
+SQLite has no notifications: there `PolledJobFeeds` looks at every watched job each poll, in
+two queries whatever their number, and reads the new rows of the jobs that changed, once for all
+their watchers. (Each stream polled for itself before: 50 streams of one queued job, one tenant's
+share, took 0.4 of a core of the API process and slowed its other requests fortyfold.)
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ import logging
 import threading
 from collections import deque
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from app.tables import Job, JobProgress
+from app.tables import TERMINAL_STATUSES, Job, JobProgress
 
 log = logging.getLogger("margin.api")
 CHANNEL = "margin_jobs"
 FEED_ROWS = 5000  # rows a feed keeps for watchers that are behind; older ones are read directly
+STATES_AT_ONCE = 500  # watched jobs PolledJobFeeds looks at in one query
 
 
 def notify(session: Session, job_id: str) -> None:
@@ -44,6 +48,7 @@ class Feed:
         self.last_id: int | None = None
         self.current: Job | None = None
         self.watchers = 0
+        self.polled: tuple | None = None  # PolledJobFeeds: the job's state at the last read
         self._changed = asyncio.Event()
 
     def push(self, rows: list[JobProgress], current: Job | None) -> None:
@@ -86,9 +91,15 @@ class JobFeeds:
 
     def subscribe(self, job_id: str) -> Feed:
         """Watch `job_id` (each watcher reads the rows it has not seen from the database first)."""
-        if self._thread is None:
-            self._loop = asyncio.get_running_loop()
-            self._thread = threading.Thread(target=self._listen, name="job-feeds", daemon=True)
+        loop = asyncio.get_running_loop()
+        if self._thread is None or loop is not self._loop:  # first, or the app started again
+            self._stop.set()  # a thread of an earlier loop ends
+            with self._lock:
+                self.feeds.clear()  # their events belong to the earlier loop
+            self._loop, self._stop = loop, threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._stop,), name="job-feeds", daemon=True
+            )
             self._thread.start()
         with self._lock:
             feed = self.feeds.get(job_id)
@@ -100,25 +111,28 @@ class JobFeeds:
     def unsubscribe(self, feed: Feed) -> None:
         with self._lock:
             feed.watchers -= 1
-            if feed.watchers <= 0:
-                self.feeds.pop(feed.job_id, None)
+            if feed.watchers <= 0 and self.feeds.get(feed.job_id) is feed:
+                del self.feeds[feed.job_id]
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def _listen(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
+        self._listen(stop)
+
+    def _listen(self, stop: threading.Event) -> None:
         import psycopg
 
         from app.jobs.procrastinate_queue import conninfo
 
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
                 with psycopg.connect(conninfo(self.db.url), autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._refresh(list(self.feeds))  # whatever changed while not listening
-                    while not self._stop.is_set():
+                    while not stop.is_set():
                         # each notice at once (waiting up to a second for one, so that a stop
                         # is seen): a watcher never lags the writes by more than a read
                         for notice in conn.notifies(timeout=1.0, stop_after=1):
@@ -126,7 +140,7 @@ class JobFeeds:
                                 self._refresh([notice.payload])
             except Exception as exc:  # the database is away: listen again once it is back
                 log.warning("job feeds: %s; listening again in 1 s", exc)
-                self._stop.wait(1.0)
+                stop.wait(1.0)
 
     def _refresh(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
@@ -149,3 +163,55 @@ def _rows_after(session: Session, job_id: str, attempt: int, after: int | None) 
         return list(reversed(newest))
     query = query.where(JobProgress.id > after).order_by(JobProgress.id).limit(FEED_ROWS)
     return list(session.scalars(query))
+
+
+class PolledJobFeeds(JobFeeds):
+    """SQLite: one thread polls the watched jobs every `poll_s` (see the module's docstring)."""
+
+    def __init__(self, db, poll_s: float):
+        super().__init__(db)
+        self.poll_s = poll_s
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.poll_s):
+            try:
+                self._poll()
+            except Exception as exc:  # the database is busy or away: poll again
+                log.warning("job feeds: %s; polling again in 1 s", exc)
+                stop.wait(1.0)
+
+    def _poll(self) -> None:
+        """Read the jobs whose status, attempt or newest progress row changed since their last
+        read (a new feed has none: it is read at once, unless its job has ended: its watchers
+        read the rows themselves and end, and a feed of an ended job of many rows, kept for a
+        client that reads nothing, would hold FEED_ROWS of them in memory for nothing)."""
+        with self._lock:  # subscribers change the dict meanwhile
+            feeds = list(self.feeds.values())
+        if not feeds:
+            return
+        ids = [feed.job_id for feed in feeds]
+        states = {}
+        for start in range(0, len(ids), STATES_AT_ONCE):  # SQLite bounds a query's parameters
+            states.update(_states(self.db, ids[start : start + STATES_AT_ONCE]))
+        for feed in feeds:
+            state = states.get(feed.job_id, ("deleted", None, None))
+            ended_before = feed.polled is None and state[0] in TERMINAL_STATUSES
+            if state != feed.polled and not ended_before:
+                self._refresh([feed.job_id])
+            feed.polled = state
+
+
+def _states(db, job_ids: list[str]) -> dict[str, tuple]:
+    """(status, attempt, newest progress id) of each job of `job_ids` that exists."""
+    with db.session() as session:
+        jobs = session.execute(
+            select(Job.id, Job.status, Job.attempt).where(Job.id.in_(job_ids))
+        ).all()
+        newest = dict(
+            session.execute(
+                select(JobProgress.job_id, func.max(JobProgress.id))
+                .where(JobProgress.job_id.in_(job_ids))
+                .group_by(JobProgress.job_id)
+            ).all()
+        )
+    return {job_id: (status, attempt, newest.get(job_id)) for job_id, status, attempt in jobs}

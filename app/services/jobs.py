@@ -79,6 +79,7 @@ def create_job(
             job = _queued_job(session, queue, body, spec, params, settings)
             if key:
                 idempotency.remember(session, "jobs", key, body_hash, job.id, key_ttl_hours)
+            session.refresh(job)  # whole as inserted (its model relation too), for the answer
     except IntegrityError:
         if not key:
             raise
@@ -87,8 +88,10 @@ def create_job(
             if existing is None:
                 raise
             return _replayed(session, existing), False
-    with db.session() as session:
-        return session.get(Job, job.id), True
+    with db.session() as session:  # as it is now: a worker may have started it already
+        now = session.get(Job, job.id)
+    # None: cancelled and deleted by another request since the commit; answer it as created
+    return (now if now is not None else job), True
 
 
 def _queued_job(
@@ -140,8 +143,10 @@ def cancel_job(db: Database, queue: JobQueue, job_id: str, keep_model: bool = Fa
             raise ProblemError(
                 409, "Job already finished", f"job {job_id!r} already ended {job.status}"
             )
-    with db.session() as session:
-        return session.get(Job, job_id)
+        # as written, read in this transaction: a read after the commit found nothing (500)
+        # once the cancelled job was deleted in between
+        session.refresh(job)
+    return job
 
 
 def delete_job(db: Database, settings, job_id: str) -> None:

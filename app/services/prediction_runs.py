@@ -210,6 +210,8 @@ def execute_run(db, settings, claim: RunClaim) -> str:
             message = "disk full: the server's disk filled up while the run wrote its result"
         elif isinstance(exc, (DatasetMismatch, ValueError, StorageUnavailable)):
             message = str(exc)
+        elif isinstance(exc, FileNotFoundError):  # its arrays were removed before they were open
+            message = "the dataset was deleted while the run read it"
         else:
             message = f"prediction failed: {type(exc).__name__}"
         _end(db, claim, "failed", error=message)

@@ -5,8 +5,12 @@ malformed Last-Event-ID header starts the stream from the beginning."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+from sqlalchemy import event
+
+from app.services import job_feed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,6 +46,41 @@ def test_more_watchers_than_database_connections_leave_the_api_answering(app, cl
     for t in threads:
         t.join(30)
     for lines in streams:
+        assert lines[0] == 200 and "event: end" in lines[1:], lines
+
+
+def _statements_in(engine, seconds: float) -> int:
+    """The SQL statements the app's engine runs in the next `seconds`."""
+    count = 0
+
+    def counted(*_args):
+        nonlocal count
+        count += 1
+
+    event.listen(engine, "before_cursor_execute", counted)
+    try:
+        time.sleep(seconds)
+    finally:
+        event.remove(engine, "before_cursor_execute", counted)
+    return count
+
+
+def test_watchers_of_a_job_cost_the_database_what_one_costs(app, client, heart):
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()  # queued: no worker
+    engine = app.state.db.engine
+    streams, threads = _open_watchers(client, job["id"], 2)
+    time.sleep(0.5)  # past their first reads
+    few = _statements_in(engine, 2.0)
+    more, more_threads = _open_watchers(client, job["id"], 18)
+    time.sleep(0.5)
+    many = _statements_in(engine, 2.0)
+    # before (SQLite): each stream polled the job for itself, 20 streams ran many times the
+    # statements of 2 (one tenant's 50 took 0.4 of a core); now the job is read once for all
+    assert many <= 1.5 * few + 20, (few, many)
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+    for t in [*threads, *more_threads]:
+        t.join(30)
+    for lines in [*streams, *more]:
         assert lines[0] == 200 and "event: end" in lines[1:], lines
 
 
@@ -81,3 +120,24 @@ def test_a_malformed_last_event_id_streams_from_the_start(client, heart, fake_tr
     # database error)
     assert progress == 3, response.text
     assert "event: end" in response.text
+
+
+def test_polled_feeds_read_only_the_watched_jobs_that_changed(app, client, heart, monkeypatch):
+    monkeypatch.setattr(job_feed, "STATES_AT_ONCE", 2)  # three jobs: two queries of states
+    jobs = [client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()["id"] for _ in "abcd"]
+    assert client.post(f"/v1/jobs/{jobs[3]}/cancel").status_code == 200  # ended before watched
+    feeds = job_feed.PolledJobFeeds(app.state.db, 0.25)
+    read = []
+    monkeypatch.setattr(feeds, "_refresh", read.extend)
+    for job_id in jobs:
+        feeds.feeds[job_id] = job_feed.Feed(job_id)
+    feeds._poll()
+    # new feeds: each read once, but for the ended job's (its watchers read it themselves)
+    assert sorted(read) == sorted(jobs[:3])
+    read.clear()
+    feeds._poll()
+    assert read == []  # nothing changed: nothing read
+    assert client.post(f"/v1/jobs/{jobs[1]}/cancel").status_code == 200
+    client.delete(f"/v1/jobs/{jobs[2]}")  # queued: 409, unchanged
+    feeds._poll()
+    assert read == [jobs[1]]

@@ -10,11 +10,13 @@ import time
 
 import numpy as np
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
+from app.jobs import lifecycle
 from app.jobs.queue import LocalQueue
 from app.jobs.recovery import Reaper
 from app.jobs.runner import run_job
+from app.services import jobs as job_service
 from app.tables import Job, JobProgress, Model
 from tests.app.job_helpers import context, count
 
@@ -31,6 +33,53 @@ def test_cancel_queued_and_finished(client, heart, fake_trainer):
     )
     assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
     assert client.post("/v1/jobs/job_missing/cancel").status_code == 404
+
+
+def test_a_cancelled_job_deleted_before_its_answer_is_not_a_500(
+    app, client, heart, fake_trainer, monkeypatch
+):
+    fake_trainer()
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()
+    cancel = lifecycle.cancel
+
+    def cancelled_then_deleted(session, queue, job, **kwargs):
+        # another client's DELETE lands between the cancel's commit and its answer
+        done = cancel(session, queue, job, **kwargs)
+        delete = lambda _s: job_service.delete_job(app.state.db, app.state.settings, job.id)  # noqa: E731
+        event.listen(session, "after_commit", delete, once=True)
+        return done
+
+    monkeypatch.setattr(lifecycle, "cancel", cancelled_then_deleted)
+    response = client.post(f"/v1/jobs/{job['id']}/cancel")
+    # before: the answer read the job again after the commit, found nothing and answered 500
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "cancelled"
+    assert client.get(f"/v1/jobs/{job['id']}").status_code == 404
+
+
+def test_a_job_cancelled_and_deleted_before_its_creation_answers_is_not_a_500(
+    app, client, heart, fake_trainer, monkeypatch
+):
+    fake_trainer()
+    submit = lifecycle.submit
+
+    def submitted_then_deleted(session, queue, job, **kwargs):
+        # other requests cancel and delete it between the creation's commit and its answer
+        submit(session, queue, job, **kwargs)
+        db, settings = app.state.db, app.state.settings
+
+        def cancel_and_delete(_session):
+            job_service.cancel_job(db, app.state.queue, job.id)
+            job_service.delete_job(db, settings, job.id)
+
+        event.listen(session, "after_commit", cancel_and_delete, once=True)
+
+    monkeypatch.setattr(lifecycle, "submit", submitted_then_deleted)
+    response = client.post("/v1/jobs", json={"dataset_id": heart["id"]})
+    # before: the answer read the job again after the commit, found nothing and answered 500
+    assert response.status_code == 202, response.text
+    assert response.json()["status"] == "queued"
+    assert client.get(f"/v1/jobs/{response.json()['id']}").status_code == 404
 
 
 def test_cancel_running_stops_within_an_iteration(app, client, db, heart, fake_trainer):

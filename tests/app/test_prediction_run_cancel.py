@@ -156,3 +156,28 @@ def test_the_python_client_starts_lists_and_cancels_runs(service, binary, tmp_pa
         with pytest.raises(MarginError) as cancelled:
             client.runs.download(model_id, run["id"], tmp_path / "out.csv")
         assert cancelled.value.status == 409 and not (tmp_path / "out.csv").exists()
+
+
+def test_a_run_whose_dataset_is_deleted_before_it_reads_fails_saying_so(
+    service, binary, monkeypatch
+):
+    from app.services import prediction_runs as runs
+    from app.services.datasets import delete_dataset
+
+    service.app.state.prediction_runner.stop()
+    dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
+    url = f"/v1/models/{binary[0]}/predictions"
+    run_id = service.client.post(url, json={"dataset_id": dataset_id}).json()["id"]
+    inputs = runs._inputs
+
+    def deleted_after_the_row_was_read(db, settings, run_id):
+        found = inputs(db, settings, run_id)
+        delete_dataset(db, settings, dataset_id)  # before its arrays are opened
+        return found
+
+    monkeypatch.setattr(runs, "_inputs", deleted_after_the_row_was_read)
+    claim = runs.claim_next(service.db, "w:1:0")
+    assert runs.execute_run(service.db, service.settings, claim) == "failed"
+    run = service.client.get(f"{url}/{run_id}?format=json").json()
+    # before: "prediction failed: FileNotFoundError"
+    assert run["error"] == "the dataset was deleted while the run read it", run

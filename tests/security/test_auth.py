@@ -176,6 +176,35 @@ def test_revoked_key_stops_working(make_service):
     assert client.get("/v1/datasets", headers=headers).status_code == 401
 
 
+def test_an_open_event_stream_ends_once_its_key_is_revoked(make_service):
+    import threading
+
+    client, app = make_service(auth_mode="required", auth_cache_s=1)
+    row, key = keys.create_key(app.state.db, "acme", "k", ["read", "train"])
+    headers = {"Authorization": f"Bearer {key}"}
+    dataset = upload(client, HEART.read_bytes(), headers=headers).json()
+    job = client.post("/v1/jobs", json={"dataset_id": dataset["id"]}, headers=headers).json()
+    answered, lines = threading.Event(), []
+
+    def watch():  # the job stays queued (no worker): its stream has nothing to end it
+        with client.stream("GET", f"/v1/jobs/{job['id']}/events", headers=headers) as events:
+            lines.append(events.status_code)
+            answered.set()
+            lines.extend(events.iter_lines())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert answered.wait(30) and lines[0] == 200
+    keys.revoke_key(app.state.db, row.prefix)
+    revoked = time.monotonic()
+    # before: the stream went on for as long as the job, for ever while it was queued
+    watcher.join(15)
+    assert not watcher.is_alive(), "the stream of a revoked key is still open"
+    assert time.monotonic() - revoked < 2 * 1 + 5  # AUTH_CACHE_S twice, and a loaded machine
+    assert not any(line.startswith("event: end") for line in lines[1:])
+    assert client.get(f"/v1/jobs/{job['id']}", headers=headers).status_code == 401
+
+
 def test_key_requests_are_validated(make_service):
     _, app = make_service()
     db = app.state.db
