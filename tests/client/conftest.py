@@ -48,7 +48,11 @@ class Service:
             cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_for(self._ready, 120, f"margin serve on {self.url}", every=0.2)
+        try:  # a first start compiles the solver kernels: minutes on a loaded machine
+            wait_for(self._ready, 240, f"margin serve on {self.url}", every=0.2)
+        except BaseException:
+            self.stop()  # a server that never became ready is not left running
+            raise
 
     @staticmethod
     def margin(*args: str) -> list[str]:
