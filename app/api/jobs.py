@@ -268,6 +268,10 @@ async def _fed_events(db: Database, feeds, job_id: str, start: int, bound):
     feed = feeds.subscribe(job_id)
     try:
         after = start
+        # the feed's pushes as of the last read: one landing while this stream sends events (or
+        # reads) is a change still to read, not one to wait for (before, the job's last change
+        # could land then, and its end event came FEED_SAFETY_S late)
+        seen = feed.version
         rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)  # before
         while True:
             after = rows[-1].id if rows else after
@@ -276,9 +280,11 @@ async def _fed_events(db: Database, feeds, job_id: str, start: int, bound):
             if _ended(rows, current):
                 return
             if len(rows) >= PAGE_ROWS:  # still catching up
+                seen = feed.version
                 rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)
                 continue
-            changed = await feed.wait(FEED_SAFETY_S)
+            changed = await feed.wait(seen, FEED_SAFETY_S)
+            seen = feed.version
             rows = feed.since(after) if changed else None
             if rows is None:  # left the feed, or no notice for long: read it directly
                 rows, current = await asyncio.to_thread(_fetch_progress, db, job_id, after)

@@ -49,6 +49,9 @@ class Feed:
         self.current: Job | None = None
         self.watchers = 0
         self.polled: tuple | None = None  # PolledJobFeeds: the job's state at the last read
+        # pushes so far: a watcher notes it before it reads, so that a push landing while it
+        # sends events (not waiting) still wakes its next `wait`
+        self.version = 0
         self._changed = asyncio.Event()
 
     def push(self, rows: list[JobProgress], current: Job | None) -> None:
@@ -59,11 +62,15 @@ class Feed:
         if rows:
             self.last_id = rows[-1].id
         self.current = current
+        self.version += 1
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def wait(self, timeout: float) -> bool:
-        """Wait for the next change; False when `timeout` passed without one."""
+    async def wait(self, seen: int, timeout: float) -> bool:
+        """Wait for a change after `version` was `seen` (at once if one came meanwhile); False
+        when `timeout` passed without one."""
+        if self.version != seen:
+            return True
         try:
             await asyncio.wait_for(self._changed.wait(), timeout)
         except TimeoutError:

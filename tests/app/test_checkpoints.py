@@ -413,10 +413,20 @@ def test_a_resume_rides_out_a_storage_hiccup_but_not_an_outage_or_a_bad_file(
     np.testing.assert_allclose(coef[0], straight.coef_[0], atol=1e-4)
 
 
-def test_a_checkpoint_read_gives_up_within_its_tries_and_at_once_on_a_bad_file(tmp_path):
+def test_a_checkpoint_read_gives_up_within_its_tries_and_at_once_on_a_bad_file(
+    tmp_path, monkeypatch
+):
+    from app import storage
     from app.jobs.checkpoint import READ_DELAY_S, READ_TRIES, Checkpoint
     from app.storage import FileStorage
 
+    slept, real_sleep = [], time.sleep  # the waits between tries, as asked
+
+    def sleep(seconds):
+        slept.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(storage.time, "sleep", sleep)
     inner, key = FileStorage(tmp_path / "store"), checkpoint_key("job_x", 1)
     Checkpoint(np.arange(5.0), np.ones((1, 3)), np.zeros(1), 7, 1.5).save(inner, key, tmp_path)
     down = FlakyStore(inner, float("inf"))
@@ -426,6 +436,7 @@ def test_a_checkpoint_read_gives_up_within_its_tries_and_at_once_on_a_bad_file(t
     waited = time.monotonic() - began
     backoff = READ_DELAY_S * sum(range(1, READ_TRIES))  # 0.5 s, then 1 s
     assert down.fetches == READ_TRIES and backoff <= waited < backoff + 2.0
+    assert slept == [READ_DELAY_S * n for n in range(1, READ_TRIES)]
     assert [p.name for p in tmp_path.iterdir()] == ["store"]  # no scratch file left
 
     hiccup = FlakyStore(inner, 1)
@@ -435,11 +446,12 @@ def test_a_checkpoint_read_gives_up_within_its_tries_and_at_once_on_a_bad_file(t
 
     inner.local_path(key).write_bytes(b"PK\x03\x04 not a checkpoint")
     bad = FlakyStore(inner, 0)
-    began = time.monotonic()
+    slept.clear()
     with pytest.raises(Exception) as raised:
         Checkpoint.load(bad, key, tmp_path)
     assert not isinstance(raised.value, StorageUnavailable)
-    assert bad.fetches == 1 and time.monotonic() - began < READ_DELAY_S
+    # one read and no wait (before: a wall-clock bound of READ_DELAY_S, 0.5 s, on the read)
+    assert bad.fetches == 1 and slept == []
 
 
 def test_an_attempt_taken_away_does_not_overwrite_the_next_attempt_s_checkpoint(

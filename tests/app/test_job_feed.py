@@ -76,6 +76,28 @@ def test_a_feed_keeps_each_row_once_when_reads_overlap():
     assert asyncio.run(overlapping_reads()) == (list(range(1, 12)), 11)
 
 
+def test_a_push_while_a_watcher_is_not_waiting_wakes_its_next_wait():
+    """A watcher sends its events between two waits; a push landing then (the job's end, right
+    after its last progress) was missed: the next wait slept until the next change, or
+    FEED_SAFETY_S when there was none, and the stream's end event came that late."""
+    from types import SimpleNamespace
+
+    from app.services.job_feed import Feed
+
+    async def push_between_waits():
+        feed = Feed("job")
+        seen = feed.version  # noted before the watcher reads and sends
+        feed.push([SimpleNamespace(id=1)], "ended")  # meanwhile
+        woke = await feed.wait(seen, timeout=5.0)
+        seen = feed.version
+        quiet = await feed.wait(seen, timeout=0.05)  # nothing new since
+        return woke, quiet, [row.id for row in feed.since(0)]
+
+    import asyncio
+
+    assert asyncio.run(push_between_waits()) == (True, False, [1])  # before: False, after 5 s
+
+
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_a_watchers_last_event_id_does_not_hold_back_the_others(app, client, heart, fake_trainer):
     """The feed is shared by a job's watchers: where it starts comes from the database, not from

@@ -256,6 +256,9 @@ def test_a_table_file_argument_is_read_by_the_upload_options(service, tmp_path):
     assert wrong.returncode == 1 and "is a stored dataset" in wrong.stderr
 
 
+CTRL_C_INTERRUPTS = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+
+
 class Terminal:
     """A command on a pseudo-terminal; `read` collects what it draws."""
 
@@ -264,7 +267,13 @@ class Terminal:
         env = {**service.env, "MARGIN_URL": service.url, "TERM": "xterm-256color",
                "COLUMNS": "120", "LINES": "30"}
         env.pop("NO_COLOR", None)
-        self.proc = subprocess.Popen(Service.margin(*args), cwd=ROOT, env=env, stdin=slave,
+        # Ctrl-C on a terminal interrupts its command. A test run started in the background of a
+        # shell without job control (`pytest &`, nohup) hands its children SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler: the command never saw the Ctrl-C
+        # that test_ctrl_c_asks_and_cancels_the_job sends, and its job ran to its time limit.
+        command = Service.margin(*args)  # [python, "-c", code, *args]
+        command[2] = CTRL_C_INTERRUPTS + command[2]
+        self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=slave,
                                      stdout=slave, stderr=slave, close_fds=True)
         os.close(slave)
         self.output = b""
