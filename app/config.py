@@ -94,7 +94,7 @@ class Settings(BaseSettings):
         "probability=true) a job may hold, or one per stored non-zero of its dataset where that "
         "is more. Each copy of them is 8 bytes a variable (2^27: 1 GiB): a solve from scratch "
         "holds about one, and each segment of a checkpointed job (CHECKPOINT_S) after its first, "
-        "started from the last iterate, up to four (2^27: about 4 GiB)",
+        "started from the last iterate, about four (2^27: about 4 GiB)",
     )
     max_cache_mb: float = Field(
         1024,  # 1 GiB, as the weights' and the duals' bounds

@@ -43,7 +43,9 @@ def new_id(prefix: str) -> str:
 
     Within one process the ids only grow: an id made in the same millisecond as the one before
     (or after the clock stepped back) reuses its time and adds one to its random part, so rows
-    one process creates list in the order it created them.
+    one process creates list in the order it created them. Across processes the order is the
+    clocks' to the millisecond (after a step back, one process's ids sort after the others' until
+    its clock catches up).
     """
     now = int(time.time() * 1000)
     with _id_lock:

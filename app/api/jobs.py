@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -130,7 +129,9 @@ async def job_events(
     """Progress records as Server-Sent Events (`progress`), then one `end` event with the job;
     503 while this API process already serves MAX_EVENT_STREAMS streams, 429 while it serves
     MAX_EVENT_STREAMS_PER_TENANT of the caller's tenant. A stream whose API key is revoked is
-    closed within AUTH_CACHE_S, without an `end` event."""
+    closed within twice AUTH_CACHE_S (AUTH_CACHE_S + 1 s under a second: its key may stay
+    cached that long, then is asked every AUTH_CACHE_S, at most once a second), without an
+    `end` event."""
     streams = _open_streams(request.app)
     tenant = tenancy.current_tenant()
     _check_stream_room(streams, tenant, settings)
@@ -248,11 +249,16 @@ async def _while_key_lives(events, alive, every_s: float):
                 return
             yield event
     finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
-        await events.aclose()
+        try:
+            if pending is not None and not pending.done():
+                pending.cancel()
+                # waited on, not awaited: awaiting it would also swallow a cancellation of this
+                # task arriving meanwhile (the server ending the stream), not only `pending`'s
+                await asyncio.wait({pending})
+                if not pending.cancelled():
+                    pending.exception()  # retrieved: an error of an ended stream is not logged
+        finally:
+            await events.aclose()
 
 
 def _resume_after(last_event_id: str | None) -> int:

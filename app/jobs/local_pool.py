@@ -232,7 +232,7 @@ class LocalPool:
         except Exception:
             log.exception("could not recover the jobs of worker %s", self.worker_id(process))
         # its temporary files (a checkpoint half-saved, a download) go now, not at the next start
-        sweep_temp_files(self.settings)
+        sweep_temp_files(self.settings, dead_pid=process.pid)
 
     def alive(self) -> int:
         return sum(p.is_alive() for p in self.children)

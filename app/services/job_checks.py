@@ -22,7 +22,7 @@ MAX_MODEL_WEIGHTS = 1 << 27
 # Dual variables (rows x outputs, for each fold of a search) a job may hold, by default
 # (MAX_DUAL_VARIABLES), or one per stored non-zero where that is more. One copy of them is 1 GiB
 # of float64; a solve from scratch holds about one, each segment of a checkpointed job after its
-# first (started from the last iterate) up to four (the iterate, the solver's copy of it, its
+# first (started from the last iterate) about four (the iterate, the solver's copy of it, its
 # working state): about 4 GiB (`tests/app/test_dual_memory.py`). A 1 MB upload of 50,000 rows
 # of 1,000 classes took a worker 1.4 GB, and 8.5 GB with a 20-fold search.
 MAX_DUAL_VARIABLES = 1 << 27

@@ -52,6 +52,7 @@ class Feed:
         # pushes so far: a watcher notes it before it reads, so that a push landing while it
         # sends events (not waiting) still wakes its next `wait`
         self.version = 0
+        self.stale = False  # set by `invalidate`: watchers read the database, not the feed
         self._changed = asyncio.Event()
 
     def push(self, rows: list[JobProgress], current: Job | None) -> None:
@@ -62,6 +63,15 @@ class Feed:
         if rows:
             self.last_id = rows[-1].id
         self.current = current
+        self.version += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def invalidate(self) -> None:
+        """Wake the watchers to read the database themselves (the feed keeps no rows: its job
+        ended before the feed's first read)."""
+        self.rows.clear()
+        self.stale = True
         self.version += 1
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
@@ -80,6 +90,8 @@ class Feed:
     def since(self, after: int) -> list[JobProgress] | None:
         """Rows with id > `after`, or None when some of them left the feed (read them from the
         database)."""
+        if self.stale:
+            return None
         if self.rows and self.rows[0].id > after and len(self.rows) == self.rows.maxlen:
             return None
         return [row for row in self.rows if row.id > after]
@@ -99,7 +111,8 @@ class JobFeeds:
     def subscribe(self, job_id: str) -> Feed:
         """Watch `job_id` (each watcher reads the rows it has not seen from the database first)."""
         loop = asyncio.get_running_loop()
-        if self._thread is None or loop is not self._loop:  # first, or the app started again
+        restart = self._thread is None or not self._thread.is_alive() or self._stop.is_set()
+        if restart or loop is not self._loop:  # first, stopped, or the app started again
             self._stop.set()  # a thread of an earlier loop ends
             with self._lock:
                 self.feeds.clear()  # their events belong to the earlier loop
@@ -121,6 +134,10 @@ class JobFeeds:
             if feed.watchers <= 0 and self.feeds.get(feed.job_id) is feed:
                 del self.feeds[feed.job_id]
 
+    def _watched(self) -> list[str]:
+        with self._lock:  # subscribers change the dict meanwhile, from the event loop's thread
+            return list(self.feeds)
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -138,7 +155,7 @@ class JobFeeds:
             try:
                 with psycopg.connect(conninfo(self.db.url), autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
-                    self._refresh(list(self.feeds))  # whatever changed while not listening
+                    self._refresh(self._watched())  # whatever changed while not listening
                     while not stop.is_set():
                         # each notice at once (waiting up to a second for one, so that a stop
                         # is seen): a watcher never lags the writes by more than a read
@@ -189,9 +206,9 @@ class PolledJobFeeds(JobFeeds):
 
     def _poll(self) -> None:
         """Read the jobs whose status, attempt or newest progress row changed since their last
-        read (a new feed has none: it is read at once, unless its job has ended: its watchers
-        read the rows themselves and end, and a feed of an ended job of many rows, kept for a
-        client that reads nothing, would hold FEED_ROWS of them in memory for nothing)."""
+        read (a new feed has none: it is read at once, unless its job has ended: then its watchers
+        are woken to read the rows themselves and end, since a feed of an ended job of many
+        rows, kept for a client that reads nothing, would hold FEED_ROWS of them for nothing)."""
         with self._lock:  # subscribers change the dict meanwhile
             feeds = list(self.feeds.values())
         if not feeds:
@@ -203,7 +220,9 @@ class PolledJobFeeds(JobFeeds):
         for feed in feeds:
             state = states.get(feed.job_id, ("deleted", None, None))
             ended_before = feed.polled is None and state[0] in TERMINAL_STATUSES
-            if state != feed.polled and not ended_before:
+            if ended_before:  # a watcher may have read it running: it must not wait for a push
+                self._loop.call_soon_threadsafe(feed.invalidate)
+            elif state != feed.polled:
                 self._refresh([feed.job_id])
             feed.polled = state
 

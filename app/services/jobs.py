@@ -79,7 +79,7 @@ def create_job(
             job = _queued_job(session, queue, body, spec, params, settings)
             if key:
                 idempotency.remember(session, "jobs", key, body_hash, job.id, key_ttl_hours)
-            session.refresh(job)  # whole as inserted (its model relation too), for the answer
+            session.refresh(job)  # its columns as inserted (server defaults too), for the answer
     except IntegrityError:
         if not key:
             raise

@@ -35,38 +35,50 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _maker(path: Path) -> int | None:
+    """The pid of the process of this host that made a temp entry, from its name
+    (prefix-host-pid-random; the host itself may contain dashes); None when another host's or
+    not so named."""
+    parts = path.name.split("-")
+    if len(parts) >= 4 and "-".join(parts[1:-2]) == socket.gethostname() and parts[-2].isdigit():
+        return int(parts[-2])
+    return None
+
+
 def _abandoned(path: Path, now: float) -> bool:
     """A temp entry is abandoned when its maker (same host) is dead, or it is a day old."""
-    parts = path.name.split("-")
-    host, pid = socket.gethostname(), os.getpid()
     try:
         mtime = path.stat().st_mtime
     except FileNotFoundError:
         return False
     if now - mtime > 86_400:
         return True
-    # names are prefix-host-pid-random; the host itself may contain dashes
-    if len(parts) >= 4 and "-".join(parts[1:-2]) == host and parts[-2].isdigit():
-        other = int(parts[-2])
-        return other != pid and not _pid_alive(other)
-    return False
+    maker = _maker(path)
+    return maker is not None and maker != os.getpid() and not _pid_alive(maker)
 
 
 def sweep_partial_uploads(settings: Settings, db: Database) -> list[str]:
     """Remove uploads and parse outputs left by dead processes, and dataset directories without
     a row (a crash between rename and commit). Returns the removed paths."""
     now = time.time()
-    removed = _sweep_temp(settings, now) + _sweep_orphan_objects(get_storage(settings), db, now)
+    removed = _sweep_temp(settings, lambda path: _abandoned(path, now))
+    removed += _sweep_orphan_objects(get_storage(settings), db, now)
     if removed:
         log.info("removed %d partial uploads: %s", len(removed), ", ".join(removed))
     return removed
 
 
-def sweep_temp_files(settings: Settings) -> list[str]:
+def sweep_temp_files(settings: Settings, dead_pid: int | None = None) -> list[str]:
     """At a worker's start: remove the entries of DATA_DIR/tmp left by dead processes of this
-    host (or a day old). Never raises: a sweep must not keep a worker from starting."""
+    host (or a day old); with `dead_pid`, only that dead process's (the local pool's child that
+    died: the day-old rule stays with starts, since a live process may keep an entry that long).
+    Never raises: a sweep must not keep a worker from starting."""
     try:
-        removed = _sweep_temp(settings, time.time())
+        if dead_pid is None:
+            removed = _sweep_temp(settings, lambda path: _abandoned(path, time.time()))
+        else:
+            gone = not _pid_alive(dead_pid)  # its pid not yet taken by another process
+            removed = _sweep_temp(settings, lambda path: gone and _maker(path) == dead_pid)
     except Exception:
         log.exception("sweeping temporary files failed")
         return []
@@ -75,11 +87,11 @@ def sweep_temp_files(settings: Settings) -> list[str]:
     return removed
 
 
-def _sweep_temp(settings: Settings, now: float) -> list[str]:
+def _sweep_temp(settings: Settings, abandoned) -> list[str]:
     removed = []
     tmp = settings.data_dir / "tmp"
     for path in sorted(tmp.iterdir()) if tmp.exists() else []:
-        if _abandoned(path, now):
+        if abandoned(path):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(
                 missing_ok=True
             )

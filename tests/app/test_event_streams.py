@@ -4,6 +4,7 @@ malformed Last-Event-ID header starts the stream from the beginning."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -123,21 +124,55 @@ def test_a_malformed_last_event_id_streams_from_the_start(client, heart, fake_tr
 
 
 def test_polled_feeds_read_only_the_watched_jobs_that_changed(app, client, heart, monkeypatch):
-    monkeypatch.setattr(job_feed, "STATES_AT_ONCE", 2)  # three jobs: two queries of states
+    monkeypatch.setattr(job_feed, "STATES_AT_ONCE", 3)  # four jobs: two queries of states
+    real_states, asked = job_feed._states, []
+
+    def states(db, job_ids):
+        asked.append(len(job_ids))
+        return real_states(db, job_ids)
+
+    monkeypatch.setattr(job_feed, "_states", states)
     jobs = [client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()["id"] for _ in "abcd"]
     assert client.post(f"/v1/jobs/{jobs[3]}/cancel").status_code == 200  # ended before watched
     feeds = job_feed.PolledJobFeeds(app.state.db, 0.25)
+    feeds._loop = asyncio.new_event_loop()
     read = []
     monkeypatch.setattr(feeds, "_refresh", read.extend)
     for job_id in jobs:
         feeds.feeds[job_id] = job_feed.Feed(job_id)
-    feeds._poll()
-    # new feeds: each read once, but for the ended job's (its watchers read it themselves)
+    try:
+        feeds._poll()
+        feeds._loop.run_until_complete(asyncio.sleep(0))  # what the poll handed the loop
+    finally:
+        feeds._loop.close()
+    assert asked == [3, 1]
+    # new feeds: each read once, but for the ended job's, whose watchers are woken to read the
+    # database themselves (its feed keeps no rows)
     assert sorted(read) == sorted(jobs[:3])
+    ended = feeds.feeds[jobs[3]]
+    assert ended.version == 1 and ended.since(0) is None and not ended.rows
     read.clear()
     feeds._poll()
     assert read == []  # nothing changed: nothing read
     assert client.post(f"/v1/jobs/{jobs[1]}/cancel").status_code == 200
-    client.delete(f"/v1/jobs/{jobs[2]}")  # queued: 409, unchanged
+    assert client.delete(f"/v1/jobs/{jobs[2]}").status_code == 409  # queued: unchanged
     feeds._poll()
     assert read == [jobs[1]]
+
+
+def test_a_job_ending_before_its_feed_is_first_read_ends_its_stream_at_once(app, client, heart):
+    """A watcher reads the job itself (queued), then the job ends before the feed's first read:
+    on SQLite that read saw an ended job and, to hold no rows, pushed nothing, so the watcher
+    slept FEED_SAFETY_S (15 s) before it read the end itself. The first poll is held back 2 s."""
+    feeds = app.state.job_feeds
+    if isinstance(feeds, job_feed.PolledJobFeeds):
+        feeds.poll_s = 2.0
+    job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()  # queued: no worker
+    streams, threads = _open_watchers(client, job["id"], 1)
+    time.sleep(0.5)  # past the watcher's own first read
+    cancelled = time.monotonic()
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+    threads[0].join(30)
+    took = time.monotonic() - cancelled
+    assert streams[0][0] == 200 and "event: end" in streams[0][1:], streams[0]
+    assert took < 10.0, took  # the first poll (2 s) ends it, not FEED_SAFETY_S (15 s)

@@ -4,6 +4,9 @@ checkpoint half-saved, a download) are removed then, not at the pool's next star
 
 from __future__ import annotations
 
+import os
+import time
+
 from app.tables import Job
 from tests.app.test_checkpoints import _in_flight, _job, _left_by_a_dead_process
 
@@ -25,6 +28,9 @@ def test_a_dead_child_s_job_is_requeued_and_its_temp_files_swept(app, client, db
     settings.job_retries = 1
     tmp = settings.data_dir / "tmp"
     left, mine = _left_by_a_dead_process(tmp), _in_flight(tmp)
+    # a live process's entry two days old: the start's day-old rule is not the recovery's (it
+    # swept every entry a day old, a live run's CSV among them, each time a child died)
+    os.utime(mine, (time.time() - 2 * 86_400,) * 2)
     pid = int(left.name.split("-")[-2])  # the gone process that wrote it, as a child would
     worker = workers.new_worker_id(pid)
     job_id = _job(client, heart)
@@ -44,4 +50,4 @@ def test_a_dead_child_s_job_is_requeued_and_its_temp_files_swept(app, client, db
         reasons
     )
     assert not left.exists()  # the dead child's file
-    assert mine.exists()  # a live process's file stays
+    assert mine.exists()  # a live process's file stays, however old

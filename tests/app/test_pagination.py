@@ -4,6 +4,8 @@ in order, in both directions, with the cursor turned into the column's type; a b
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from sqlalchemy import Integer, String, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -81,8 +83,10 @@ def test_ids_one_process_makes_in_one_millisecond_still_sort_in_creation_order(m
     ones. Time is frozen, then stepped back; ids keep growing and keep their length."""
     from app import tables
 
-    now = [1_800_000_000.0]
-    monkeypatch.setattr(tables.time, "time", lambda: now[0])
+    now = [1_800_000_000.0]  # the id generator's clock only (not the process's), and its
+    # latest id put back after: a later test's ids must not carry this future millisecond
+    monkeypatch.setattr(tables, "time", SimpleNamespace(time=lambda: now[0]))
+    monkeypatch.setattr(tables, "_last_id", [0, 0])
     made = [tables.new_id("model") for _ in range(1000)]
     now[0] -= 5.0
     made += [tables.new_id("model") for _ in range(10)]
