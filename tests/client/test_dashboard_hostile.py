@@ -3,8 +3,9 @@ the texts a tenant chooses (registry descriptions, feature names, an error messa
 upload's option; dataset names and text labels: test_dashboard_datasets) shown literally with
 nothing run; a fragment that would send the
 page's requests (and its Delete button) to another route; the headers of the browser's pages (a
-Content-Security-Policy that runs no inline script, no framing, no sniffing, no Referer); and a
-dataset of the store's most classes, shown without a table of a million cells."""
+Content-Security-Policy that runs no inline script, no framing, no sniffing, no Referer); a
+dataset of the store's most classes, shown without a table of a million cells; and the longest
+name and a long label, each one word, wrapped within the window."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ from tests.client.dashboard import open_ui
 
 RAN = "document.title='ran'"
 HOSTILE = f'<img src=x onerror="{RAN}"><script>{RAN}</script>'
+
+
+# the elements that reach past the window's right edge, for a failure's message
+PAST_THE_WINDOW = """() => [...document.querySelectorAll('main *')]
+    .filter((e) => e.getBoundingClientRect().right > window.innerWidth).slice(0, 8)
+    .map((e) => `${e.tagName}#${e.id}.${e.className} ${e.getBoundingClientRect().width}`)"""
 
 
 def nothing_ran(page):
@@ -152,3 +159,29 @@ def test_a_thousand_classes_stay_bounded(page, tmp_path):
     assert page.locator("#evaluate-output table").count() == 0
     expect(page.locator("#evaluate-accuracy")).to_have_text(re.compile(r"^[0-9.e-]+$"))
     nothing_ran(page)
+
+
+def test_long_words_wrap_within_the_window(page, tmp_path):
+    """A 255-character dataset name and a 200-character class label, each one word: every view
+    stays as wide as the window (before: the list was 4476 pixels wide in a 1280 window)."""
+    label = "L" * 200
+    table = tmp_path / "long.csv"
+    rows = [f"{label if i % 2 else 'b'},{i % 4}\n" for i in range(20)]
+    table.write_text("label,a\n" + "".join(rows))
+    with Client(page.service.url) as client:
+        dataset = client.datasets.upload(table, name="x" * 255)["id"]  # the longest name
+        model = client.jobs.create(dataset, C=1.0, tol=1e-3).wait(check=True).model_id
+    name = "x" * 255
+    views = {"#/datasets": ("datasets-list", name), "#/models": ("models-list", name),
+             f"#/datasets/{dataset}": ("datasets-page", label),
+             f"#/models/{model}": ("models-page", label)}
+    for fragment, (view, shown) in views.items():
+        open_ui(page, fragment)
+        page.wait_for_selector(f"main[data-view={view}][data-ready=true]")
+        if view == "models-page":
+            page.select_option("#evaluate-dataset", dataset)
+            page.click("#evaluate-submit")
+            expect(page.locator("#evaluate-output table thead")).to_contain_text(label)
+        expect(page.locator("main")).to_contain_text(shown)
+        width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], (fragment, width, page.evaluate(PAST_THE_WINDOW))
