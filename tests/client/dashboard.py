@@ -1,6 +1,10 @@
 """Helpers of the dashboard tests (tests/client/test_dashboard_*.py; the browser and page
 fixtures are in conftest): open a view, take a screenshot (to test-artifacts/ui/), count a
-plot's points."""
+plot's points.
+
+The pages run under a Content-Security-Policy without 'unsafe-eval' (app/ui): a test waits with
+`page.wait_for_function("() => ...")`, a function, since Playwright evaluates a bare expression
+with eval in the page, which the policy refuses."""
 
 from __future__ import annotations
 

@@ -36,7 +36,8 @@ def test_upload_train_and_use_a_model(page):
     page.click("#train-submit")
     page.wait_for_url(re.compile(r"#/jobs/job_"))
     page.wait_for_selector("main[data-status=succeeded]")
-    page.wait_for_function("Number(document.querySelector('#plot-iteration').dataset.points) > 3")
+    page.wait_for_function(
+        "() => Number(document.querySelector('#plot-iteration').dataset.points) > 3")
     job_id = page.url.rsplit("/", 1)[-1]
     with Client(page.service.url) as client:
         records = client.jobs.get(job_id).progress()

@@ -21,10 +21,11 @@ def test_the_plot_grows_while_a_job_runs_and_cancel_stops_it(page, slow_dataset)
     page.click("#train-submit")
     page.wait_for_url(re.compile(r"#/jobs/job_"))
     page.wait_for_selector("main[data-status=running]")
-    page.wait_for_function("Number(document.querySelector('#plot-iteration').dataset.points) > 3")
+    page.wait_for_function(
+        "() => Number(document.querySelector('#plot-iteration').dataset.points) > 3")
     first = points(page, "plot-iteration")
     page.wait_for_function(
-        f"Number(document.querySelector('#plot-iteration').dataset.points) > {first + 5}"
+        f"() => Number(document.querySelector('#plot-iteration').dataset.points) > {first + 5}"
     )
     assert points(page, "plot-time") > first
     shot(page, "job-running")
@@ -49,7 +50,8 @@ def test_the_job_page_waits_out_a_busy_event_stream(page, heart_dataset):
 
     page.route("**/v1/jobs/*/events", busy_once)
     open_ui(page, f"#/jobs/{job.id}")
-    page.wait_for_function("Number(document.querySelector('#plot-iteration').dataset.points) > 3")
+    page.wait_for_function(
+        "() => Number(document.querySelector('#plot-iteration').dataset.points) > 3")
     # before: the 503 ended the stream for good and the page showed the error
     assert refused and page.locator("main .error[role=alert]").count() == 0
 

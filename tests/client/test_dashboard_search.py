@@ -111,7 +111,7 @@ def test_a_search_jobs_page_shows_its_path_and_each_folds_current_solve(page, he
     # before: the gap of every solve on one line, against an iteration count that starts again
     # at each of the path's ten solves
     page.wait_for_function(
-        f"document.querySelector('#plot-search').dataset.points === '{expected}'")
+        f"() => document.querySelector('#plot-search').dataset.points === '{expected}'")
     assert expected < len(records)  # the earlier solves of each fold are no longer drawn
     assert page.get_attribute("#plot-search", "data-lines") == "4"
     assert page.locator("#plot-iteration").count() == 0

@@ -7,11 +7,20 @@ import * as jobs from "./jobs.js";
 import * as models from "./models.js";
 
 const VIEWS = { datasets, jobs, models };
+
+// The id of a page's fragment, decoded. The views put it into API paths encoded (one path
+// segment), but "." and ".." stay dot segments there, which fetch resolves to another route:
+// a link to #/jobs/.. would have the page read, and its Delete button delete, something else.
+function routeId(encoded) {
+  const id = decodeURIComponent(encoded);
+  if (id === "." || id === "..") throw new Error(`'${id}' is not an id`);
+  return id;
+}
 let cleanup = null;
 
 async function route() {
   const [, section = "datasets", id] = location.hash.replace(/^#/, "").split("/");
-  const view = VIEWS[section] || datasets;
+  const view = Object.hasOwn(VIEWS, section) ? VIEWS[section] : datasets;
   for (const link of document.querySelectorAll("nav a[data-section]")) {
     if (link.dataset.section === section) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
@@ -23,7 +32,7 @@ async function route() {
   main.dataset.view = `${section}${id ? "-page" : "-list"}`;
   document.title = `Margin – ${section}${id ? " " + id : ""}`;
   try {
-    cleanup = (await (id ? view.show(main, decodeURIComponent(id)) : view.list(main))) || null;
+    cleanup = (await (id ? view.show(main, routeId(id)) : view.list(main))) || null;
   } catch (error) {
     main.append(errorBox(error));
   }

@@ -4,9 +4,17 @@ import { api, upload } from "./api.js";
 import { bars, errorBox, facts, fmt, h, table, when } from "./dom.js";
 import { searchFields } from "./selection.js";
 
+// A list row names its first classes only: a text label column may hold up to the store's
+// MAX_CLASSES (1000) names, which made a cell of every class in a row of the list.
+const LISTED_CLASSES = 10;
+
 function labelSummary(d) {
   const labels = d.labels || {};
-  if (labels.kind === "classes") return labels.classes.map((c) => `${c.label}: ${c.count}`).join(", ");
+  if (labels.kind === "classes") {
+    const shown = labels.classes.slice(0, LISTED_CLASSES).map((c) => `${c.label}: ${c.count}`).join(", ");
+    const more = labels.classes.length - LISTED_CLASSES;
+    return more > 0 ? `${shown}, … (${labels.classes.length} classes)` : shown;
+  }
   return `real, ${fmt(labels.min)} to ${fmt(labels.max)}`;
 }
 
@@ -178,7 +186,8 @@ async function trainForm(dataset) {
 }
 
 export async function show(main, id) {
-  const [dataset, stats] = await Promise.all([api(`/v1/datasets/${id}`), api(`/v1/datasets/${id}/stats`)]);
+  const ref = encodeURIComponent(id);  // one path segment, whatever the fragment held
+  const [dataset, stats] = await Promise.all([api(`/v1/datasets/${ref}`), api(`/v1/datasets/${ref}/stats`)]);
   main.append(h("h1", {}, `Dataset ${dataset.name}`), facts([
     ["Id", dataset.id],
     ["Rows", fmt(stats.n_rows)],
@@ -210,7 +219,7 @@ export async function show(main, id) {
   const message = h("div", { role: "status" });
   remove.addEventListener("click", async () => {
     if (!confirm(`Delete dataset ${dataset.name}?`)) return;
-    try { await api(`/v1/datasets/${id}`, { method: "DELETE" }); location.hash = "#/datasets"; }
+    try { await api(`/v1/datasets/${ref}`, { method: "DELETE" }); location.hash = "#/datasets"; }
     catch (error) { message.replaceChildren(errorBox(error)); }
   });
   main.append(h("p", {}, remove), message);

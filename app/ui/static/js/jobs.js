@@ -86,7 +86,7 @@ function jobFacts(job, last) {
 
 // The job's status changes, oldest first (GET /v1/jobs/{id}/history).
 async function showHistory(id, holder) {
-  const events = (await api(`/v1/jobs/${id}/history`)).items;
+  const events = (await api(`/v1/jobs/${encodeURIComponent(id)}/history`)).items;
   holder.replaceChildren(table(events, [
     ["At", (e) => when(e.at)],
     ["Attempt", (e) => fmt(e.attempt), { num: true }],
@@ -105,7 +105,8 @@ async function showSelection(modelId, holder) {
 }
 
 export async function show(main, id) {
-  let job = await api(`/v1/jobs/${id}`);
+  const ref = encodeURIComponent(id);  // one path segment, whatever the fragment held
+  let job = await api(`/v1/jobs/${ref}`);
   const summary = h("div", { id: "job-summary" });
   const cancel = h("button", { type: "button", class: "danger", id: "job-cancel" }, "Cancel job");
   const remove = h("button", { type: "button", class: "danger", id: "job-delete" }, "Delete job");
@@ -136,20 +137,20 @@ export async function show(main, id) {
   render();
   remove.addEventListener("click", async () => {
     if (!confirm(`Delete job ${id}? Its model stays.`)) return;
-    try { await api(`/v1/jobs/${id}`, { method: "DELETE" }); location.hash = "#/jobs"; }
+    try { await api(`/v1/jobs/${ref}`, { method: "DELETE" }); location.hash = "#/jobs"; }
     catch (error) { message.replaceChildren(errorBox(error)); }
   });
   cancel.addEventListener("click", async () => {
-    try { job = await api(`/v1/jobs/${id}/cancel`, { method: "POST" }); render(); }
+    try { job = await api(`/v1/jobs/${ref}/cancel`, { method: "POST" }); render(); }
     catch (error) { message.replaceChildren(errorBox(error)); }
   });
   const abort = new AbortController();
   // the job's other fields (percent, ETA, status) are refreshed now and then beside the stream
   const timer = setInterval(async () => {
-    try { job = await api(`/v1/jobs/${id}`); render(); } catch { /* the stream goes on */ }
+    try { job = await api(`/v1/jobs/${ref}`); render(); } catch { /* the stream goes on */ }
     if (!ACTIVE.includes(job.status)) clearInterval(timer);
   }, 1000);
-  streamEvents(`/v1/jobs/${id}/events`, (event) => {
+  streamEvents(`/v1/jobs/${ref}/events`, (event) => {
     if (event.event === "progress") {
       last = JSON.parse(event.data);
       plot.add(last);

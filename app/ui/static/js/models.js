@@ -53,6 +53,10 @@ function lineageSection(lineage) {
     ]));
 }
 
+// A confusion matrix is drawn for at most this many classes: one of the store's MAX_CLASSES
+// (1000) is a million cells, a table that hung the tab.
+const MATRIX_CLASSES = 50;
+
 function evaluationView(result) {
   if (result.mse !== undefined) {
     return facts([["Rows", fmt(result.n)], ["MSE", h("span", { id: "evaluate-mse" }, fmt(result.mse))],
@@ -62,6 +66,11 @@ function evaluationView(result) {
   if (result.log_loss !== null && result.log_loss !== undefined) rows.push(["Log loss", fmt(result.log_loss)]);
   if (result.brier_score !== null && result.brier_score !== undefined) rows.push(["Brier score", fmt(result.brier_score)]);
   rows.push(["Ignored features", fmt(result.ignored_features)]);
+  if (result.labels.length > MATRIX_CLASSES) {
+    return h("div", {}, facts(rows), h("p", { class: "muted", id: "evaluate-matrix-note" },
+      `The confusion matrix of ${result.labels.length} classes is not drawn here (over ${MATRIX_CLASSES}); `
+      + "the evaluate route (POST /v1/models/{id}/evaluate) returns it in full."));
+  }
   const matrix = result.labels.map((label, i) => ({ label, counts: result.confusion_matrix[i] }));
   return h("div", {}, facts(rows), table(matrix, [
     ["True label", (r) => fmt(r.label)],
@@ -231,8 +240,10 @@ function certificate(model) {
 }
 
 export async function show(main, id) {
-  const [model, top, lineage] = await Promise.all([api(`/v1/models/${id}`), api(`/v1/models/${id}/coefficients?top=20`),
-                                                   api(`/v1/models/${id}/lineage`)]);
+  const ref = encodeURIComponent(id);  // one path segment, whatever the fragment held
+  const [model, top, lineage] = await Promise.all([api(`/v1/models/${ref}`),
+    api(`/v1/models/${ref}/coefficients?top=20`),
+    api(`/v1/models/${ref}/lineage`)]);
   main.append(h("h1", {}, `Model ${id}`), facts([
     ["Id", model.id],
     ["Estimator", model.estimator],
@@ -261,12 +272,12 @@ export async function show(main, id) {
                                  value: w.weight })), "Largest weights by magnitude"));
   const message = h("div", { role: "status" });
   const exportButton = ([format, title, suffix]) => h("button", { type: "button", class: "secondary",
-    id: `export-${format}`, onclick: () => download(`/v1/models/${id}/export?format=${format}`, `${id}.${suffix}`)
+    id: `export-${format}`, onclick: () => download(`/v1/models/${ref}/export?format=${format}`, `${id}.${suffix}`)
       .catch((error) => message.replaceChildren(errorBox(error))) }, `Export ${title}`);
   const remove = h("button", { type: "button", class: "danger", id: "model-delete" }, "Delete model");
   remove.addEventListener("click", async () => {
     if (!confirm(`Delete model ${id}?`)) return;
-    try { await api(`/v1/models/${id}`, { method: "DELETE" }); location.hash = "#/models"; }
+    try { await api(`/v1/models/${ref}`, { method: "DELETE" }); location.hash = "#/models"; }
     catch (error) { message.replaceChildren(errorBox(error)); }
   });
   main.append(h("h2", {}, "Export"),
