@@ -88,14 +88,15 @@ def test_a_fragment_cannot_send_the_page_to_another_route(page, heart_model):
     expect(page.locator("main h1")).to_have_text("Datasets")
 
 
-def test_registry_text_is_shown_literally(page, heart_model):
+def test_registry_text_is_shown_literally(page, heart_dataset):
     """A registered name's description holding markup (the name itself is letters, digits,
     '.', '_' and '-'), on the models list and the model's page; its alias's link opens the
-    model."""
+    model. A model of its own: the session's shared one is shown registered by other tests."""
     name = "team.hostile-1"
     with Client(page.service.url) as client:
+        model = client.jobs.create(heart_dataset, C=0.25, tol=1e-3).wait(check=True).model_id
         client.registry.create(name, description=f"desc {HOSTILE}")
-        client.registry.add_version(name, heart_model)
+        client.registry.add_version(name, model)
         client.registry.set_alias(name, "prod", 1)
     open_ui(page, "#/models")
     registry = page.locator("section[aria-labelledby=registry-title] table")
