@@ -4,6 +4,7 @@ environment elsewhere)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,31 @@ def test_no_module_reads_a_setting_from_the_environment():
             if isinstance(key, ast.Constant) and key.value in names:
                 offenders.append(f"{path.relative_to(APP)}:{node.lineno} {key.value}")
     assert offenders == []
+
+
+def _readme_settings_table() -> dict[str, str]:
+    """Each variable of the README's settings table with its default cell."""
+    readme = (APP.parent / "README.md").read_text()
+    rows = {}
+    for line in readme.splitlines():
+        row = re.match(r"\| (`[A-Z_]+`(?:, `[A-Z_]+`)*) \| ([^|]*) \|", line)
+        if row:
+            for name in re.findall(r"`([A-Z_]+)`", row.group(1)):
+                rows[name] = row.group(2)
+    return rows
+
+
+def test_the_readme_settings_table_lists_every_setting_with_its_default():
+    rows = _readme_settings_table()
+    missing = sorted(name.upper() for name in Settings.model_fields if name.upper() not in rows)
+    assert missing == []
+    wrong = []
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        if default is None or isinstance(default, Path):
+            continue  # derived defaults (cores, DATA_DIR/...) are stated in words
+        if isinstance(default, float) and default.is_integer():
+            default = int(default)
+        if str(default) not in re.findall(r"[\w./:]+", rows[name.upper()]):
+            wrong.append(f"{name.upper()}: README {rows[name.upper()]!r}, config {default!r}")
+    assert wrong == []
