@@ -21,8 +21,8 @@ TRAIN_FLAGS = {  # flag -> (parameter, type, help); the defaults are the service
     "--loss": ("loss", str, "squared_hinge (default), hinge; squared_error; LinearSVR: "
                "epsilon_insensitive (default), squared_epsilon_insensitive"),
     "--multi-class": ("multi_class", str, "ovr (default), crammer_singer, weston_watkins"),
-    "--tol": ("tol", float, "stopping tolerance (default 0.1, LIBLINEAR's; LinearSVR 0.0001): "
-              "the job reports the duality gap it reached"),
+    "--tol": ("tol", float, "stopping tolerance (default 0.1, LIBLINEAR's; LinearSVR 0.0001) "
+              "on the solver's gap, which the job reports; the model also has its duality gap"),
     "--max-iter": ("max_iter", int, "passes over the data at most (default 1000)"),
     "--epsilon": ("epsilon", float, "LinearSVR: width of the insensitive zone (default 0)"),
     "--time-limit": ("time_limit", float, "seconds the whole job may take (default: the "
