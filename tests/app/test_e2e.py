@@ -59,7 +59,8 @@ class Server:
         )
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120)
 
-    def wait_ready(self, timeout=120) -> None:
+    def wait_ready(self, timeout=240) -> None:
+        # a first start in a fresh clone compiles the solver kernels: minutes on a loaded machine
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.process.poll() is None, self.log_path.read_text()
