@@ -63,15 +63,17 @@ class Feed:
         if rows:
             self.last_id = rows[-1].id
         self.current = current
-        self.version += 1
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self._wake()
 
     def invalidate(self) -> None:
         """Wake the watchers to read the database themselves (the feed keeps no rows: its job
         ended before the feed's first read)."""
         self.rows.clear()
         self.stale = True
+        self._wake()
+
+    def _wake(self) -> None:
+        """Count a change and wake every watcher waiting for one."""
         self.version += 1
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
