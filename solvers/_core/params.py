@@ -6,13 +6,13 @@ import math
 import numbers
 
 
-def check_tol(tol) -> float:
+def check_tol(tol, name: str = "tol") -> float:
     if (
         isinstance(tol, bool)
         or not isinstance(tol, numbers.Real)
         or not (math.isfinite(tol) and tol > 0)
     ):
-        raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+        raise ValueError(f"{name} must be a finite number > 0, got {tol!r}")
     return float(tol)
 
 

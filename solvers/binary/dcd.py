@@ -92,6 +92,7 @@ def solve_binary(
     rows: np.ndarray | None = None,
     primal_start: np.ndarray | None = None,
     newton_after: int | None = None,
+    newton_tol: float | None = None,
 ) -> SolveResult:
     """Train a binary linear SVM (or regularized least squares) by dual coordinate descent.
 
@@ -158,6 +159,9 @@ def solve_binary(
         passes if the stopping rule has not held by then (None: when the stall detector says,
         at ``STALL_CAP`` passes at the latest). A path over C sets it where the previous C's
         solve already needed Newton: the passes at a larger C would stall again.
+    newton_tol : float or None
+        The factor of the Newton method's stopping rule ε′ in place of 0.01 · tol
+        (`solvers.binary.newton`; a path over C gives 0.1 · tol, LIBLINEAR's own rule).
 
     Returns
     -------
@@ -176,6 +180,7 @@ def solve_binary(
     csr = csr_arrays(X)
     y = check_labels(y, csr.n_samples, binary=loss != "squared_error")
     rows = check_rows(rows, csr.n_samples)
+    newton_tol = None if newton_tol is None else check_tol(newton_tol, "newton_tol")
     C_arr = restrict_C(compact_C(C, csr.n_samples), csr.n_samples, rows)
     if primal_start is not None:
         if loss not in newton_finisher.FINISHING_LOSSES:
@@ -186,7 +191,7 @@ def solve_binary(
                 f"primal_start must have shape ({csr.n_features + 1},), got {start.shape}"
             )
         result = newton_finisher.solve_from_primal(
-            csr, bias, y, C_arr, start, tol, max_iter, monitor, loss
+            csr, bias, y, C_arr, start, tol, max_iter, monitor, loss, newton_tol
         )
         return subset_alpha(result, rows)
     state = _State.build(csr, y, C_arr, loss, bias, warm_start, rows)
@@ -207,7 +212,7 @@ def solve_binary(
             state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall
         )
     if status is None:  # stalled: the primal Newton method finishes
-        result = newton_finisher.finish(state, y, tol, n_iter, max_iter, monitor, loss)
+        result = newton_finisher.finish(state, y, tol, n_iter, max_iter, monitor, loss, newton_tol)
         return subset_alpha(result, rows)
     if status is not Status.CONVERGED and n_iter > 0:
         # the last pass measured the state it started from, or a shrunk set: measure the

@@ -15,7 +15,11 @@ Stopping rule of the finishing method, derived from the dual's ``tol``:
                               ε′ = 0.01 · tol                            (squared error),
 
 with n₊, n₋ the rows of each class among the n with C_i > 0 (LIBLINEAR's -s 2 scaling of its
-tolerance by the smaller class, at a tenth of its default for tol = 0.1). After a switch,
+tolerance by the smaller class, at a tenth of its default for tol = 0.1). A caller may give the
+factor instead (``newton_tol``, in place of 0.01 · tol): the solves of a path over C use
+0.1 · tol, LIBLINEAR's own rule where its -s 1 switches to -s 2 (a tenth of its -e) and, at
+tol = 0.1, that of its -C search (-s 2 -e 0.01); they only rank the Cs by their held-out scores,
+and the model a search returns, its refit, keeps the rule above. After a switch,
 ``status == "converged"`` means this rule held; ``gap`` is ‖∇P(w̃)‖ / ‖∇P(0)‖; ``method`` is
 ``"newton"``. The certificate: α(w̃) = 2 C_i max(0, 1 − y_i w̃ᵀx̃_i) (for squared error
 2 C_i (y_i − w̃ᵀx̃_i) sign(y_i)), the dual point the optimality conditions map w̃ to, or the dual
@@ -42,6 +46,7 @@ from solvers._core.sparse import weighted_row_sum
 STALL_CAP = 300
 STALL_WINDOW = 50
 FINISHING_LOSSES = ("squared_hinge", "squared_error")
+PATH_NEWTON_TOL = 0.1  # newton_tol = this · tol for the solves of a path over C (docstring)
 
 
 def stall_detector(loss: str, enabled: bool, cap: int | None = None) -> StallDetector | None:
@@ -51,23 +56,24 @@ def stall_detector(loss: str, enabled: bool, cap: int | None = None) -> StallDet
     return StallDetector(cap=STALL_CAP if cap is None else cap, window=STALL_WINDOW)
 
 
-def primal_tolerance(y, C, tol: float, regression: bool) -> float:
-    """ε′ of the module docstring."""
+def primal_tolerance(y, C, tol: float, regression: bool, newton_tol: float | None = None) -> float:
+    """ε′ of the module docstring; ``newton_tol`` replaces its factor 0.01 · tol."""
+    factor = 0.01 * tol if newton_tol is None else newton_tol
     if regression:
-        return 0.01 * tol
+        return factor
     kept = C > 0
     n = max(int(kept.sum()), 1)
     positives = int((y[kept] > 0).sum())
-    return 0.01 * tol * max(1, min(positives, n - positives)) / n
+    return factor * max(1, min(positives, n - positives)) / n
 
 
-def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
+def finish(state, y, tol, n_iter, max_iter, monitor, loss: str, newton_tol=None) -> SolveResult:
     """Run the finishing method from the state's w̃ and build the result (module docstring)."""
     csr = state.csr
     C = np.ascontiguousarray(np.broadcast_to(state.C, (csr.n_samples,)), dtype=np.float64)
     regression = loss == "squared_error"
     l2 = L2Loss(np.asarray(y, dtype=np.float64), C, regression)
-    eps = primal_tolerance(l2.y, C, tol, regression)
+    eps = primal_tolerance(l2.y, C, tol, regression, newton_tol)
     # the dual point of the passes stays a candidate for the certificate: on raw data, α(w̃)
     # becomes a good dual point only once w̃ is very accurate
     dual_before = state.dual_objective()
@@ -97,7 +103,9 @@ def finish(state, y, tol, n_iter, max_iter, monitor, loss: str) -> SolveResult:
     return _as_result(outcome, csr.n_features, state.bias, alpha, n_iter, final, monitor, **pg)
 
 
-def solve_from_primal(csr, bias, y, C, w_start, tol, max_iter, monitor, loss: str) -> SolveResult:
+def solve_from_primal(
+    csr, bias, y, C, w_start, tol, max_iter, monitor, loss: str, newton_tol=None
+) -> SolveResult:
     """The primal Newton method from ``w_start`` (w̃, n_features + 1 entries), no dual passes
     (module docstring); ``C`` as the binary driver holds it (shape (1,) or (n_samples,))."""
     C = np.ascontiguousarray(np.broadcast_to(C, (csr.n_samples,)), dtype=np.float64)
@@ -105,7 +113,8 @@ def solve_from_primal(csr, bias, y, C, w_start, tol, max_iter, monitor, loss: st
     l2 = L2Loss(np.asarray(y, dtype=np.float64), C, regression)
     outcome = newton_finish(
         csr, bias, l2, np.asarray(w_start, dtype=np.float64),
-        eps=primal_tolerance(l2.y, C, tol, regression), max_iter=max_iter, monitor=monitor,
+        eps=primal_tolerance(l2.y, C, tol, regression, newton_tol), max_iter=max_iter,
+        monitor=monitor,
         first_iteration=0,
     )  # fmt: skip
     nan = float("nan")

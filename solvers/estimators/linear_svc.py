@@ -24,6 +24,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from solvers._core.problem import csr_arrays, fold_weights_into_C
 from solvers._core.progress import Status
+from solvers.binary.newton import PATH_NEWTON_TOL
 from solvers.estimators import params as P
 
 MULTI_CLASS = ("ovr", "crammer_singer", "weston_watkins")
@@ -308,14 +309,17 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         ``primal_start`` by the primal Newton method; ``newton_after`` caps the dual passes
         before the Newton finish (binary and one-vs-rest, `solvers.binary.solve_binary`).
         ``signs``, for two classes, is y as ±1 (`binary_signs`) when the caller keeps it across
-        solves. ``on_path``: ``alpha0`` is the previous C's solution on the same rows, and
-        one-vs-rest begins on its support (`solve_ovr`'s ``start_on_support``)."""
+        solves. ``on_path``: a solve of a path over C, only scored on held-out rows: ``alpha0``
+        is the previous C's solution on the same rows, one-vs-rest begins on its support
+        (`solve_ovr`'s ``start_on_support``), and a Newton finish stops at LIBLINEAR's own rule
+        (``newton_tol`` = 0.1 · tol, `solvers.binary.newton`)."""
         n = X.n_samples
         subset = {} if rows is None else {"rows": rows}
         m = n if rows is None else len(rows)
         uniform = np.all(class_weight == 1.0)
         per_class = None if uniform else class_weight[y_index]
         common = self._common()
+        newton_tol = PATH_NEWTON_TOL * self.tol if on_path else None
         if self.multi_class == "ovr" and n_classes == 2:
             from solvers.binary import solve_binary
 
@@ -330,6 +334,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 warm_start=self._previous_alpha((m,)) if alpha0 is None else alpha0,
                 primal_start=primal_start,
                 newton_after=newton_after,
+                newton_tol=newton_tol,
                 n_jobs=self.n_jobs,
                 **subset,
                 **common,
@@ -348,6 +353,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 n_jobs=self.n_jobs,
                 warm_start=self._previous_alpha((n_classes, m)) if alpha0 is None else alpha0,
                 newton_after=newton_after,
+                newton_tol=newton_tol,
                 start_on_support=on_path and alpha0 is not None,
                 **subset,
                 **common,

@@ -89,6 +89,7 @@ def solve_ovr(
     rows: np.ndarray | None = None,
     newton_after: int | None = None,
     start_on_support: bool = False,
+    newton_tol: float | None = None,
 ) -> SolveResult:
     """Train k one-vs-rest binary linear SVMs by fused dual coordinate descent.
 
@@ -143,6 +144,9 @@ def solve_ovr(
     start_on_support : bool
         With ``warm_start`` from the previous C of a path: each class begins with only the rows
         of α_c > 0 active, the others shrunk (restored when the class meets tol on them).
+    newton_tol : float or None
+        The factor of the Newton finish's stopping rule in place of 0.01 · tol
+        (`solvers.binary.newton`; a path over C gives 0.1 · tol).
 
     Returns
     -------
@@ -158,6 +162,7 @@ def solve_ovr(
     check_objective_every(objective_every, zero_means_never=True)
     objective_every = objective_passes(callback, objective_every)
     tol, max_iter = check_tol(tol), check_max_iter(max_iter)
+    newton_tol = None if newton_tol is None else check_tol(newton_tol, "newton_tol")
     check_choice(loss, LOSSES, "loss")
     check_choice(order, ORDERS, "order")
     problem = check_problem(X, y, n_classes, 1.0, bias)
@@ -172,6 +177,7 @@ def solve_ovr(
         options = dict(
             loss=loss, tol=tol, max_iter=max_iter, order=order, shrinking=shrinking,
             random_state=random_state, newton=newton, newton_after=newton_after,
+            newton_tol=newton_tol,
         )  # fmt: skip
         result = ovr_parallel.solve_by_class(problem, Cfull, k, inner, monitor, options)
         return subset_alpha(result, rows)
@@ -191,8 +197,9 @@ def solve_ovr(
     finished = {}
     if status in (Status.CONVERGED, Status.MAX_ITER) and any(b.stalled.any() for b in blocks):
         finished = _finish_by_newton(
-            problem, blocks, Cfull, tol, max_iter - iteration, monitor, n_threads, hinge
-        )
+            problem, blocks, Cfull, (tol, newton_tol), max_iter - iteration, monitor, n_threads,
+            hinge,
+        )  # fmt: skip
         if status is Status.CONVERGED and not all(f.converged for f in finished.values()):
             status = Status.MAX_ITER
         stops = {f.status for f in finished.values()}  # a cancel, or the time, ended the finish
@@ -279,12 +286,13 @@ def _pass_progress(problem, blocks, running, hinge, rules, iteration, monitor) -
     )
 
 
-def _finish_by_newton(problem, blocks, Cfull, tol, max_iter, monitor, n_threads, hinge):
+def _finish_by_newton(problem, blocks, Cfull, tols, max_iter, monitor, n_threads, hinge):
+    """Finish the stalled classes; ``tols`` is (tol, newton_tol)."""
     workers = min(n_threads, sum(int(b.stalled.sum()) for b in blocks))
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
         return ovr_newton.finish_stalled_classes(
-            problem, blocks, Cfull, tol, max_iter, monitor, pool,
+            problem, blocks, Cfull, tols, max_iter, monitor, pool,
             lambda b: block_measures(problem, b, hinge),
         )  # fmt: skip
     finally:

@@ -6,7 +6,8 @@ when it stops falling geometrically) leaves the fused passes at once, as its cla
 would switch, so no class runs passes while it waits for the slowest; once no class is left
 running, each is finished by the primal truncated Newton method of `solvers._core.newton` from
 its w_c, exactly as the binary solver does (`solvers.binary.newton` states the stopping rule
-ε′ = 0.01 · tol · max(1, min(n₊, n₋)) / n and the certificate). Classes are independent, so they
+ε′ = 0.01 · tol · max(1, min(n₊, n₋)) / n, or ``newton_tol`` in place of 0.01 · tol, and the
+certificate). Classes are independent, so they
 are finished on the fit's threads. A class finished this way reports ``gap`` = ‖∇P‖/‖∇P(0)‖ and its
 own duality gap; its α is α(w_c) or its dual iterate before the switch, whichever has the better
 dual objective; the result's ``method`` is ``"newton"`` when any class was finished so.
@@ -79,8 +80,9 @@ class _Silent:
             return self.stop
 
 
-def finish_class(problem, block, j, C_class, tol, max_iter, monitor, dual_before):
-    """Finish class ``block.classes[j]`` in place (its W column, bias weight and α column)."""
+def finish_class(problem, block, j, C_class, tols, max_iter, monitor, dual_before):
+    """Finish class ``block.classes[j]`` in place (its W column, bias weight and α column);
+    ``tols`` is (tol, newton_tol)."""
     X, bias = problem.X, problem.bias
     y = np.where(problem.y == block.classes[j], 1.0, -1.0)
     C = np.ascontiguousarray(C_class, dtype=np.float64)
@@ -88,8 +90,9 @@ def finish_class(problem, block, j, C_class, tol, max_iter, monitor, dual_before
     w = np.empty(X.n_features + 1)
     w[:-1] = block.W[:, j]
     w[-1] = block.wb[j]
+    tol, newton_tol = tols
     outcome = newton_finish(
-        X, bias, loss, w, eps=primal_tolerance(y, C, tol, False), max_iter=max_iter,
+        X, bias, loss, w, eps=primal_tolerance(y, C, tol, False, newton_tol), max_iter=max_iter,
         monitor=monitor, first_iteration=0,
     )  # fmt: skip
     block.W[:, j] = outcome.w[:-1]
@@ -103,8 +106,9 @@ def finish_class(problem, block, j, C_class, tol, max_iter, monitor, dual_before
     return Finished(outcome.primal, dual, outcome.grad_ratio, converged, stop)
 
 
-def finish_stalled_classes(problem, blocks, Cfull, tol, max_iter, monitor, pool, measures):
-    """Finish every stalled class of every block; returns {class: Finished}.
+def finish_stalled_classes(problem, blocks, Cfull, tols, max_iter, monitor, pool, measures):
+    """Finish every stalled class of every block; returns {class: Finished}. ``tols`` is
+    (tol, newton_tol).
 
     ``measures(block)`` gives the block's per-class (primal, f(α), M, m) before the switch.
     """
@@ -123,7 +127,7 @@ def finish_stalled_classes(problem, blocks, Cfull, tol, max_iter, monitor, pool,
 
     def run(job):
         b, j, c, C_class, dual_before = job
-        return c, finish_class(problem, b, j, C_class, tol, max_iter, quiet, dual_before)
+        return c, finish_class(problem, b, j, C_class, tols, max_iter, quiet, dual_before)
 
     done = list(pool.map(run, jobs)) if pool is not None else [run(job) for job in jobs]
     for b in blocks:

@@ -166,6 +166,31 @@ def test_large_C_goes_on_by_primal_newton_certified_and_scored_like_cold_fits():
     assert abs(search.duality_gap_) < 1e-4
 
 
+@pytest.mark.parametrize("classes", [2, 3])
+def test_path_solves_finish_by_liblinears_rule_and_the_refit_by_the_fits(monkeypatch, classes):
+    """The path's solves only rank the Cs: a Newton finish there stops at LIBLINEAR's own rule
+    (``newton_tol`` = 0.1 · tol); the refit, the model returned, keeps the fit's rule."""
+    import solvers.binary as binary
+    import solvers.multiclass.ovr as ovr
+
+    X, y = _a9a()
+    if classes == 3:
+        y = np.where(X[:, 0].toarray().ravel() > 0, 2.0, y)
+    asked = []
+    for module, name in ((binary, "solve_binary"), (ovr, "solve_ovr")):
+        real = getattr(module, name)
+
+        def spy(*args, _real=real, **kwargs):
+            asked.append((kwargs.get("rows") is not None, kwargs.get("newton_tol")))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+    LinearSVCCV(Cs=[0.1, 1.0], cv=3, tol=0.05, n_jobs=1).fit(X, y)
+    assert len(asked) == 7
+    assert [t for on_path, t in asked if on_path] == [pytest.approx(0.005)] * 6
+    assert [t for on_path, t in asked if not on_path] == [None]
+
+
 class _Result:
     def __init__(self, method, n_iter):
         self.method, self.n_iter = method, n_iter

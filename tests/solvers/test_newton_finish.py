@@ -180,3 +180,37 @@ def test_newton_after_hands_over_at_that_pass_and_reaches_the_same_optimum():
     # both are within their certified gaps of the one optimum
     bound = (capped.duality_gap + detected.duality_gap) * max(1.0, detected.primal)
     assert abs(capped.primal - detected.primal) <= bound
+
+
+def test_newton_tol_replaces_the_factor_of_the_finish_rule():
+    """``newton_tol`` (a path's solves give LIBLINEAR's own 0.1 · tol) replaces 0.01 · tol in
+    ε′ = factor · max(1, min(n₊, n₋)) / n, after a stall and from a primal start alike: the
+    looser rule holds, the strict one is not asked for, and the certificate is still measured
+    on the pair returned."""
+    X, y = halves()
+    smaller = min(int((y > 0).sum()), int((y < 0).sum())) / len(y)
+    start = np.zeros(X.shape[1] + 1)
+    for extra in ({}, {"primal_start": start}):
+        strict = solve_binary(X, y, C=1.0, tol=0.1, **extra)
+        loose = solve_binary(X, y, C=1.0, tol=0.1, newton_tol=0.01, **extra)
+        assert strict.method == loose.method == "newton"
+        assert strict.status is loose.status is Status.CONVERGED
+        assert strict.gap <= 0.001 * smaller < loose.gap <= 0.01 * smaller
+        assert loose.n_iter < strict.n_iter
+        assert loose.primal == pytest.approx(primal(X, y, loose.w, 1.0, "squared_hinge", 0.0))
+        assert loose.duality_gap >= 0 and loose.primal >= strict.primal * (1 - 1e-9)
+    with pytest.raises(ValueError, match="newton_tol must be a finite number > 0"):
+        solve_binary(X, y, newton_tol=0.0)
+
+
+def test_newton_tol_reaches_the_one_vs_rest_finish():
+    X, y = raw_news20()
+    classes = np.unique(y, return_inverse=True)[1]
+    strict = solve_ovr(X, classes, 20, C=1.0, tol=0.1)
+    loose = solve_ovr(X, classes, 20, C=1.0, tol=0.1, newton_tol=0.01)
+    assert strict.method == loose.method == "newton"
+    assert strict.status is loose.status is Status.CONVERGED
+    assert loose.duality_gap > strict.duality_gap  # the finish stopped earlier
+    assert strict.primal <= loose.primal <= strict.primal * (1 + loose.duality_gap)
+    with pytest.raises(ValueError, match="newton_tol"):
+        solve_ovr(X, classes, 20, newton_tol=-1.0)
