@@ -2,31 +2,31 @@
 
 Subcommands (each prints the load average; the machine may be shared):
 
-``grid``: the same 10 values of C and the same 5 stratified folds (seeded) on both sides:
-ours is ``LinearSVCCV(Cs=grid, cv=folds, n_jobs=2)`` (each fold's path warm-started, folds in
-two threads over one X), the reference ``GridSearchCV(sklearn LinearSVC(dual=True), {"C": grid},
-cv=folds, n_jobs=2)`` (every (C, fold) cold, X copied per fold). Same loss, tol and max_iter,
-no intercept on either side, refit on both. What tol means on each side: scikit-learn's
-LinearSVC(dual=True) is LIBLINEAR's -s 1, stopped when the projected gradients of a full pass
-span at most tol (M − m ≤ tol), or at max_iter passes; ours stops its dual passes by the same
-rule and, where they stall or where a fold's path has gone primal (`solvers.selection.search.
-WarmStarts`), its Newton steps at ‖∇P‖ ≤ 0.01 · tol · min(n₊, n₋)/n · ‖∇P(0)‖; the largest
-duality gap of our path's solves is printed beside. Before anything is timed, both sides run
-once on 300 rows (compiled kernels loaded, scikit-learn's worker processes started), so that
-neither side's one-time setup is counted. Also: one cold ``LinearSVC`` fit on all rows at the
-grid's largest C (the "×cold" column is the search's wall time over it; with ``--repeat N``
-both are timed N times, in turns, and the best of each is taken, while "ours s", set against
-GridSearchCV's single run, stays the first run), the chosen C and its test accuracy on both
-sides, the dual passes plus Newton steps of the whole path (summed over folds and Cs), and with
-``--memory`` the search's peak resident memory in a fresh process (net of a call doing nothing)
-against the CSR input plus the models.
+``grid``: the same 10 values of C and the same 5 stratified folds (seeded) on both sides: ours is
+``LinearSVCCV(Cs=grid, cv=folds, n_jobs=2)`` (each fold's path warm-started, folds in two threads
+over one X), the reference ``GridSearchCV(sklearn LinearSVC(dual=True), {"C": grid}, cv=folds,
+n_jobs=2)`` (every (C, fold) cold, X copied per fold). Same loss, tol and max_iter, no intercept on
+either side, refit on both. What tol means on each side: scikit-learn's LinearSVC(dual=True) is
+LIBLINEAR's -s 1, stopped when the projected gradients of a full pass span at most tol (M − m ≤
+tol), or at max_iter passes; ours stops its dual passes by the same rule and, where they stall or
+where a fold's path has gone primal (`solvers.selection.search.WarmStarts`), its Newton steps at
+‖∇P‖ ≤ 0.1 · tol · min(n₊, n₋)/n · ‖∇P(0)‖ (LIBLINEAR's own rule after its -s 1 switches to -s 2;
+the refit on all rows, the model returned, at the fit's 0.01 · tol); the largest duality gap of our
+path's solves is printed beside. Before anything is timed, both sides run once on 300 rows (compiled
+kernels loaded, scikit-learn's worker processes started), so that neither side's one-time setup is
+counted. Also: one cold ``LinearSVC`` fit on all rows at the grid's largest C (the "×cold" column is
+the search's wall time over it; with ``--repeat N`` both are timed N times, in turns, and the best
+of each is taken, while "ours s", set against GridSearchCV's single run, stays the first run), the
+chosen C and its test accuracy on both sides, the dual passes plus Newton steps of the whole path
+(summed over folds and Cs), and with ``--memory`` the search's peak resident memory in a fresh
+process (net of a call doing nothing) against the CSR input plus the models.
 
 ``liblinear``: LIBLINEAR's own search ``train(prob, '-s 2 -C -v 5 -c START -e 0.01')``
 (`liblinear-official`), timed as it runs; the C values it visited are read from its
 ``log2c=`` lines, and ours is timed on those Cs with 5 stratified folds. LIBLINEAR's -s 2 stops
-each Newton solve at ‖∇P‖ ≤ e · min(n₊, n₋)/n · ‖∇P(0)‖ with e = 0.01; ours at tol = 0.1 stops its
-Newton steps ten times tighter (0.01 · tol = 0.001) and its dual passes at M − m ≤ 0.1; with
-``--tol 1`` our Newton rule is LIBLINEAR's exactly (and the dual passes stop at M − m ≤ 1).
+each Newton solve at ‖∇P‖ ≤ e · min(n₊, n₋)/n · ‖∇P(0)‖ with e = 0.01; ours at tol = 0.1 stops
+the Newton steps of its path by the same rule (0.1 · tol = 0.01), those of its refit ten times
+tighter, and its dual passes at M − m ≤ 0.1.
 
 ``calibration``: log loss of per-class Platt against a softmax temperature for the joint
 formulations (what `solvers.selection.cv.joint_default` cites), and our ``probability=True``

@@ -318,10 +318,11 @@ def _line_search(objective, w, z, f, grad, s):
 
 
 def newton_finish(
-    csr, bias, loss: L2Loss, w, *, eps, max_iter, monitor, first_iteration
+    csr, bias, loss: L2Loss, w, *, eps, max_iter, monitor, first_iteration, min_steps=0
 ) -> NewtonOutcome:
     """Minimise P from w̃ (``w``, n_features + 1 entries, not modified) until
-    ‖∇P‖ ≤ eps ‖∇P(0)‖, ``max_iter`` Newton steps, or the monitor says stop.
+    ‖∇P‖ ≤ eps ‖∇P(0)‖ after at least ``min_steps`` steps, ``max_iter`` Newton steps, or the
+    monitor says stop.
 
     Each step is reported to
     ``monitor`` as a `Progress` numbered from ``first_iteration`` with ``gap`` = ‖∇P‖/‖∇P(0)‖,
@@ -335,7 +336,7 @@ def newton_finish(
     status = Status.MAX_ITER
     steps = 0
     while True:
-        if np.sqrt(dot(grad, grad)) / scale <= eps:
+        if steps >= min_steps and np.sqrt(dot(grad, grad)) / scale <= eps:
             status = Status.CONVERGED
             break
         if steps >= max_iter:
@@ -343,6 +344,8 @@ def newton_finish(
         s, _ = _conjugate_gradient(objective, rows, grad)
         found = _line_search(objective, w, z, f, grad, s)
         if found is None:  # no decrease along s: the gradient is at rounding level
+            if np.sqrt(dot(grad, grad)) / scale <= eps:
+                status = Status.CONVERGED  # the rule held; only ``min_steps`` asked for more
             break
         steps += 1
         _, w, z, f = found

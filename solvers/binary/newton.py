@@ -30,9 +30,12 @@ data α(w̃) becomes a good dual point only once w̃ is very accurate); ``alpha`
 
 `solve_from_primal` runs the same method with no dual passes at all, from a given w̃ (a path over
 C, warm-started from the previous C's w̃ where the dual passes would stall: Chu, Ho, Tsai, Lin and
-Lin, KDD 2015, find the primal warm start the better one there). Its result is certified by the
-duality gap of (w̃, α(w̃)); it measures no projected gradients (``pg_*`` are None): they would
-cost two more passes and say nothing the duality gap does not.
+Lin, KDD 2015, find the primal warm start the better one there). It takes at least one Newton
+step: the rule is relative to ‖∇P(0)‖, which grows with C while the gradient at the previous C's
+w̃ does not, so a larger C's solve could otherwise end where it began and the path would score
+the previous C's model again under the new C. Its result is certified by the duality gap of
+(w̃, α(w̃)); it measures no projected gradients (``pg_*`` are None): they would cost two more
+passes and say nothing the duality gap does not.
 """
 
 from __future__ import annotations
@@ -114,8 +117,7 @@ def solve_from_primal(
     outcome = newton_finish(
         csr, bias, l2, np.asarray(w_start, dtype=np.float64),
         eps=primal_tolerance(l2.y, C, tol, regression, newton_tol), max_iter=max_iter,
-        monitor=monitor,
-        first_iteration=0,
+        monitor=monitor, first_iteration=0, min_steps=1,
     )  # fmt: skip
     nan = float("nan")
     final = monitor.conclude(_final_progress(monitor, outcome.n_iter, outcome, nan, nan, 0))

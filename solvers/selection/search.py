@@ -15,8 +15,9 @@ solver itself converges slowly; the primal (Newton) warm start that LIBLINEAR's 
 better there. So for two classes and the squared hinge a fold's path turns to the primal Newton
 method from the previous C's w̃ where the dual passes slow down (`WarmStarts`; the primal
 problem is unconstrained, so any w̃ is a valid start). Each solve is stopped by the solver's own
-rule and reports its duality gap (for a primal solve, that of (w̃, α(w̃))), so a warm start never
-changes the optimum it certifies. The refit on all rows starts from the per-row average of the
+rule (its Newton steps by LIBLINEAR's, ``newton_tol`` = 0.1 · tol: the path's solves only rank
+the Cs) and reports its duality gap (for a primal solve, that of (w̃, α(w̃))), so a warm start
+never changes the optimum it certifies. The refit on all rows starts from the per-row average of the
 folds' solutions at the chosen C (feasible by the same row-wise convexity), or from the mean of
 their w̃ where every fold ended by Newton.
 

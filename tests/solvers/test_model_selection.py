@@ -191,6 +191,20 @@ def test_path_solves_finish_by_liblinears_rule_and_the_refit_by_the_fits(monkeyp
     assert [t for on_path, t in asked if not on_path] == [None]
 
 
+def test_a_primal_solve_of_the_path_takes_at_least_one_newton_step():
+    """The Newton rule is relative to ‖∇P(0)‖, which grows with C while the gradient at the
+    previous C's w̃ does not: at the default tol a larger C's solve would otherwise end where it
+    began, and the path would score the previous C's model again under the new C."""
+    X, y = _a9a(6000)
+    search = LinearSVCCV(Cs=list(np.logspace(-1, 2, 6)), cv=3, n_jobs=2).fit(X, y)
+    table = search.cv_results_
+    solves = [(table[f"split{f}_{name}"][i] for name in ("method", "n_iter", "status"))
+              for f in range(3) for i in range(6)]  # fmt: skip
+    newton = [(steps, status) for method, steps, status in solves if method == "newton"]
+    assert len(newton) >= 6
+    assert all(steps >= 1 and status == "converged" for steps, status in newton)
+
+
 class _Result:
     def __init__(self, method, n_iter):
         self.method, self.n_iter = method, n_iter
