@@ -48,6 +48,10 @@ ROWS = {
     "ww-news20": ("news20-l2", "solvers.solve_weston_watkins(X, y, k, bias=1.0, tol=0.1)"),
     "ovr-news20-1": ("news20-l2", "solvers.solve_ovr(X, y, k, bias=1.0, tol=0.1, n_jobs=1)"),
     "ovr-news20-2": ("news20-l2", "solvers.solve_ovr(X, y, k, bias=1.0, tol=0.1, n_jobs=2)"),
+    "ovr-sector-1": ("sector", "solvers.solve_ovr(X, y, k, tol=0.1, n_jobs=1)"),
+    "ovr-pendigits-1": ("pendigits", "solvers.solve_ovr(X, y, k, tol=0.1, n_jobs=1)"),
+    "ovr-usps-1": ("usps", "solvers.solve_ovr(X, y, k, tol=0.1, n_jobs=1)"),
+    "ovr-dense-b-1": ("dense-b", "solvers.solve_ovr(X, y, k, tol=0.1, n_jobs=1)"),
     "cs-mnist": ("mnist", "solvers.solve_crammer_singer(X, y, k, bias=1.0, tol=0.1)"),
     "svr-a9a": ("a9a", "solvers.solve_svr(X, y, C=1.0, epsilon=0.1, tol=0.1)"),
     "structural-dna": ("dna-cs", "solvers.fit_structural(X, y, k, tol=1e-3)"),
@@ -114,6 +118,18 @@ def load(name):
     if name == "sector":
         X, y = read("sector", "sector.scale.bz2")
         return (X, *classes(y))
+    if name == "pendigits":
+        X, y = read("pendigits", "pendigits")
+        return (X, *classes(y))
+    if name == "usps":
+        X, y = read("usps", "usps-esl.t.bz2")
+        return (X, *classes(y))
+    if name == "dense-b":  # benchmarks/bench_ovr_small.py's dense_set(15000, 16, 26)
+        rng = np.random.default_rng(0)
+        y = rng.integers(0, 26, 15000)
+        X = rng.normal(size=(26, 16))[y] + 1.5 * rng.normal(size=(15000, 16))
+        X = (X - X.min(0)) / (X.max(0) - X.min(0)) * 2 - 1
+        return sp.csr_matrix(X), y, 26
     if name == "mnist":
         X, y = read("mnist", "mnist.scale.t.bz2")
         return (X, *classes(y))

@@ -21,6 +21,12 @@ from solvers.binary.kernels import shuffle_prefix
 from solvers.multiclass.kernels import row_scores
 
 _TINY = 1e-12
+# A block of at least WIDE_BLOCK classes whose W holds at least WIDE_W_ENTRIES values (8 MiB:
+# more than stays in a core's caches) sweeps W's whole feature row when every class is in play
+# (`ovr_pass`); narrower or smaller ones keep their register accumulators, which measured
+# faster where W stays in cache (pendigits, usps, 26 classes of 16 features).
+WIDE_BLOCK = 8
+WIDE_W_ENTRIES = 1 << 20
 
 
 @njit(cache=True, nogil=True)
@@ -56,6 +62,8 @@ def ovr_pass(
     cls = np.empty(kb, dtype=np.uint32)  # unsigned: no wraparound checks on W[j, cls[r]]
     s = np.empty(kb)
     delta = np.empty(kb)
+    step = np.empty(kb)
+    wide = kb >= WIDE_BLOCK and W.shape[0] * kb >= WIDE_W_ENTRIES
     for c in range(kb):
         M[c] = -np.inf
         m[c] = np.inf
@@ -83,9 +91,22 @@ def ovr_pass(
         if na == 0:
             in_play[i] = 0
             continue
+        # every class of the block active in this row (a full pass, a cold start): one sweep
+        # over the row with W's whole feature row per entry, contiguous, in the order of the
+        # grouped loop below (the same sums to the last bit); wide blocks read W's lines once
+        # per entry instead of once per group of classes
+        g = 0
+        if wide and na == kb:
+            for c in range(kb):
+                s[c] = bias * wb[c]
+            for p in range(start, end):
+                v = data[p]
+                j = indices[p]
+                for c in range(kb):
+                    s[c] += v * W[j, c]
+            g = na
         # register accumulators, four classes at a time, then two, then one (not s[r], whose
         # load-store chain through memory would serialise the loop); the row stays in L1
-        g = 0
         while g < na:
             if na - g >= 4:
                 c0 = cls[g]
@@ -177,6 +198,19 @@ def ovr_pass(
         for q in range(nd):
             wb[cls[q]] += delta[q] * bias
         g = 0
+        if wide and 2 * nd >= kb:
+            # most of the block's classes moved: one contiguous sweep of W's feature rows, with
+            # a zero step for the others (W[j, c] + 0 is W[j, c])
+            for c in range(kb):
+                step[c] = 0.0
+            for q in range(nd):
+                step[cls[q]] = delta[q]
+            for p in range(start, end):
+                v = data[p]
+                j = indices[p]
+                for c in range(kb):
+                    W[j, c] += step[c] * v
+            g = nd
         while g < nd:
             if nd - g >= 4:
                 c0 = cls[g]

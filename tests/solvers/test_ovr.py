@@ -231,3 +231,28 @@ def test_the_newton_finish_of_stalled_classes_hears_a_stop(monkeypatch):
     model = LinearSVC(tol=1e-300, max_iter=400, callback=callback).fit(X, y)
     assert model.status_ == Status.STOPPED.value
     assert seen[-2].iteration == seen[-3].iteration  # the ask: the passes' last record again
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_wide_blocks_equal_the_binary_solver(loss):
+    """20 classes over news20's 62,061 features: W holds more than `WIDE_W_ENTRIES` values, so
+    full passes sweep W's whole feature rows (`ovr_pass`); each class is still the binary
+    solver's optimum, certified, and w = Σ α_i y_i x_i."""
+    from solvers.multiclass.ovr_kernels import WIDE_BLOCK, WIDE_W_ENTRIES
+    from tests.solvers.test_newton_finish import raw_news20
+
+    X, labels = raw_news20(2000)
+    X = sp.csr_matrix(X.multiply(1.0 / np.sqrt(X.multiply(X).sum(axis=1))))
+    y = np.unique(labels, return_inverse=True)[1]
+    k = int(y.max()) + 1
+    assert k >= WIDE_BLOCK and X.shape[1] * k >= WIDE_W_ENTRIES
+    r = solve_ovr(X, y, k, loss=loss, C=1.0, tol=1e-5, max_iter=100_000, n_jobs=1, newton=False)
+    assert r.status is Status.CONVERGED
+    for c in range(k):
+        b = solve_binary(X, np.where(y == c, 1.0, -1.0), loss=loss, C=1.0, tol=1e-5,
+                         max_iter=100_000, newton=False)  # fmt: skip
+        assert r.extra["primal"][c] == pytest.approx(b.primal, rel=1e-5)
+        gap = r.extra["primal"][c] + r.extra["dual"][c]  # ≥ 0 up to rounding
+        assert -1e-12 * r.extra["primal"][c] <= gap <= 1e-4 * r.extra["primal"][c]
+    signs = np.where(y == np.arange(k)[:, None], 1.0, -1.0)
+    np.testing.assert_allclose(r.w, (X.T @ (r.alpha * signs).T).T, atol=1e-8)
