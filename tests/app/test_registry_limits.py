@@ -1,15 +1,20 @@
 """The registry's limits, each at its bound and just over it (names 128 characters, aliases 64,
-descriptions 4,000, 50 tags of keys 64 and values 256), and versions added at once from
-threads: each gets its own number (the registered row is locked while the next is taken)."""
+descriptions 4,000, 50 tags of keys 64 and values 256), versions added at once from threads: each
+gets its own number (the registered row is locked while the next is taken), and the latest
+version of a model when two share a timestamp."""
 
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import delete, select
 
+from app.services import registry
+from app.tables import ModelVersion, RegisteredModel
 from tests.app.model_rows import N_FEATURES
 
 R = "/v1/registered-models"
@@ -75,3 +80,45 @@ def test_versions_added_at_once_get_distinct_numbers(app, client, service):
     assert sorted(a.json()["version"] for a in answers) == list(range(1, 9))
     listed = client.get(f"{R}/m/versions").json()["items"]
     assert [v["version"] for v in listed] == list(range(8, 0, -1))
+
+
+@pytest.mark.parametrize("first", [1, 2])
+def test_the_latest_version_of_a_model_is_decided_when_two_share_a_timestamp(
+    client, db, service, first
+):
+    # two versions of one model made in the same instant: the later number is the latest,
+    # whichever row the database holds first (ordered by the timestamp alone, one of the two
+    # insertion orders answered version 1)
+    model_id = new_model(service)
+    client.post(R, json={"name": "m"})
+    same = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+    with db.write() as session:
+        registered = session.scalar(select(RegisteredModel).where(RegisteredModel.name == "m"))
+        registered.latest_version = 2
+        for version in (first, 3 - first):
+            session.add(
+                ModelVersion(
+                    registered_model_id=registered.id, version=version, model_id=model_id,
+                    tags={}, created_at=same,
+                )
+            )  # fmt: skip
+            session.flush()
+    with db.session() as session:
+        assert registry.version_of(session, model_id) == ("m", 2)
+    # a second name, registered later, whose version 1 has the same timestamp: the higher
+    # number still ranks first; among equal numbers, the later name
+    client.post(R, json={"name": "n"})
+    with db.write() as session:
+        other = session.scalar(select(RegisteredModel).where(RegisteredModel.name == "n"))
+        session.add(
+            ModelVersion(
+                registered_model_id=other.id, version=1, model_id=model_id, tags={},
+                created_at=same,
+            )
+        )  # fmt: skip
+    with db.session() as session:
+        assert registry.version_of(session, model_id) == ("m", 2)
+    with db.write() as session:
+        session.execute(delete(ModelVersion).where(ModelVersion.version == 2))
+    with db.session() as session:
+        assert registry.version_of(session, model_id) == ("n", 1)
