@@ -23,7 +23,7 @@ from app.services import registry
 from app.tables import ModelAlias, ModelVersion, RegisteredModel
 
 router = APIRouter(tags=["registry"])
-Name = Annotated[str, Path(max_length=128)]
+Name = Annotated[str, Path(max_length=registry.NAME_MAX)]
 Alias = Annotated[str, Path(max_length=64)]
 Version = Annotated[int, Path(ge=1, le=MAX_VERSION)]
 

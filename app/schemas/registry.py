@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.schemas.common import RequestBody
+from app.services.registry import NAME_MAX, NAME_PATTERN, NAME_RULE
 
 
 def refuse_nul(text: str) -> str:
@@ -27,7 +28,12 @@ MAX_VERSION = 10**9
 
 
 class RegisteredModelIn(RequestBody):
-    name: str = Field(min_length=1, max_length=128, description="no '@' or '/'; not 'mdl_...'")
+    name: str = Field(
+        min_length=1,
+        max_length=NAME_MAX,
+        description=NAME_RULE,
+        json_schema_extra={"pattern": NAME_PATTERN},  # documents check_name, which enforces it
+    )
     description: Description | None = None
     tags: Tags = Field(default_factory=dict)
 

@@ -28,19 +28,24 @@ from sqlalchemy.orm import Session
 from app.errors import ProblemError
 from app.tables import Model, ModelAlias, ModelVersion, RegisteredModel, new_id, utcnow
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+NAME_MAX = 128
+NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{NAME_MAX - 1}}}")  # a model id matches too
+# What a new registered name may be (its check and its OpenAPI description and pattern): 'mdl_'
+# is a model id's prefix, and '@' and '/' (outside NAME) would split a reference or a path.
+NAME_RULE = (
+    f"1 to {NAME_MAX} ASCII letters, digits, '.', '_' or '-', starting with a letter or digit, "
+    "not starting with 'mdl_'"
+)
+NAME_PATTERN = rf"^(?!mdl_){NAME.pattern}$"  # JSON Schema (ECMA 262): NAME_RULE as a pattern
 ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}")
 VERSION_REF = re.compile(r"v([0-9]{1,9})")
 VERSION_LIKE = re.compile(r"v[0-9]+")  # names an alias may not take, however many digits
 
 
 def check_name(name: str) -> str:
-    if name.startswith("mdl_") or "@" in name or "/" in name or not NAME.fullmatch(name):
+    if name.startswith("mdl_") or not NAME.fullmatch(name):
         raise ProblemError(
-            422,
-            "Invalid name",
-            f"name: {name[:80]!r} is not a usable name: 1 to 128 letters, digits, '.', '_' or "
-            "'-', starting with a letter or digit, not starting with 'mdl_' (no '@' or '/')",
+            422, "Invalid name", f"name: {name[:80]!r} is not a usable name: {NAME_RULE}"
         )
     return name
 

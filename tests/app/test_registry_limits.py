@@ -1,10 +1,12 @@
 """The registry's limits, each at its bound and just over it (names 128 characters, aliases 64,
-descriptions 4,000, 50 tags of keys 64 and values 256), versions added at once from threads: each
-gets its own number (the registered row is locked while the next is taken), and the latest
-version of a model when two share a timestamp."""
+descriptions 4,000, 50 tags of keys 64 and values 256), the name rule the OpenAPI schema states
+against the one the server applies, versions added at once from threads: each gets its own number
+(the registered row is locked while the next is taken), and the latest version of a model when
+two share a timestamp."""
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import UTC, datetime
 
@@ -80,6 +82,42 @@ def test_versions_added_at_once_get_distinct_numbers(app, client, service):
     assert sorted(a.json()["version"] for a in answers) == list(range(1, 9))
     listed = client.get(f"{R}/m/versions").json()["items"]
     assert [v["version"] for v in listed] == list(range(8, 0, -1))
+
+
+def test_the_served_name_rule_is_the_one_the_server_applies(client):
+    field = client.get("/openapi.json").json()["components"]["schemas"]["RegisteredModelIn"]
+    name = field["properties"]["name"]
+    assert name["maxLength"] == 128 and name["minLength"] == 1
+    assert name["description"] == (
+        "1 to 128 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit, "
+        "not starting with 'mdl_'"
+    )
+    pattern = re.compile(name["pattern"])  # ECMA 262 here is also Python's syntax
+    candidates = [
+        "a", "Z9", "7up", "a.b_c-d", "a" * 128, "mdlx", "mdl-x", "x_mdl_",  # accepted
+        "a" * 129, "-a", ".a", "_a", "a b", "a@b", "a/b", "a+b", "é", "mdl_x",  # refused
+    ]  # fmt: skip
+    for candidate in candidates:
+        answer = client.post(R, json={"name": candidate})
+        assert answer.status_code in (201, 422), answer.text
+        assert (answer.status_code == 201) == bool(pattern.search(candidate)), candidate
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("a" * 127 + "+", "1 to 128 ASCII letters, digits, '.', '_' or '-'"),
+        ("a" * 129, "at most 128 characters"),
+    ],
+)
+def test_a_name_just_outside_the_rule_is_refused_with_a_clear_message(client, name, message):
+    assert client.post(R, json={"name": name[:-1]}).status_code == 201  # one character less
+    refused = client.post(R, json={"name": name})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"].startswith("name: ")
+    assert message in refused.json()["detail"]
+    assert client.get(R).json()["items"][0]["name"] == name[:-1]
+    assert len(client.get(R).json()["items"]) == 1
 
 
 @pytest.mark.parametrize("first", [1, 2])
