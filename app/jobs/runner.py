@@ -218,39 +218,54 @@ def _segments(ctx: RunContext, attempt: Attempt, job: Job) -> checkpoint.Segment
         if start is not None:
             persist(ctx, lambda s: lifecycle.resume(s, attempt, start.iteration), "resume")
             log.info("job %s resumes from iteration %d", job.id, start.iteration)
+    earlier_removed = False  # whether this attempt has removed the earlier attempts' files
+
+    def on_checkpoint(point: checkpoint.Checkpoint) -> None:
+        nonlocal earlier_removed
+        earlier_removed = _store_checkpoint(ctx, attempt, point, remove_earlier=not earlier_removed)
+
     return checkpoint.Segments(
-        every_s=ctx.settings.checkpoint_s,
-        start=start,
-        on_checkpoint=lambda point: _store_checkpoint(ctx, attempt, point),
+        every_s=ctx.settings.checkpoint_s, start=start, on_checkpoint=on_checkpoint
     )
 
 
-def _store_checkpoint(ctx: RunContext, attempt: Attempt, point: checkpoint.Checkpoint) -> None:
+def _store_checkpoint(
+    ctx: RunContext, attempt: Attempt, point: checkpoint.Checkpoint, remove_earlier: bool = True
+) -> bool:
     """Record the checkpoint on the job, then store it under this attempt's own key, only while
     this attempt is the job's running one: an attempt taken away (re-queued while its worker was
     cut off) that stored first overwrote the next attempt's checkpoint, and re-created it after
     the job ended. One taken away during its save (after the check) rewrites only its own file,
-    which a later attempt resumes only when no attempt after it stored one. Once this attempt's
-    file is stored, the earlier attempts' files are removed. A store that fails after the record
-    leaves the previous file."""
+    which a later attempt resumes only when no attempt after it stored one. A store that fails
+    after the record leaves the previous file.
+
+    With `remove_earlier`, once this attempt's file is stored, the earlier attempts' files are
+    removed: an attempt does so at its first stored checkpoint only (listing the store at every
+    checkpoint was needless work once they were gone; a file an attempt taken away rewrites
+    later goes with the job's at its end). Returns whether the earlier attempts' files are
+    removed, by this call or (without `remove_earlier`) before it."""
     fields = {"checkpoint_at": utcnow(), "checkpoint_iteration": point.iteration}
     current = persist(ctx, lambda s: lifecycle.update_running(s, attempt, **fields), "checkpoint")
     if not current:
         log.warning(
             "job %s: attempt %d lost the job; checkpoint not stored", attempt.job_id, attempt.number
         )
-        return
+        return not remove_earlier
     storage, job_id = get_storage(ctx.settings), attempt.job_id
     try:
         point.save(storage, checkpoint_key(job_id, attempt.number), ctx.settings.data_dir / "tmp")
     except Exception as exc:
         log.warning("job %s: checkpoint not stored: %s", job_id, exc)
-        return
+        return not remove_earlier
+    if not remove_earlier:
+        return True
     try:
         for key in checkpoint.attempt_keys(storage, job_id, attempt.number - 1):
             storage.delete(key)
-    except Exception as exc:  # removed with the job's at its end, or by the retention pass
+    except Exception as exc:  # tried again at the next checkpoint, else removed at the job's end
         log.warning("job %s: earlier attempts' checkpoints not removed: %s", job_id, exc)
+        return False
+    return True
 
 
 def _drop_checkpoint(ctx: RunContext, job_id: str) -> None:
