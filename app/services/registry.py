@@ -142,23 +142,6 @@ def resolve(session: Session, ref: str, latest: bool = False) -> str | None:
     return row.model_id if row is not None else None
 
 
-def version_of(session: Session, model_id: str) -> tuple[str, int] | None:
-    """(name, version) of the latest registered version of a model, for protocol metadata.
-    Versions made in the same instant (one timestamp) rank by their number, then by the name's
-    id (time-ordered): the same answer every time, where the timestamp alone left it to the
-    database."""
-    row = session.execute(
-        select(RegisteredModel.name, ModelVersion.version)
-        .join(ModelVersion, ModelVersion.registered_model_id == RegisteredModel.id)
-        .where(ModelVersion.model_id == model_id)
-        .order_by(
-            ModelVersion.created_at.desc(), ModelVersion.version.desc(), RegisteredModel.id.desc()
-        )
-        .limit(1)
-    ).first()
-    return (row[0], row[1]) if row else None
-
-
 # --------------------------------------------------------------------------------------------
 # Changes (in a write session)
 

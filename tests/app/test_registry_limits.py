@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import re
 import threading
-from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import delete, select
 
-from app.services import registry
-from app.tables import ModelVersion, RegisteredModel
 from tests.app.model_rows import N_FEATURES
 
 R = "/v1/registered-models"
@@ -118,45 +114,3 @@ def test_a_name_just_outside_the_rule_is_refused_with_a_clear_message(client, na
     assert message in refused.json()["detail"]
     assert client.get(R).json()["items"][0]["name"] == name[:-1]
     assert len(client.get(R).json()["items"]) == 1
-
-
-@pytest.mark.parametrize("first", [1, 2])
-def test_the_latest_version_of_a_model_is_decided_when_two_share_a_timestamp(
-    client, db, service, first
-):
-    # two versions of one model made in the same instant: the later number is the latest,
-    # whichever row the database holds first (ordered by the timestamp alone, one of the two
-    # insertion orders answered version 1)
-    model_id = new_model(service)
-    client.post(R, json={"name": "m"})
-    same = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
-    with db.write() as session:
-        registered = session.scalar(select(RegisteredModel).where(RegisteredModel.name == "m"))
-        registered.latest_version = 2
-        for version in (first, 3 - first):
-            session.add(
-                ModelVersion(
-                    registered_model_id=registered.id, version=version, model_id=model_id,
-                    tags={}, created_at=same,
-                )
-            )  # fmt: skip
-            session.flush()
-    with db.session() as session:
-        assert registry.version_of(session, model_id) == ("m", 2)
-    # a second name, registered later, whose version 1 has the same timestamp: the higher
-    # number still ranks first; among equal numbers, the later name
-    client.post(R, json={"name": "n"})
-    with db.write() as session:
-        other = session.scalar(select(RegisteredModel).where(RegisteredModel.name == "n"))
-        session.add(
-            ModelVersion(
-                registered_model_id=other.id, version=1, model_id=model_id, tags={},
-                created_at=same,
-            )
-        )  # fmt: skip
-    with db.session() as session:
-        assert registry.version_of(session, model_id) == ("m", 2)
-    with db.write() as session:
-        session.execute(delete(ModelVersion).where(ModelVersion.version == 2))
-    with db.session() as session:
-        assert registry.version_of(session, model_id) == ("n", 1)
