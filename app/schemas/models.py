@@ -55,7 +55,9 @@ class ModelOut(BaseModel):
         "status (complete, or time_limit where the job's time bound ended the path: C is then "
         "the best of the values every fold finished) and the cross-validation table (per C: "
         "mean and std of the score, per-fold scores, iterations, seconds, solver status and "
-        "duality gap)"
+        "duality gap; where a fold's solve ended by the primal Newton method, 'converged' means "
+        "LIBLINEAR's own rule for it, ten times looser than the returned model's, whose "
+        "held-out values also fit the calibration)"
     )
     created_at: datetime
 

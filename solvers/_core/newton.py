@@ -321,8 +321,9 @@ def newton_finish(
     csr, bias, loss: L2Loss, w, *, eps, max_iter, monitor, first_iteration, min_steps=0
 ) -> NewtonOutcome:
     """Minimise P from w̃ (``w``, n_features + 1 entries, not modified) until
-    ‖∇P‖ ≤ eps ‖∇P(0)‖ after at least ``min_steps`` steps, ``max_iter`` Newton steps, or the
-    monitor says stop.
+    ‖∇P‖ ≤ eps ‖∇P(0)‖ after at least ``min_steps`` steps (fewer when no step along the Newton
+    direction decreases P and the rule holds), ``max_iter`` Newton steps, or the monitor says
+    stop.
 
     Each step is reported to
     ``monitor`` as a `Progress` numbered from ``first_iteration`` with ``gap`` = ‖∇P‖/‖∇P(0)‖,

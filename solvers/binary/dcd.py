@@ -93,6 +93,7 @@ def solve_binary(
     primal_start: np.ndarray | None = None,
     newton_after: int | None = None,
     newton_tol: float | None = None,
+    start_on_support: bool = False,
 ) -> SolveResult:
     """Train a binary linear SVM (or regularized least squares) by dual coordinate descent.
 
@@ -162,6 +163,11 @@ def solve_binary(
     newton_tol : float or None
         The factor of the Newton method's stopping rule ε′ in place of 0.01 · tol
         (`solvers.binary.newton`; a path over C gives 0.1 · tol, LIBLINEAR's own rule).
+    start_on_support : bool
+        With ``warm_start`` from the previous C of a path and shrinking: the first passes visit
+        only the rows of α > 0, the others start shrunk (restored, as any shrunk rows are, once
+        the rule holds on the rest; the solve converges only on a pass over every row). One
+        thread only.
 
     Returns
     -------
@@ -208,8 +214,11 @@ def solve_binary(
             rules, deterministic,
         )  # fmt: skip
     else:
+        first = None
+        if start_on_support and warm_start is not None and shrinking and order != "random":
+            first = state.support_first()
         status, n_iter, M, m = _run(
-            state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall
+            state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall, first
         )
     if status is None:  # stalled: the primal Newton method finishes
         result = newton_finisher.finish(state, y, tol, n_iter, max_iter, monitor, loss, newton_tol)
@@ -280,6 +289,14 @@ class _State:
             w = kernels.record_weights(csr, bias, record)
             _to_ray_optimum(record, C, w)
         return cls(csr, C, loss, bias, record, w, index)
+
+    def support_first(self) -> int:
+        """Reorder the index with the rows of α > 0 first (each part in its order); returns
+        how many they are."""
+        alpha = self.record.values[0 :: self.record.width]
+        on_support = alpha[self.index] > 0.0
+        self.index = np.concatenate((self.index[on_support], self.index[~on_support]))
+        return int(on_support.sum())
 
     def take_alpha(self):
         """α, moved to the front of the record's buffer, which then shrinks to it (no copy)."""
@@ -354,15 +371,18 @@ def _to_ray_optimum(record, C, w):
         w *= r
 
 
-def _run(state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall=None):
+def _run(
+    state, monitor, rng, tol, max_iter, order, shrinking, objective_every, stall=None, first=None
+):  # fmt: skip
     """The outer loop: passes, shrinking policy, stopping rule, progress. Returns the outcome;
-    status None when ``stall`` (a `StallDetector`) says the passes have stalled."""
+    status None when ``stall`` (a `StallDetector`) says the passes have stalled. ``first``: the
+    passes begin on the index's first ``first`` rows, the others shrunk."""
     n_kept = state.index.shape[0]
     if n_kept == 0:
         monitor.report(_progress(monitor, 0, 0.0, 0.0, 0))
         return Status.CONVERGED, 0, 0.0, 0.0
     shrinking = shrinking and order != "random"
-    active_size = n_kept
+    active_size = n_kept if not first else min(first, n_kept)
     M_bar, m_bar = np.inf, -np.inf
     status, M, m = Status.MAX_ITER, np.inf, -np.inf
     n_iter = 0

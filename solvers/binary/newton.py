@@ -18,8 +18,8 @@ with n₊, n₋ the rows of each class among the n with C_i > 0 (LIBLINEAR's -s 
 tolerance by the smaller class, at a tenth of its default for tol = 0.1). A caller may give the
 factor instead (``newton_tol``, in place of 0.01 · tol): the solves of a path over C use
 0.1 · tol, LIBLINEAR's own rule where its -s 1 switches to -s 2 (a tenth of its -e) and, at
-tol = 0.1, that of its -C search (-s 2 -e 0.01); they only rank the Cs by their held-out scores,
-and the model a search returns, its refit, keeps the rule above. After a switch,
+tol = 0.1, that of its -C search (-s 2 -e 0.01); their held-out values rank the Cs and fit the
+calibration, and the model a search returns, its refit, keeps the rule above. After a switch,
 ``status == "converged"`` means this rule held; ``gap`` is ‖∇P(w̃)‖ / ‖∇P(0)‖; ``method`` is
 ``"newton"``. The certificate: α(w̃) = 2 C_i max(0, 1 − y_i w̃ᵀx̃_i) (for squared error
 2 C_i (y_i − w̃ᵀx̃_i) sign(y_i)), the dual point the optimality conditions map w̃ to, or the dual
@@ -28,14 +28,14 @@ data α(w̃) becomes a good dual point only once w̃ is very accurate); ``alpha`
 ``duality_gap`` is that of (w̃, alpha), a bound on the distance of both to the optimum, and
 ``pg_max``/``pg_min`` are alpha's projected gradients.
 
-`solve_from_primal` runs the same method with no dual passes at all, from a given w̃ (a path over
-C, warm-started from the previous C's w̃ where the dual passes would stall: Chu, Ho, Tsai, Lin and
-Lin, KDD 2015, find the primal warm start the better one there). It takes at least one Newton
-step: the rule is relative to ‖∇P(0)‖, which grows with C while the gradient at the previous C's
-w̃ does not, so a larger C's solve could otherwise end where it began and the path would score
-the previous C's model again under the new C. Its result is certified by the duality gap of
-(w̃, α(w̃)); it measures no projected gradients (``pg_*`` are None): they would cost two more
-passes and say nothing the duality gap does not.
+`solve_from_primal` runs the same method with no dual passes at all, from a given w̃ (a path over C,
+warm-started from the previous C's w̃ where the dual passes would stall: Chu, Ho, Tsai, Lin and Lin,
+KDD 2015, find the primal warm start the better one there). It takes at least one Newton step
+(unless no step along the Newton direction decreases P): the rule is relative to ‖∇P(0)‖, which
+grows with C while the gradient at the previous C's w̃ does not, so a larger C's solve could
+otherwise end where it began and the path would score the previous C's model again under the new C.
+Its result is certified by the duality gap of (w̃, α(w̃)); it measures no projected gradients
+(``pg_*`` are None): they would cost two more passes and say nothing the duality gap does not.
 """
 
 from __future__ import annotations

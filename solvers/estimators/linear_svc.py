@@ -309,10 +309,10 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         ``primal_start`` by the primal Newton method; ``newton_after`` caps the dual passes
         before the Newton finish (binary and one-vs-rest, `solvers.binary.solve_binary`).
         ``signs``, for two classes, is y as ±1 (`binary_signs`) when the caller keeps it across
-        solves. ``on_path``: a solve of a path over C, only scored on held-out rows: ``alpha0``
-        is the previous C's solution on the same rows, one-vs-rest begins on its support
-        (`solve_ovr`'s ``start_on_support``), and a Newton finish stops at LIBLINEAR's own rule
-        (``newton_tol`` = 0.1 · tol, `solvers.binary.newton`)."""
+        solves. ``on_path``: a solve of a path over C, used for its held-out values: ``alpha0``
+        is the previous C's solution on the same rows, the dual passes begin on its support
+        (``start_on_support`` of `solve_binary` and `solve_ovr`), and a Newton finish stops at
+        LIBLINEAR's own rule (``newton_tol`` = 0.1 · tol, `solvers.binary.newton`)."""
         n = X.n_samples
         subset = {} if rows is None else {"rows": rows}
         m = n if rows is None else len(rows)
@@ -335,6 +335,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 primal_start=primal_start,
                 newton_after=newton_after,
                 newton_tol=newton_tol,
+                start_on_support=on_path and alpha0 is not None,
                 n_jobs=self.n_jobs,
                 **subset,
                 **common,

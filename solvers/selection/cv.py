@@ -95,8 +95,8 @@ class LinearSVCCV(LinearSVC):
         ``_method`` ("dcd", or "newton" where the solve ended by, or ran only, the primal
         Newton method: `solvers.selection.search.WarmStarts` says when a path goes primal;
         there the path's solves stop at LIBLINEAR's own rule, ε′ with 0.1 · tol in place of
-        0.01 · tol, `solvers.binary.newton`: they only rank the Cs, and the refit keeps the
-        fit's rule).
+        0.01 · tol, `solvers.binary.newton`: they rank the Cs and give the calibration its
+        held-out values, and the refit keeps the fit's rule).
     scores_ : ndarray (n_points, n_folds)
     Cs_ : the grid searched (ascending).
     search_status_ : "complete", "stopped" by the callback, or "time_limit" (the path ran out

@@ -1,25 +1,25 @@
 """The search behind `LinearSVCCV` and `LinearSVRCV`: a warm-started C path per fold, its table,
 the calibration from its held-out decision values, and the warm-started refit.
 
-Why the warm start is sound: in every formulation here the dual feasible set at C is a product
-over rows of sets that only grow with C (binary and one-vs-rest hinge: 0 ≤ α_i ≤ C_i; squared
-hinge: α_i ≥ 0, with C entering the objective only; Crammer–Singer: α_i^m ≤ C_i·[m = y_i] with
-Σ_m α_i^m = 0; Weston–Watkins: 0 ≤ α_i^m ≤ C_i; SVR: |β_i| ≤ C_i, or unbounded for the squared
-loss, whatever ε). So the solution at a smaller C is feasible at the next larger C and the next
-solve starts from it, as Chu, Ho, Tsai, Lin and Lin, "Warm start for parameter selection of
-linear classifiers" (KDD 2015) do for the dual solvers; each solver first moves that start to
-the best dual point of its ray, r*α (`solvers._core.warm_start`), which at small C, where the
-solution grows about linearly with C, is most of the way to the next solution. Chu et al.
-observe that the dual warm start helps little at large C for the hinge loss, where the dual
-solver itself converges slowly; the primal (Newton) warm start that LIBLINEAR's -C uses is
-better there. So for two classes and the squared hinge a fold's path turns to the primal Newton
-method from the previous C's w̃ where the dual passes slow down (`WarmStarts`; the primal
-problem is unconstrained, so any w̃ is a valid start). Each solve is stopped by the solver's own
-rule (its Newton steps by LIBLINEAR's, ``newton_tol`` = 0.1 · tol: the path's solves only rank
-the Cs) and reports its duality gap (for a primal solve, that of (w̃, α(w̃))), so a warm start
-never changes the optimum it certifies. The refit on all rows starts from the per-row average of the
-folds' solutions at the chosen C (feasible by the same row-wise convexity), or from the mean of
-their w̃ where every fold ended by Newton.
+Why the warm start is sound: in every formulation here the dual feasible set at C is a product over
+rows of sets that only grow with C (binary and one-vs-rest hinge: 0 ≤ α_i ≤ C_i; squared hinge: α_i
+≥ 0, with C entering the objective only; Crammer–Singer: α_i^m ≤ C_i·[m = y_i] with Σ_m α_i^m = 0;
+Weston–Watkins: 0 ≤ α_i^m ≤ C_i; SVR: |β_i| ≤ C_i, or unbounded for the squared loss, whatever ε).
+So the solution at a smaller C is feasible at the next larger C and the next solve starts from it,
+as Chu, Ho, Tsai, Lin and Lin, "Warm start for parameter selection of linear classifiers" (KDD 2015)
+do for the dual solvers; each solver first moves that start to the best dual point of its ray, r*α
+(`solvers._core.warm_start`), which at small C, where the solution grows about linearly with C, is
+most of the way to the next solution. Chu et al. observe that the dual warm start helps little at
+large C for the hinge loss, where the dual solver itself converges slowly; the primal (Newton) warm
+start that LIBLINEAR's -C uses is better there. So for two classes and the squared hinge a fold's
+path turns to the primal Newton method from the previous C's w̃ where the dual passes slow down
+(`WarmStarts`; the primal problem is unconstrained, so any w̃ is a valid start). Each solve is
+stopped by the solver's own rule (for `LinearSVCCV` its Newton steps by LIBLINEAR's, ``newton_tol``
+= 0.1 · tol: the path's solves rank the Cs and give the calibration its held-out values, and the
+model returned, the refit, keeps the fit's rule) and reports its duality gap (for a primal solve,
+that of (w̃, α(w̃))), so a warm start never changes the optimum it certifies. The refit on all rows
+starts from the per-row average of the folds' solutions at the chosen C (feasible by the same
+row-wise convexity), or from the mean of their w̃ where every fold ended by Newton.
 
 A fit's ``time_limit`` is one deadline for the whole search (`deadline_of`): each solve gets what
 is left of it (`seconds_left`), `run_path` starts no solve after it, and a grid point that it cut

@@ -214,3 +214,23 @@ def test_newton_tol_reaches_the_one_vs_rest_finish():
     assert strict.primal <= loose.primal <= strict.primal * (1 + loose.duality_gap)
     with pytest.raises(ValueError, match="newton_tol"):
         solve_ovr(X, classes, 20, newton_tol=-1.0)
+
+
+def test_newton_tol_reaches_classes_solved_side_by_side(monkeypatch):
+    """With threads to spare, one-vs-rest solves its classes side by side on the binary solver
+    (`solvers.multiclass.ovr_parallel`): each gets the caller's ``newton_tol``."""
+    import solvers.multiclass.ovr_parallel as by_class
+
+    X, y = raw_news20(600)
+    classes = np.unique(y, return_inverse=True)[1] % 3
+    asked = []
+    real = by_class.solve_binary
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("newton_tol"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(by_class, "solve_binary", spy)
+    monkeypatch.setattr(by_class.parallel, "threads_for", lambda *args, **kwargs: 2)
+    result = solve_ovr(X, classes, 3, C=1.0, tol=0.1, n_jobs=6, newton_tol=0.01)
+    assert asked == [0.01] * 3 and result.status is Status.CONVERGED

@@ -256,3 +256,41 @@ def test_wide_blocks_equal_the_binary_solver(loss):
         assert -1e-12 * r.extra["primal"][c] <= gap <= 1e-4 * r.extra["primal"][c]
     signs = np.where(y == np.arange(k)[:, None], 1.0, -1.0)
     np.testing.assert_allclose(r.w, (X.T @ (r.alpha * signs).T).T, atol=1e-8)
+
+
+def _ovr_pass_with(**constants):
+    """The fused pass compiled with some of its module's constants replaced."""
+    import types
+
+    from numba import njit
+
+    from solvers.multiclass import ovr_kernels
+
+    f = ovr_kernels.ovr_pass.py_func
+    twin = types.FunctionType(f.__code__, {**f.__globals__, **constants}, f.__name__)
+    return njit(nogil=True)(twin)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_the_wide_sweep_gives_the_grouped_loops_iterates_to_the_last_bit(monkeypatch, loss):
+    """The pass with the wide sweep forced on every block, and with it never taken: the same
+    models, dual variables and passes, cold and warm-started on a path (its support first)."""
+    from solvers.multiclass import ovr_blocks
+
+    X, _, y, classes = load("vowel")
+    k = len(classes)
+    outcomes = []
+    for constants in ({"WIDE_BLOCK": 1, "WIDE_W_ENTRIES": 0}, {"WIDE_BLOCK": 10**9}):
+        monkeypatch.setattr(ovr_blocks, "ovr_pass", _ovr_pass_with(**constants))
+        runs = []
+        for n_jobs in (1, 2):
+            options = dict(loss=loss, bias=1.0, tol=1e-4, n_jobs=n_jobs, newton=False)
+            cold = solve_ovr(X, y, k, C=0.3, **options)
+            warm = solve_ovr(X, y, k, C=3.0, warm_start=cold.alpha, start_on_support=True,
+                             **options)  # fmt: skip
+            runs += [cold, warm]
+        outcomes.append(runs)
+    for wide, grouped in zip(*outcomes, strict=True):
+        assert wide.n_iter == grouped.n_iter
+        for name in ("w", "alpha", "bias"):
+            assert np.array_equal(getattr(wide, name), getattr(grouped, name)), name

@@ -174,3 +174,26 @@ def test_an_ovr_warm_start_on_a_path_begins_on_its_support():
     cold = solve_ovr(X, y, 3, C=0.5, bias=1.0, tol=1e-6, max_iter=50_000)
     bound = (abs(warm.duality_gap) + abs(cold.duality_gap)) * max(1.0, abs(cold.primal))
     assert abs(warm.primal - cold.primal) <= bound + 1e-9
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_a_binary_warm_start_on_a_path_begins_on_its_support(loss):
+    """As one-vs-rest's: on a path (a fold's rows, the previous C's α) the first pass visits
+    only the rows of α > 0, the solve converges on a pass over every row of the fold, and it
+    reaches the optimum of the cold solve on the copied rows."""
+    X, y = _binary()
+    rows = _subset(X.shape[0], 200, seed=3)
+    options = dict(loss=loss, bias=1.0, tol=1e-6, max_iter=50_000, newton=False, rows=rows)
+    first = solve_binary(X, y, C=0.05, **options)
+    reports, resumed = [], []
+    later = dict(C=1.0, warm_start=first.alpha, **options)
+    warm = solve_binary(X, y, start_on_support=True, callback=reports.append, **later)
+    solve_binary(X, y, callback=resumed.append, **later)
+    support = int(np.count_nonzero(first.alpha))
+    assert 0 < support < len(rows)  # some rows start shrunk: the test can tell
+    assert reports[0].active <= support
+    assert resumed[0].active == len(rows)
+    assert warm.converged and reports[-1].active == len(rows)
+    cold = solve_binary(X[rows], y[rows], C=1.0, **{**options, "rows": None})
+    bound = (abs(warm.duality_gap) + abs(cold.duality_gap)) * max(1.0, abs(cold.primal))
+    assert abs(warm.primal - cold.primal) <= bound + 1e-9
