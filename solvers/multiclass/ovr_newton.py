@@ -1,16 +1,16 @@
 """One-vs-rest's finishing method: each class still running after a stall ends by primal Newton.
 
 For the squared hinge, a class whose passes have stalled (its own
-`solvers._core.newton.StallDetector` on its M − m of each pass: after ``STALL_CAP`` passes, or
-when it stops falling geometrically) leaves the fused passes at once, as its class-by-class solve
-would switch, so no class runs passes while it waits for the slowest; once no class is left
-running, each is finished by the primal truncated Newton method of `solvers._core.newton` from
-its w_c, exactly as the binary solver does (`solvers.binary.newton` states the stopping rule
-ε′ = 0.01 · tol · max(1, min(n₊, n₋)) / n, or ``newton_tol`` in place of 0.01 · tol, and the
-certificate). Classes are independent, so they
-are finished on the fit's threads. A class finished this way reports ``gap`` = ‖∇P‖/‖∇P(0)‖ and its
-own duality gap; its α is α(w_c) or its dual iterate before the switch, whichever has the better
-dual objective; the result's ``method`` is ``"newton"`` when any class was finished so.
+`solvers._core.newton.StallDetector` on its M − m of each pass: after ``STALL_CAP`` passes, or when
+it stops falling geometrically) leaves the fused passes at once, as its class-by-class solve would
+switch, so no class runs passes while it waits for the slowest; once no class is left running, each
+is finished by the primal truncated Newton method of `solvers._core.newton` from its w_c, exactly as
+the binary solver does (`solvers.binary.newton` states the stopping rule ε′ = 0.01 · tol · max(1,
+min(n₊, n₋)) / n, or ``newton_tol`` in place of 0.01 · tol, and the certificate). Classes are
+independent, so they are finished on the fit's threads. A class finished this way reports ``gap`` =
+‖∇P‖/‖∇P(0)‖ and its own duality gap; its α is α(w_c) or its dual iterate before the switch,
+whichever has the better dual objective; the result's ``method`` is ``"newton"`` when any class was
+finished so.
 """
 
 from __future__ import annotations
