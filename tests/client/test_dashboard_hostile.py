@@ -4,7 +4,8 @@ upload's option; dataset names and text labels: test_dashboard_datasets) shown l
 nothing run; a fragment that would send the
 page's requests (and its Delete button) to another route; the headers of the browser's pages (a
 Content-Security-Policy that runs no inline script, no framing, no sniffing, no Referer); a
-dataset of the store's most classes, shown without a table of a million cells; and the longest
+dataset of the store's most classes, shown without a table of a million cells, and the class list
+and the confusion matrix just at and just over their bounds; and the longest
 name and a long label, each one word, wrapped within the window."""
 
 from __future__ import annotations
@@ -160,6 +161,45 @@ def test_a_thousand_classes_stay_bounded(page, tmp_path):
     assert page.locator("#evaluate-output table").count() == 0
     expect(page.locator("#evaluate-accuracy")).to_have_text(re.compile(r"^[0-9.e-]+$"))
     nothing_ran(page)
+
+
+def _classes_table(tmp_path, classes):
+    table = tmp_path / f"classes{classes}.csv"
+    lines = [f"c{k},{k % 7 - 3},{k // 7 % 11 - 5}\n" for k in range(classes) for _ in (0, 1)]
+    table.write_text("label,a,b\n" + "".join(lines))
+    return table
+
+
+def test_the_class_list_and_the_confusion_matrix_at_their_bounds(page, tmp_path):
+    """Just at and just over each bound of the dashboard: a dataset's row lists 10 classes in
+    full and names the count from 11; the evaluation draws the confusion matrix of 50 classes and
+    not of 51."""
+    made = {}
+    with Client(page.service.url) as client:
+        for classes in (10, 11, 50, 51):
+            dataset = client.datasets.upload(_classes_table(tmp_path, classes), name=f"k{classes}")
+            made[classes] = dataset["id"]
+        models = {k: client.jobs.create(made[k], C=1.0, tol=0.1, max_iter=20)
+                  .wait(check=True).model_id for k in (50, 51)}  # fmt: skip
+    open_ui(page, "#/datasets")
+    for classes, dataset in made.items():
+        row = page.locator("main table tr", has=page.locator(f"a[href='#/datasets/{dataset}']"))
+        summary = row.locator("td").nth(5).inner_text()
+        assert summary.count(": 2") == 10, summary
+        assert summary.endswith(f", … ({classes} classes)") == (classes > 10), summary
+    for classes, model in models.items():
+        open_ui(page, f"#/models/{model}")
+        page.select_option("#evaluate-dataset", made[classes])
+        page.click("#evaluate-submit")
+        expect(page.locator("#evaluate-accuracy")).to_have_text(re.compile(r"^[0-9.e-]+$"))
+        drawn = page.locator("#evaluate-output table")
+        if classes == 50:
+            expect(drawn).to_have_count(1)
+            assert drawn.locator("tbody tr").count() == 50
+            assert page.locator("#evaluate-matrix-note").count() == 0
+        else:
+            expect(page.locator("#evaluate-matrix-note")).to_contain_text("51 classes")
+            assert drawn.count() == 0
 
 
 def test_long_words_wrap_within_the_window(page, tmp_path):
