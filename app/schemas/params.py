@@ -49,7 +49,8 @@ class _Params(RequestBody):
 class CGrid(_Params):
     """``num`` values of C evenly spaced in log scale from ``min`` to ``max``; with neither
     bound, the library's grid (LIBLINEAR's start value up to 1024, stopped early once the score
-    has not improved for 3 values). One bound alone is a 422."""
+    has not improved for 3 values). One bound alone is a 422, as are min >= max and num 1 with
+    bounds."""
 
     num: int = Field(10, ge=1, le=50)
     min: PositiveFloat | None = None
@@ -60,7 +61,10 @@ class SearchSpec(_Params):
     """Choose C by k-fold cross-validation over a warm-started path (`solvers.LinearSVCCV`)."""
 
     Cs: Annotated[list[PositiveFloat], Field(min_length=1, max_length=50)] | CGrid = Field(
-        default_factory=CGrid, description="explicit values, or a log grid {num, min, max}"
+        default_factory=CGrid,
+        description="explicit values (distinct, at most 50), or a log grid {num, min, max} "
+        "(min < max, 2 <= num <= 50 with bounds); the search solves cv x len(Cs) folds and a "
+        "refit: at most 20 x 50 + 1",
     )
     cv: int = Field(5, ge=2, le=20, description="stratified folds (seeded by random_state)")
     scoring: Literal["accuracy", "balanced_accuracy", "f1_macro", "roc_auc"] = "accuracy"
@@ -75,7 +79,28 @@ class SearchSpec(_Params):
                 f"Cs.{given} without Cs.{other}: a log grid needs both bounds (or neither, "
                 "for the library's grid)"
             )
+        if isinstance(grid, CGrid) and grid.min is not None:
+            _check_grid_span(grid)
+        if isinstance(grid, list) and len(set(grid)) < len(grid):
+            # each repeat cost cv more solves and could not change the choice
+            repeated = sorted({c for c in grid if grid.count(c) > 1})
+            raise ValueError(f"Cs repeats {repeated}: give each value of C once")
         return self
+
+
+def _check_grid_span(grid: CGrid) -> None:
+    """A log grid with bounds spans min < max in at least two values: min > max was silently
+    swapped, min == max solved the same C num times over, and num 1 dropped max unseen."""
+    if grid.min >= grid.max:
+        raise ValueError(
+            f"Cs.min must be less than Cs.max, got min {grid.min:g} and max {grid.max:g} (for one "
+            "C, give Cs as a list)"
+        )
+    if grid.num < 2:
+        raise ValueError(
+            f"Cs.num must be at least 2 with min and max (got {grid.num}): a grid of one value "
+            "would try min only; for one C, give Cs as a list"
+        )
 
 
 class LinearSVCParams(_Params):
@@ -121,7 +146,8 @@ class LinearSVCParams(_Params):
         "auto",
         description="probabilities of a search (or probability=true) from the held-out decision "
         "values: auto is Platt per class for ovr, a softmax temperature for the joint "
-        "formulations; none: no probabilities",
+        "formulations; none: no probabilities. sigmoid, softmax or isotonic without a search "
+        "or probability=true is a 422 (it would calibrate nothing)",
     )
 
 

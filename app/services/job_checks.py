@@ -52,7 +52,24 @@ def validate_request(body: JobCreate) -> tuple[EstimatorSpec, dict[str, Any]]:
         )
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
         raise ProblemError(422, "Invalid job", detail, errors=errors) from None
-    return spec, params.model_dump(mode="json")
+    full = params.model_dump(mode="json")
+    _check_calibration_used(full)
+    return spec, full
+
+
+def _check_calibration_used(params: dict[str, Any]) -> None:
+    """422 when a calibration method is asked of a job that fits none: without a search or
+    probability=true it was accepted and ignored, and the model had no probabilities."""
+    method = params.get("calibration")
+    if method in (None, "auto", "none"):
+        return
+    if params.get("search") is None and not params.get("probability"):
+        raise invalid(
+            "params.calibration",
+            f"{method!r} calibrates the held-out decision values of a search or of "
+            "probability=true, and this job has neither: set probability true (or a search), "
+            "or leave calibration out",
+        )
 
 
 def check_dataset_fits(

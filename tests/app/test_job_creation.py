@@ -49,6 +49,21 @@ pytestmark = pytest.mark.timeout(120)
         ({"params": {"search": {"Cs": {"min": 1}}}}, "params.search", "Cs.min without Cs.max"),
         ({"params": {"search": {"Cs": {"num": 3, "max": 1e-3}}}}, "params.search",
          "Cs.max without Cs.min"),
+        # min > max was swapped silently, min == max solved one C num times over, and num 1
+        # tried min alone: the job succeeded on a grid other than the one asked for
+        ({"params": {"search": {"Cs": {"num": 3, "min": 1, "max": 0.1}}}}, "params.search",
+         "Cs.min must be less than Cs.max, got min 1 and max 0.1"),
+        ({"params": {"search": {"Cs": {"num": 3, "min": 1, "max": 1}}}}, "params.search",
+         "Cs.min must be less than Cs.max"),
+        ({"params": {"search": {"Cs": {"num": 1, "min": 0.1, "max": 10}}}}, "params.search",
+         "Cs.num must be at least 2 with min and max (got 1)"),
+        # each repeat cost cv more solves of a C already scored
+        ({"params": {"search": {"Cs": [1, 0.1, 1.0]}}}, "params.search", "Cs repeats [1.0]"),
+        # accepted and ignored: the model had no probabilities
+        ({"params": {"calibration": "isotonic"}}, "params.calibration",
+         "'isotonic' calibrates the held-out decision values of a search or of probability=true"),
+        ({"params": {"calibration": "sigmoid", "probability": False}}, "params.calibration",
+         "this job has neither"),
     ],
 )
 def test_invalid_jobs_are_422_naming_the_field(
@@ -62,6 +77,23 @@ def test_invalid_jobs_are_422_naming_the_field(
     assert fragment in problem["detail"]
     assert "Spec" not in problem["detail"]  # no class name of ours
     assert count(db, Job) == 0
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"search": {"Cs": {"num": 2, "min": 0.1, "max": 0.2}, "cv": 2}},
+     {"search": {"Cs": [0.1, 0.2], "cv": 2}},
+     {"search": {"Cs": [0.1], "cv": 2}, "calibration": "isotonic"},
+     {"probability": True, "calibration": "softmax"},
+     {"calibration": "none"},
+     {"calibration": "auto"}],
+)  # fmt: skip
+def test_search_grids_and_calibrations_just_inside_the_bounds_are_accepted(
+    client, heart, fake_trainer, params
+):
+    fake_trainer()
+    response = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": params})
+    assert response.status_code == 202, response.text
 
 
 def test_least_squares_takes_two_classes(client, db, heart, fake_trainer):
