@@ -63,7 +63,7 @@ class SearchSpec(_Params):
     Cs: Annotated[list[PositiveFloat], Field(min_length=1, max_length=50)] | CGrid = Field(
         default_factory=CGrid,
         description="explicit values (distinct, at most 50), or a log grid {num, min, max} "
-        "(min < max, 2 <= num <= 50 with bounds); the search solves cv x len(Cs) folds and a "
+        "(min < max, 2 <= num <= 50 with bounds); the search makes cv x len(Cs) solves and a "
         "refit: at most 20 x 50 + 1",
     )
     cv: int = Field(5, ge=2, le=20, description="stratified folds (seeded by random_state)")
