@@ -165,7 +165,7 @@ def solve_binary(
         (`solvers.binary.newton`; a path over C gives 0.1 · tol, LIBLINEAR's own rule).
     start_on_support : bool
         With ``warm_start`` from the previous C of a path and shrinking: the first passes visit
-        only the rows of α > 0, the others start shrunk (restored, as any shrunk rows are, once
+        only the rows of α ≠ 0, the others start shrunk (restored, as any shrunk rows are, once
         the rule holds on the rest; the solve converges only on a pass over every row). One
         thread only.
 
@@ -291,10 +291,10 @@ class _State:
         return cls(csr, C, loss, bias, record, w, index)
 
     def support_first(self) -> int:
-        """Reorder the index with the rows of α > 0 first (each part in its order); returns
-        how many they are."""
+        """Reorder the index with the rows of α ≠ 0 first (each part in its order; α < 0 is
+        support too under the squared error); returns how many they are."""
         alpha = self.record.values[0 :: self.record.width]
-        on_support = alpha[self.index] > 0.0
+        on_support = alpha[self.index] != 0.0
         self.index = np.concatenate((self.index[on_support], self.index[~on_support]))
         return int(on_support.sum())
 

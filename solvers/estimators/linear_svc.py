@@ -311,8 +311,9 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         ``signs``, for two classes, is y as ±1 (`binary_signs`) when the caller keeps it across
         solves. ``on_path``: a solve of a path over C, used for its held-out values: ``alpha0``
         is the previous C's solution on the same rows, the dual passes begin on its support
-        (``start_on_support`` of `solve_binary` and `solve_ovr`), and a Newton finish stops at
-        LIBLINEAR's own rule (``newton_tol`` = 0.1 · tol, `solvers.binary.newton`)."""
+        (``start_on_support`` of `solve_ovr`, and of `solve_binary` on one thread), and a Newton
+        finish stops at LIBLINEAR's own rule (``newton_tol`` = 0.1 · tol,
+        `solvers.binary.newton`)."""
         n = X.n_samples
         subset = {} if rows is None else {"rows": rows}
         m = n if rows is None else len(rows)

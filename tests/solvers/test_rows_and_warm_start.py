@@ -197,3 +197,18 @@ def test_a_binary_warm_start_on_a_path_begins_on_its_support(loss):
     cold = solve_binary(X[rows], y[rows], C=1.0, **{**options, "rows": None})
     bound = (abs(warm.duality_gap) + abs(cold.duality_gap)) * max(1.0, abs(cold.primal))
     assert abs(warm.primal - cold.primal) <= bound + 1e-9
+
+
+def test_the_squared_error_support_counts_its_negative_dual_variables():
+    """Under the squared error α is unbounded below: the rows of α < 0 are support as well, and
+    a path's solve begins on every row of α ≠ 0 (the squared error shrinks nothing, so the first
+    pass visits exactly those)."""
+    X, y = _regression()
+    first = solve_binary(X, y, loss="squared_error", C=0.1, bias=1.0, tol=1e-6)
+    warm = first.alpha.copy()
+    warm[::3] = 0.0  # some rows off the support
+    assert (warm < 0).any() and (warm > 0).any()
+    reports = []
+    solve_binary(X, y, loss="squared_error", C=0.3, bias=1.0, tol=1e-6, warm_start=warm,
+                 start_on_support=True, callback=reports.append)  # fmt: skip
+    assert reports[0].active == np.count_nonzero(warm)
