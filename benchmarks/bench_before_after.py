@@ -99,6 +99,13 @@ def classes(y):
     labels, index = np.unique(y, return_inverse=True)
     return index, len(labels)
 
+CLASS_FILES = {
+    "sector": ("sector", "sector.scale.bz2"),
+    "pendigits": ("pendigits", "pendigits"),
+    "usps": ("usps", "usps-esl.t.bz2"),
+    "mnist": ("mnist", "mnist.scale.t.bz2"),
+}
+
 def load(name):
     if name in ("a9a", "w8a"):
         X, y = read(name, f"{name}.bz2")
@@ -115,14 +122,8 @@ def load(name):
     if name == "news20-raw-classes":
         X, y = read("news20", "news20.bz2")
         return (X, *classes(y))
-    if name == "sector":
-        X, y = read("sector", "sector.scale.bz2")
-        return (X, *classes(y))
-    if name == "pendigits":
-        X, y = read("pendigits", "pendigits")
-        return (X, *classes(y))
-    if name == "usps":
-        X, y = read("usps", "usps-esl.t.bz2")
+    if name in CLASS_FILES:  # multi-class sets read as they are
+        X, y = read(*CLASS_FILES[name])
         return (X, *classes(y))
     if name == "dense-b":  # benchmarks/bench_ovr_small.py's dense_set(15000, 16, 26)
         rng = np.random.default_rng(0)
@@ -130,9 +131,6 @@ def load(name):
         X = rng.normal(size=(26, 16))[y] + 1.5 * rng.normal(size=(15000, 16))
         X = (X - X.min(0)) / (X.max(0) - X.min(0)) * 2 - 1
         return sp.csr_matrix(X), y, 26
-    if name == "mnist":
-        X, y = read("mnist", "mnist.scale.t.bz2")
-        return (X, *classes(y))
     if name == "dna-cs":
         try:
             from solvers.structural.problems import multiclass_problem
