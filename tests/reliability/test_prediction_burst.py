@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import httpx
 import numpy as np
@@ -190,22 +191,20 @@ def test_sixty_concurrent_prediction_runs(tmp_path):
         database.drop()
 
 
-def _app_with_its_pool_held(data, pool_wait_s):
-    """An app on a copy of the template database; yields its TestClient once every connection
-    of its pool is held (they are released on exit)."""
+@contextmanager
+def _pool_held(data, pool_wait_s):
+    """The TestClient of an app on ``data`` whose pool (waiting ``pool_wait_s``) has every
+    connection held; on exit they are released and the app serves a read again."""
     app = create_app(Settings(data_dir=data, db_pool_timeout_s=pool_wait_s))
-    client = TestClient(app, raise_server_exceptions=False)
-    client.__enter__()
-    engine = app.state.db.engine
-    held = [engine.connect() for _ in range(engine.pool.size() + engine.pool._max_overflow)]
-
-    def release():
-        for conn in held:
-            conn.close()
+    with TestClient(app, raise_server_exceptions=False) as client:
+        engine = app.state.db.engine
+        held = [engine.connect() for _ in range(engine.pool.size() + engine.pool._max_overflow)]
+        try:
+            yield client
+        finally:
+            for conn in held:
+                conn.close()
         assert client.get("/v1/datasets").status_code == 200
-        client.__exit__(None, None, None)
-
-    return client, release
 
 
 def test_pool_timeout_is_503_with_retry_after_and_healthz_needs_no_connection(
@@ -217,8 +216,7 @@ def test_pool_timeout_is_503_with_retry_after_and_healthz_needs_no_connection(
     data = tmp_path / "data"
     data.mkdir()
     shutil.copy(sqlite_template, data / "margin.db")
-    client, release = _app_with_its_pool_held(data, POOL_WAIT_S)
-    try:
+    with _pool_held(data, POOL_WAIT_S) as client:
         start = time.monotonic()
         response = client.get("/v1/datasets")
         assert response.status_code == 503, response.text
@@ -226,15 +224,10 @@ def test_pool_timeout_is_503_with_retry_after_and_healthz_needs_no_connection(
         # the upper bound only says the answer came: a full-suite run once froze the whole
         # process for 5 s (the in-process Dask loops of earlier tests said so too)
         assert POOL_WAIT_S <= time.monotonic() - start < POOL_WAIT_S + 30
-    finally:
-        release()
     # /healthz takes no connection: it does not wait for the pool. Were it to, it would wait
     # HEALTHZ_POOL_WAIT_S (and then fail), far beyond the bound, which a stall of the process
     # (5 s seen once) does not reach.
-    client, release = _app_with_its_pool_held(data, HEALTHZ_POOL_WAIT_S)
-    try:
+    with _pool_held(data, HEALTHZ_POOL_WAIT_S) as client:
         start = time.monotonic()
         assert client.get("/healthz").status_code == 200
         assert time.monotonic() - start < HEALTHZ_POOL_WAIT_S / 2
-    finally:
-        release()
