@@ -337,7 +337,8 @@ def newton_finish(
     status = Status.MAX_ITER
     steps = 0
     while True:
-        if steps >= min_steps and np.sqrt(dot(grad, grad)) / scale <= eps:
+        ratio = np.sqrt(dot(grad, grad)) / scale
+        if steps >= min_steps and ratio <= eps:
             status = Status.CONVERGED
             break
         if steps >= max_iter:
@@ -345,7 +346,7 @@ def newton_finish(
         s, _ = _conjugate_gradient(objective, rows, grad)
         found = _line_search(objective, w, z, f, grad, s)
         if found is None:  # no decrease along s: the gradient is at rounding level
-            if np.sqrt(dot(grad, grad)) / scale <= eps:
+            if ratio <= eps:
                 status = Status.CONVERGED  # the rule held; only ``min_steps`` asked for more
             break
         steps += 1
