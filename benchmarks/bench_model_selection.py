@@ -13,14 +13,14 @@ where a fold's path has gone primal (`solvers.selection.search.WarmStarts`), its
 ‖∇P‖ ≤ 0.1 · tol · min(n₊, n₋)/n · ‖∇P(0)‖ (LIBLINEAR's own rule after its -s 1 switches to -s 2;
 the refit on all rows, the model returned, at the fit's 0.01 · tol); the largest duality gap of our
 path's solves is printed beside. Each side runs once on 300 rows just before its own timings (our
-compiled kernels loaded; scikit-learn's worker processes started, after ours are timed: for a second
-or so after that start our fits ran up to twice as slow), so that neither side's one-time setup is
-counted. Also: one cold ``LinearSVC`` fit on all rows at the grid's largest C (the "×cold" column is
-the search's wall time over it; with ``--repeat N`` both are timed N times, in turns, and the best
-of each is taken, while "ours s", set against GridSearchCV's single run, stays the first run), the
-chosen C and its test accuracy on both sides, the dual passes plus Newton steps of the whole path
-(summed over folds and Cs), and with ``--memory`` the search's peak resident memory in a fresh
-process (net of a call doing nothing) against the CSR input plus the models.
+compiled kernels loaded; scikit-learn's worker processes started, after ours are timed: our fits
+right after that start ran slower), so that neither side's one-time setup is counted. Also: one cold
+``LinearSVC`` fit on all rows at the grid's largest C (the "×cold" column is the search's wall time
+over it; with ``--repeat N`` both are timed N times, in turns, and the best of each is taken, while
+"ours s", set against GridSearchCV's single run, stays the first run), the chosen C and its test
+accuracy on both sides, the dual passes plus Newton steps of the whole path (summed over folds and
+Cs), and with ``--memory`` the search's peak resident memory in a fresh process (net of a call doing
+nothing) against the CSR input plus the models.
 
 ``liblinear``: LIBLINEAR's own search ``train(prob, '-s 2 -C -v 5 -c START -e 0.01')``
 (`liblinear-official`), timed as it runs; the C values it visited are read from its
@@ -142,8 +142,7 @@ def _warm_up_ours(X, y, multi_class, tol, max_iter):
 
 def _warm_up_reference(X, y, multi_class, tol, max_iter):
     """GridSearchCV once on 300 rows: scikit-learn's worker processes started. Run after our
-    timings, just before the reference's: for a second or so after it, our fits ran up to
-    twice as slow (the cold fit on rcv1-like 0.31 s against 0.14 s)."""
+    timings, just before the reference's: our fits right after that start ran slower."""
     import warnings
 
     from sklearn import svm
