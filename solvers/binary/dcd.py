@@ -86,6 +86,7 @@ def solve_binary(
     callback: Callback | None = None,
     objective_every: int | None = None,
     warm_start: np.ndarray | None = None,
+    warm_weights: np.ndarray | None = None,
     newton: bool = True,
     n_jobs: int | None = 1,
     deterministic: bool = False,
@@ -136,6 +137,11 @@ def solve_binary(
         interrupted solve to resume. w is rebuilt from it, and both are then scaled to the
         best dual point rα, r ≥ 0 (`solvers._core.warm_start`). With ``rows``, shape
         (len(rows),) in the order of ``rows``.
+    warm_weights : array of shape (n_features + 1,) or None
+        With ``warm_start``: its w̃ = Σ_i y_i α_i x̃_i (bias weight last) over the solved rows,
+        as a dual solve that returned that α holds it (its ``w`` and ``bias / bias``): it spares
+        the pass that builds w̃ from α. Trusted, not checked against α (the certificate of the
+        result assumes it); ignored where the bounds clip the warm start (w̃ is then rebuilt).
     newton : bool
         For the L2 losses, finish by the primal truncated Newton method when the passes stall
         (`solvers.binary.newton` states when, its stopping rule ε′ and what the result then
@@ -200,7 +206,9 @@ def solve_binary(
             csr, bias, y, C_arr, start, tol, max_iter, monitor, loss, newton_tol
         )
         return subset_alpha(result, rows)
-    state = _State.build(csr, y, C_arr, loss, bias, warm_start, rows)
+    if warm_weights is not None:
+        warm_weights = _checked_weights(warm_weights, csr.n_features, warm_start)
+    state = _State.build(csr, y, C_arr, loss, bias, warm_start, rows, warm_weights)
     rng = np.random.default_rng(random_state)
     stall = newton_finisher.stall_detector(loss, newton, newton_after)
     n_threads = 1
@@ -270,10 +278,10 @@ class _State:
         self.long_rows = csr.data.shape[0] >= LONG_ROW_ENTRIES * max(csr.n_samples, 1)
 
     @classmethod
-    def build(cls, csr: CSRArrays, y, C, loss, bias, warm_start, rows=None):
+    def build(cls, csr: CSRArrays, y, C, loss, bias, warm_start, rows=None, warm_weights=None):
         # Peak memory matters here: the index first (its temporaries die before the record
         # exists), then the record filled in place, the warm start and w̃ from it with no
-        # n-length temporaries.
+        # n-length temporaries. w̃ is a pass over the rows unless the caller has it.
         index = _kept_index(C, csr.n_samples, rows)
         hinge = loss == "hinge"
         lower = 0.0 if loss != "squared_error" else -np.inf
@@ -285,8 +293,11 @@ class _State:
             w = np.zeros(csr.n_features + 1)
         else:
             upper = C if hinge else np.inf
-            _place_alpha(rec[0::width], warm_start, C, upper, lower, rows)
-            w = kernels.record_weights(csr, bias, record)
+            moved = _place_alpha(rec[0::width], warm_start, C, upper, lower, rows)
+            if warm_weights is None or moved:
+                w = kernels.record_weights(csr, bias, record)
+            else:
+                w = warm_weights.copy()  # the solve writes w̃ in place: not the caller's array
             _to_ray_optimum(record, C, w)
         return cls(csr, C, loss, bias, record, w, index)
 
@@ -347,7 +358,8 @@ def _kept_index(C, n_samples, rows=None):
 def _place_alpha(alpha, warm_start, C, upper, lower, rows=None):
     """Write the warm start into ``alpha`` (the record's α, all zero): clipped to the bounds, zero
     where C_i = 0, at ``rows`` for a subset. The caller's array is left alone, and no n-length
-    copy of it is made."""
+    copy of it is made. Returns whether the bounds changed any value (then a w̃ the caller
+    built from the warm start no longer matches it)."""
     expected = alpha.shape[0] if rows is None else rows.shape[0]
     given = np.asarray(warm_start)
     if given.shape != (expected,):
@@ -358,8 +370,23 @@ def _place_alpha(alpha, warm_start, C, upper, lower, rows=None):
         alpha[rows] = given
     if not np.isfinite(alpha).all():
         raise ValueError("warm_start contains NaN or infinite values")
+    outside = np.broadcast_to(C, alpha.shape) <= 0
+    moved = bool((alpha < lower).any() or (alpha > upper).any() or alpha[outside].any())
     np.clip(alpha, lower, upper, out=alpha)
-    alpha[np.broadcast_to(C, alpha.shape) <= 0] = 0.0
+    alpha[outside] = 0.0
+    return moved
+
+
+def _checked_weights(warm_weights, n_features, warm_start):
+    """``warm_weights`` as float64 of shape (n_features + 1,), finite; only with a warm start."""
+    if warm_start is None:
+        raise ValueError("warm_weights needs the warm_start it was built from")
+    given = np.asarray(warm_weights, dtype=np.float64)
+    if given.shape != (n_features + 1,):
+        raise ValueError(f"warm_weights must have shape ({n_features + 1},), got {given.shape}")
+    if not np.isfinite(given).all():
+        raise ValueError("warm_weights contains NaN or infinite values")
+    return given
 
 
 def _to_ray_optimum(record, C, w):

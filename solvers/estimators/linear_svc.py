@@ -302,7 +302,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         return alpha if alpha is not None and alpha.shape == shape else None
 
     def _solve(self, X, y_index, n_classes, sample_weight, class_weight, rows=None, alpha0=None,
-               primal_start=None, newton_after=None, signs=None, on_path=False):  # fmt: skip
+               primal_start=None, newton_after=None, signs=None, on_path=False,
+               warm_weights=None):  # fmt: skip
         """The solver's result at ``self.C``: on ``rows`` of X only when given (an index array,
         X not copied), starting from ``alpha0`` when given (else from the previous fit's α when
         ``warm_start`` says so), or for two classes and an L2 loss from the weights
@@ -313,7 +314,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         is the previous C's solution on the same rows, the dual passes begin on its support
         (``start_on_support`` of `solve_ovr`, and of `solve_binary` on one thread), and a Newton
         finish stops at LIBLINEAR's own rule (``newton_tol`` = 0.1 · tol,
-        `solvers.binary.newton`)."""
+        `solvers.binary.newton`). ``warm_weights``: the weights ``alpha0`` holds, for two
+        classes or one-vs-rest (the solvers' ``warm_weights``)."""
         n = X.n_samples
         subset = {} if rows is None else {"rows": rows}
         m = n if rows is None else len(rows)
@@ -333,6 +335,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 C=C,
                 order=self.order,
                 warm_start=self._previous_alpha((m,)) if alpha0 is None else alpha0,
+                warm_weights=None if alpha0 is None else warm_weights,
                 primal_start=primal_start,
                 newton_after=newton_after,
                 newton_tol=newton_tol,
@@ -354,6 +357,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                 order=self.order,
                 n_jobs=self.n_jobs,
                 warm_start=self._previous_alpha((n_classes, m)) if alpha0 is None else alpha0,
+                warm_weights=None if alpha0 is None else warm_weights,
                 newton_after=newton_after,
                 newton_tol=newton_tol,
                 start_on_support=on_path and alpha0 is not None,

@@ -83,6 +83,7 @@ def solve_ovr(
     time_limit: float | None = None,
     callback: Callback | None = None,
     warm_start: np.ndarray | None = None,
+    warm_weights: tuple[np.ndarray, np.ndarray] | None = None,
     n_jobs: int | None = None,
     objective_every: int | None = None,
     newton: bool = True,
@@ -122,6 +123,11 @@ def solve_ovr(
         Per-class α to start from (the ``alpha`` of an earlier result: a solve at a smaller C,
         feasible here as the bounds only widen with C, or a checkpoint to resume); W is rebuilt
         from it. With ``rows``, shape (n_classes, len(rows)) in the order of ``rows``.
+    warm_weights : (array of shape (n_classes, n_features), array of shape (n_classes,)) or None
+        With ``warm_start``: its W = Σ_i y_ic α_ic x_i and the bias feature's weights, as a dual
+        solve that returned that α holds them (its ``w`` and ``bias / bias``): they spare the
+        pass that rebuilds W. Trusted, not checked against α (the certificate of the result
+        assumes them); ignored where the bounds clip the warm start (W is then rebuilt).
     n_jobs : int or None
         The fit's thread budget (None: every available core). With at least two threads per
         class, the classes run side by side on the parallel binary solver
@@ -171,6 +177,8 @@ def solve_ovr(
     Cfull = restrict_C(_per_class_C(C, k, n), n, rows)
     if warm_start is not None and rows is not None:
         warm_start = _scattered(warm_start, k, n, rows)
+    if warm_weights is not None:
+        warm_weights = _checked_weights(warm_weights, k, problem.n_features, warm_start)
     n_threads = _n_threads(n_jobs)
     inner = ovr_parallel.inner_threads(problem, n_threads, k) if warm_start is None else 1
     if inner > 1:
@@ -183,7 +191,10 @@ def solve_ovr(
         return subset_alpha(result, rows)
     storage = ClassBlocks(k, _fused_threads(problem, n_threads), problem.n_features, n)
     blocks = [
-        make_block(problem, Cfull, classes, warm_start, loss, *storage.regions(b), start_on_support)
+        make_block(
+            problem, Cfull, classes, warm_start, loss, *storage.regions(b), start_on_support,
+            warm_weights,
+        )  # fmt: skip
         for b, classes in enumerate(storage.classes)
     ]
     hinge = loss == "hinge"
@@ -318,6 +329,22 @@ def _scattered(warm_start, k, n, rows):
     full = np.zeros((k, n))
     full[:, rows] = given
     return full
+
+
+def _checked_weights(warm_weights, k, n_features, warm_start):
+    """``warm_weights`` as a pair of float64 arrays of shapes (k, n_features) and (k,), finite;
+    only with a warm start."""
+    if warm_start is None:
+        raise ValueError("warm_weights needs the warm_start it was built from")
+    W, w_bias = (np.asarray(a, dtype=np.float64) for a in warm_weights)
+    if W.shape != (k, n_features) or w_bias.shape != (k,):
+        raise ValueError(
+            f"warm_weights must be arrays of shapes ({k}, {n_features}) and ({k},), got "
+            f"{W.shape} and {w_bias.shape}"
+        )
+    if not (np.isfinite(W).all() and np.isfinite(w_bias).all()):
+        raise ValueError("warm_weights contains NaN or infinite values")
+    return W, w_bias
 
 
 def _n_threads(n_jobs) -> int:

@@ -52,7 +52,9 @@ class Block:
     n_live: int  # classes of the block still running
 
 
-def make_block(problem, Cfull, classes, warm_start, loss, W, alpha, on_support=False) -> Block:
+def make_block(
+    problem, Cfull, classes, warm_start, loss, W, alpha, on_support=False, warm_weights=None
+) -> Block:
     kb = classes.shape[0]
     if Cfull.ndim == 1:
         Cmat, c_stride = np.ascontiguousarray(Cfull[:, None]), 0
@@ -63,13 +65,13 @@ def make_block(problem, Cfull, classes, warm_start, loss, W, alpha, on_support=F
         usable = (Cmat > 0).view(np.uint8)
     wb = np.zeros(kb)
     if warm_start is not None:
-        alpha[...] = _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss)
-        # w_c = Σ_i y_i α_i x̃_i: flip the signs in place rather than build an (n, kb) y_i α_i
-        rest = problem.y[:, None] != classes[None, :]
-        np.negative(alpha, out=alpha, where=rest)
-        # into the block's region (zeros on entry) itself: no (n_features, kb) temporary
-        weights_from_alpha(problem.X, alpha, problem.bias, 1.0, W, wb)
-        np.negative(alpha, out=alpha, where=rest)
+        start, moved = _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss)
+        alpha[...] = start
+        if warm_weights is None or moved:
+            _weights_of_alpha(problem, classes, alpha, W, wb)
+        else:  # the caller's W, copied column by column into the region: no temporary
+            np.take(warm_weights[0].T, classes, axis=1, out=W, mode="clip")
+            np.take(warm_weights[1], classes, out=wb, mode="clip")
         to_ray_optimum(alpha, Cmat, c_stride, loss == "hinge", W, wb)
     active = usable.copy()
     if warm_start is not None and on_support:
@@ -107,6 +109,17 @@ def make_block(problem, Cfull, classes, warm_start, loss, W, alpha, on_support=F
     )
 
 
+def _weights_of_alpha(problem, classes, alpha, W, wb):
+    """w_c = Σ_i y_ic α_ic x̃_i of the block's classes into W and wb (zeros on entry), a pass
+    over X."""
+    # flip the signs in place rather than build an (n, kb) y_i α_i
+    rest = problem.y[:, None] != classes[None, :]
+    np.negative(alpha, out=alpha, where=rest)
+    # into the block's region itself: no (n_features, kb) temporary
+    weights_from_alpha(problem.X, alpha, problem.bias, 1.0, W, wb)
+    np.negative(alpha, out=alpha, where=rest)
+
+
 def to_ray_optimum(alpha, Cmat, c_stride, hinge, W, wb):
     """Scale each class's warm start (α_c, w̃_c) to the best point of its ray, in place."""
     terms = zip(*ray_terms(alpha, Cmat, c_stride, hinge, W, wb), strict=True)
@@ -117,7 +130,9 @@ def to_ray_optimum(alpha, Cmat, c_stride, hinge, W, wb):
         wb *= r
 
 
-def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss) -> np.ndarray:
+def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss):
+    """The block's (n, kb) α from the (k, n) warm start, within the bounds, and whether the
+    bounds changed any value (a W built from the warm start then no longer matches it)."""
     n, k = problem.n_samples, problem.n_classes
     ws = np.asarray(warm_start, dtype=np.float64)
     if ws.shape != (k, n):
@@ -125,11 +140,15 @@ def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss) -
     if not np.all(np.isfinite(ws)) or np.any(ws < 0):
         raise ValueError("warm_start must hold finite values >= 0")
     alpha = np.ascontiguousarray(ws[classes].T)
+    moved = False
     if loss == "hinge":
         upper = Cmat if c_stride else np.broadcast_to(Cmat, alpha.shape)
+        moved = bool((alpha > upper).any())
         np.minimum(alpha, upper, out=alpha)
-    alpha[usable == 0] = 0.0
-    return alpha
+    unusable = usable == 0
+    moved = moved or bool(alpha[unusable].any())
+    alpha[unusable] = 0.0
+    return alpha, moved
 
 
 def rows_to_visit(running, order, rng, buffer, verify):

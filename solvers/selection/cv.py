@@ -154,13 +154,13 @@ class LinearSVCCV(LinearSVC):
 
         signs = binary_signs(y_index) if k == 2 else None  # one copy for every solve
 
-        def fit_one(est, train, alpha0, start, newton_after):
+        def fit_one(est, train, alpha0, start, newton_after, warm_weights):
             weights = np.ones(k)
             if est.class_weight is not None:  # per fold, as scikit-learn's search does
                 weights = compute_class_weight(est.class_weight, classes=self.classes_, y=y[train])
             return est._solve(X, y_index, k, sw, weights, rows=train, alpha0=alpha0,
                               primal_start=start, newton_after=newton_after,
-                              signs=signs, on_path=True)  # fmt: skip
+                              signs=signs, on_path=True, warm_weights=warm_weights)  # fmt: skip
 
         def decisions_of(est, result, test):
             est._set_weights(result, k)
@@ -262,7 +262,7 @@ class LinearSVRCV(LinearSVR):
         points = [{"C": float(c), "epsilon": float(e), "restart": j == 0}
                   for e in self.epsilons_ for j, c in enumerate(Cs)]  # fmt: skip
 
-        def fit_one(est, train, alpha0, start, newton_after):
+        def fit_one(est, train, alpha0, start, newton_after, warm_weights):
             return est._solve(X, y, sw, rows=train, alpha0=alpha0)
 
         def decisions_of(est, result, test):

@@ -149,6 +149,20 @@ def weights_of(result, bias: float) -> np.ndarray:
     return np.append(w, result.bias / bias if bias else 0.0)
 
 
+def dual_weights(result, bias: float):
+    """The weights a solve's α holds, for the next solve started from that α (it then skips
+    the pass that rebuilds them): w̃ for two classes (bias weight last), (W, bias weights) for
+    one-vs-rest. None unless every class ended by its dual passes: a Newton finish returns w̃,
+    not Σ y α x̃ of the α(w̃) it reports."""
+    if result is None or result.method != "dcd":
+        return None
+    w = np.asarray(result.w, dtype=np.float64)
+    if w.ndim == 1:
+        return weights_of(result, bias)
+    intercept = np.asarray(result.bias, dtype=np.float64)
+    return w, (intercept / bias if bias else np.zeros(w.shape[0]))
+
+
 def averaged_primal(steps: dict[int, Step], bias: float) -> np.ndarray | None:
     """The mean of the folds' w̃ at one C when every fold ended by Newton (the refit then starts
     the primal method from it), else None."""
@@ -290,7 +304,10 @@ class Search:
         train, test = self.folds[f]
         alpha0 = None if previous is None else previous.alpha
         start = self.starts.primal_start(f, previous)
-        result = self.fit_one(est, train, alpha0, start, self.starts.newton_after(previous))
+        warm_weights = None if start is not None else dual_weights(previous, self.bias)
+        result = self.fit_one(
+            est, train, alpha0, start, self.starts.newton_after(previous), warm_weights
+        )
         self.starts.record(f, start is not None, result)
         est.callback.end(result)
         return result, self.decisions_of(est, result, test)
