@@ -134,9 +134,9 @@ def solve_binary(
     warm_start : array of shape (n_samples,) or None
         Initial α (clipped to the bounds), e.g. the ``alpha`` of an earlier result: a solve at
         a smaller C (feasible here: the bounds only widen as C grows), or a checkpoint of an
-        interrupted solve to resume. w is rebuilt from it, and both are then scaled to the
-        best dual point rα, r ≥ 0 (`solvers._core.warm_start`). With ``rows``, shape
-        (len(rows),) in the order of ``rows``.
+        interrupted solve to resume. w is rebuilt from it (unless ``warm_weights``), and both
+        are then scaled to the best dual point rα, r ≥ 0 (`solvers._core.warm_start`). With
+        ``rows``, shape (len(rows),) in the order of ``rows``.
     warm_weights : array of shape (n_features + 1,) or None
         With ``warm_start``: its w̃ = Σ_i y_i α_i x̃_i (bias weight last) over the solved rows,
         as a dual solve that returned that α holds it (its ``w`` and ``bias / bias``): it spares

@@ -122,7 +122,8 @@ def solve_ovr(
     warm_start : array of shape (n_classes, n_samples) or None
         Per-class α to start from (the ``alpha`` of an earlier result: a solve at a smaller C,
         feasible here as the bounds only widen with C, or a checkpoint to resume); W is rebuilt
-        from it. With ``rows``, shape (n_classes, len(rows)) in the order of ``rows``.
+        from it (unless ``warm_weights``). With ``rows``, shape (n_classes, len(rows)) in the
+        order of ``rows``.
     warm_weights : (array of shape (n_classes, n_features), array of shape (n_classes,)) or None
         With ``warm_start``: its W = Σ_i y_ic α_ic x_i and the bias feature's weights, as a dual
         solve that returned that α holds them (its ``w`` and ``bias / bias``): they spare the
