@@ -35,8 +35,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import output_block, rcv1_like, synthetic_sparse  # noqa: E402
 
 from solvers._core.problem import csr_arrays  # noqa: E402
-from solvers.binary import dcd, parallel, solve_binary  # noqa: E402
+from solvers.binary import parallel, solve_binary  # noqa: E402
 from solvers.binary import parallel_kernels as pk  # noqa: E402
+from solvers.binary.state import SolveState  # noqa: E402
 
 LOSSES = ("squared_hinge", "hinge")
 
@@ -98,7 +99,7 @@ def passes(name, X, y, repeat):
                                            ("2 private", 2, True)):  # fmt: skip
                 late_round = start.startswith("support")
                 warm = late if late_round else None
-                state = dcd._State.build(csr, y, C, "squared_hinge", 0.0, warm)
+                state = SolveState.build(csr, y, C, "squared_hinge", 0.0, warm)
                 if start == "after one pass":
                     one_pass(state, order, [state.w], pool, 1)
                 w = [state.w.copy() for _ in range(chunks)] if private else [state.w] * chunks

@@ -363,7 +363,8 @@ class _Round:
         return list(zip(bounds[:-1], bounds[1:], strict=True))
 
     def objectives(self):
-        """(primal, dual) at w̃ as `dcd._State.objectives`, the threads over ranges of rows."""
+        """(primal, dual) at w̃ as `solvers.binary.state.SolveState.objectives`, the threads over
+        ranges of rows."""
         st = self.state
         sums = self._map(
             lambda first, stop: kernels.objective_sums(

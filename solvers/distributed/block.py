@@ -17,11 +17,11 @@ import numpy as np
 from solvers._core.problem import check_labels, compact_C, csr_arrays
 from solvers._core.sparse import sq_norm, weighted_row_sum
 from solvers.binary import kernels
+from solvers.binary.state import LONG_ROW_ENTRIES
 from solvers.distributed.sources import as_partition
 
 LOSS_CODES = {"hinge": kernels.HINGE, "squared_hinge": kernels.SQUARED_HINGE}
 WIDTH = 3  # classification record: α, s_i·U_i or s_i·D_ii, Q̄_ii
-LONG_ROW_ENTRIES = 128
 CHUNKS_PER_PASS = 16  # how often a time-budgeted pass looks at the clock
 
 

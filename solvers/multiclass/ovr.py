@@ -48,7 +48,7 @@ from solvers._core.progress import (
     objective_passes,
     relative_duality_gap,
 )
-from solvers.binary.dcd import LONG_ROW_ENTRIES
+from solvers.binary.state import LONG_ROW_ENTRIES
 from solvers.multiclass import ovr_newton, ovr_parallel
 from solvers.multiclass.class_blocks import ClassBlocks
 from solvers.multiclass.ovr_blocks import (

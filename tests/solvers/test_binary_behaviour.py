@@ -7,7 +7,7 @@ import scipy.sparse as sp
 import solvers
 from solvers import Progress, Status
 from solvers.binary import solve_binary
-from solvers.binary.dcd import _State
+from solvers.binary.state import SolveState
 from tests.solvers._binary_helpers import certify, load, synthetic
 
 
@@ -165,7 +165,7 @@ def test_all_zero_rows(loss):
 def test_a_pass_that_shrinks_everything_restores_the_full_set(monkeypatch):
     X, y = load("heart_scale")
     ref = solve_binary(X, y, loss="hinge", tol=1e-4, max_iter=10_000)
-    original = _State.epoch
+    original = SolveState.epoch
     calls = []
 
     def epoch(self, order_index, active_size, M_bar, m_bar):
@@ -174,7 +174,7 @@ def test_a_pass_that_shrinks_everything_restores_the_full_set(monkeypatch):
             return 0, -np.inf, np.inf
         return original(self, order_index, active_size, M_bar, m_bar)
 
-    monkeypatch.setattr(_State, "epoch", epoch)
+    monkeypatch.setattr(SolveState, "epoch", epoch)
     result = solve_binary(X, y, loss="hinge", tol=1e-4, max_iter=10_000)
     assert result.status is Status.CONVERGED
     assert result.history[2].active == 0
@@ -229,7 +229,7 @@ def test_exported_lazily():
 
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 def test_prefetching_whole_rows_does_not_change_the_result(monkeypatch, loss):
-    import solvers.binary.dcd as binary
+    import solvers.binary.state as binary
 
     X, y = load("a9a")  # rows of 14 entries: only their first and last lines by default
     ref = solve_binary(X, y, loss=loss, tol=1e-3, max_iter=10_000)

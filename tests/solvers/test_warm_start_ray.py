@@ -13,7 +13,8 @@ from sklearn.datasets import load_svmlight_file
 
 from solvers._core.problem import csr_arrays
 from solvers._core.warm_start import ray_scale
-from solvers.binary import dcd, solve_binary
+from solvers.binary import solve_binary
+from solvers.binary.state import SolveState
 from solvers.multiclass import (
     ovr_blocks,
     sdm,
@@ -74,7 +75,7 @@ def test_binary_start(loss):
     def f(a):
         return 0.5 * np.sum((Z.T @ a) ** 2) + 0.5 * D * a @ a - a.sum()
 
-    state = dcd._State.build(csr_arrays(X), y, np.array([C_LARGE]), loss, 1.0, given)
+    state = SolveState.build(csr_arrays(X), y, np.array([C_LARGE]), loss, 1.0, given)
     start = state.record.values[0::3].copy()
     assert np.allclose(state.w, Z.T @ start)
 
