@@ -69,9 +69,10 @@ def make_block(
         alpha[...] = start
         if warm_weights is None or moved:
             _weights_of_alpha(problem, classes, alpha, W, wb)
-        else:  # the caller's W, copied column by column into the region: no temporary
-            np.take(warm_weights[0].T, classes, axis=1, out=W, mode="clip")
-            np.take(warm_weights[1], classes, out=wb, mode="clip")
+        else:  # the caller's W, copied into the region through a view: no temporary
+            columns = _as_slice(classes)
+            W[...] = warm_weights[0].T[:, columns]
+            wb[...] = warm_weights[1][columns]
         to_ray_optimum(alpha, Cmat, c_stride, loss == "hinge", W, wb)
     active = usable.copy()
     if warm_start is not None and on_support:
@@ -107,6 +108,18 @@ def make_block(
         stalled=np.zeros(kb, dtype=np.uint8),
         n_live=kb,
     )
+
+
+def _as_slice(classes: np.ndarray) -> slice | np.ndarray:
+    """A block's classes, every n_blocks-th from its first (`ClassBlocks`), as a slice: columns
+    taken by a slice are copied as one strided loop, where np.take moved them one value at a
+    time (40 ms a solve on sector's 55,197 × 105 W). Any other set stays an index array."""
+    first = int(classes[0])
+    step = int(classes[1] - classes[0]) if classes.shape[0] > 1 else 1
+    stop = first + step * classes.shape[0]
+    if step > 0 and np.array_equal(classes, np.arange(first, stop, step)):
+        return slice(first, stop, step)
+    return classes
 
 
 def _weights_of_alpha(problem, classes, alpha, W, wb):

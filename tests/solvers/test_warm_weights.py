@@ -117,6 +117,34 @@ def test_ovr_warm_weights_spare_the_rebuild_and_reach_the_same_solve(loss, ovr_r
     assert given.converged and abs(given.duality_gap) < 1e-4
 
 
+def test_ovr_warm_weights_fill_every_block_of_classes(ovr_rebuilds, monkeypatch):
+    """With the classes split into blocks (one per thread, every n_blocks-th class), each block
+    takes its own columns of the given W: the same solve as the one that rebuilds them."""
+    from solvers.multiclass import ovr
+
+    monkeypatch.setattr(ovr, "WORK_PER_THREAD", 1)  # two blocks even on a small problem
+    X, y = _multiclass()
+    options = dict(loss="squared_hinge", bias=1.0, tol=1e-6, max_iter=50_000, newton=False,
+                   n_jobs=2)  # fmt: skip
+    first = solve_ovr(X, y, 3, C=0.05, **options)
+    ovr_rebuilds.clear()
+    given = solve_ovr(X, y, 3, C=0.5, warm_start=first.alpha, warm_weights=(first.w, first.bias),
+                      **options)  # fmt: skip
+    assert ovr_rebuilds == []
+    rebuilt = solve_ovr(X, y, 3, C=0.5, warm_start=first.alpha, **options)
+    assert len(ovr_rebuilds) == 2  # one per block: the split the test is about
+    _same_solve(given, rebuilt)
+
+
+@pytest.mark.parametrize(
+    ("classes", "expected"),
+    [([0, 1, 2], slice(0, 3, 1)), ([1, 3, 5], slice(1, 7, 2)), ([4], slice(4, 5, 1))],
+)
+def test_a_blocks_classes_are_taken_as_a_slice(classes, expected):
+    assert ovr_blocks._as_slice(np.array(classes)) == expected
+    np.testing.assert_array_equal(ovr_blocks._as_slice(np.array([0, 2, 3])), [0, 2, 3])
+
+
 def test_ovr_warm_weights_are_rebuilt_where_the_bounds_clip_the_start(ovr_rebuilds):
     X, y = _multiclass()
     options = dict(loss="hinge", bias=1.0, tol=1e-6, max_iter=50_000, newton=False)
