@@ -8,7 +8,7 @@ import os
 import time
 
 from app.tables import Job
-from tests.app.test_checkpoints import _in_flight, _job, _left_by_a_dead_process
+from tests.app.checkpoint_helpers import in_flight, left_by_a_dead_process, new_job
 
 
 class DeadChild:
@@ -27,13 +27,13 @@ def test_a_dead_child_s_job_is_requeued_and_its_temp_files_swept(app, client, db
     settings = app.state.settings
     settings.job_retries = 1
     tmp = settings.data_dir / "tmp"
-    left, mine = _left_by_a_dead_process(tmp), _in_flight(tmp)
+    left, mine = left_by_a_dead_process(tmp), in_flight(tmp)
     # a live process's entry two days old: the start's day-old rule is not the recovery's (it
     # swept every entry a day old, a live run's CSV among them, each time a child died)
     os.utime(mine, (time.time() - 2 * 86_400,) * 2)
     pid = int(left.name.split("-")[-2])  # the gone process that wrote it, as a child would
     worker = workers.new_worker_id(pid)
-    job_id = _job(client, heart)
+    job_id = new_job(client, heart)
     with db.write() as session:
         assert lifecycle.claim(session, job_id, worker) is not None
     pool = LocalPool(settings, size=1)  # not started: no child spawned
