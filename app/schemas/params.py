@@ -46,6 +46,9 @@ class _Params(RequestBody):
     pass
 
 
+GRID_MIN_NUM = 2  # values of a log grid with bounds (the dashboard's form mirrors it)
+
+
 class CGrid(_Params):
     """``num`` values of C evenly spaced in log scale from ``min`` to ``max``; with neither
     bound, the library's grid (LIBLINEAR's start value up to 1024, stopped early once the score
@@ -96,10 +99,10 @@ def _check_grid_span(grid: CGrid) -> None:
             f"Cs.min must be less than Cs.max, got min {grid.min:g} and max {grid.max:g} (for one "
             "C, give Cs as a list)"
         )
-    if grid.num < 2:
+    if grid.num < GRID_MIN_NUM:
         raise ValueError(
-            f"Cs.num must be at least 2 with min and max (got {grid.num}): a grid of one value "
-            "would try min only; for one C, give Cs as a list"
+            f"Cs.num must be at least {GRID_MIN_NUM} with min and max (got {grid.num}): a grid of "
+            "one value would try min only; for one C, give Cs as a list"
         )
 
 

@@ -9,7 +9,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from margin_client import Client
+from app.schemas.params import SearchSpec
+from margin_client import Client, MarginError
 from tests.client.conftest import HEART
 from tests.client.dashboard import open_ui, shot
 
@@ -135,10 +136,11 @@ def test_a_search_over_a_log_grid_from_the_form(page, heart_dataset):
     expect(page.locator("#search-fields")).to_be_hidden()  # a search is for LinearSVC only
     page.select_option("#train-estimator", "LinearSVC")
     page.check("#search-enabled")
-    page.fill("#search-num", "4")
     page.fill("#search-min", "0.01")
     page.fill("#search-max", "10")
     page.fill("#search-cv", "2")
+    _num_has_the_api_s_fewest(page, heart_dataset)
+    page.fill("#search-num", "4")
     page.click("#train-submit")
     page.wait_for_url(re.compile(r"#/jobs/job_"))
     page.wait_for_selector("main[data-status=succeeded]")
@@ -151,6 +153,27 @@ def test_a_search_over_a_log_grid_from_the_form(page, heart_dataset):
     assert [r["C"] for r in selection["table"]] == pytest.approx([0.01, 0.1, 1, 10])
     shown = page.locator("#cv-section table:not(.u-legend) > tbody > tr td:first-child")
     assert [float(c) for c in shown.all_inner_texts()] == pytest.approx([0.01, 0.1, 1, 10])
+
+
+def _num_has_the_api_s_fewest(page, dataset_id):
+    """The form's least number of C values is the API's: with both bounds, one under it is a 422
+    and the browser refuses to send it (the form let 1 through, and the service answered 422);
+    without bounds the library's grid takes 1, and so does the form."""
+    fewest = int(page.get_attribute("#search-num", "min"))
+    page.fill("#search-num", str(fewest - 1))
+    page.click("#train-submit")
+    assert page.eval_on_selector("#search-num", "input => input.validity.rangeUnderflow")
+    assert "#/jobs/" not in page.url  # not sent
+    grid = {"num": fewest - 1, "min": 0.01, "max": 10}
+    with Client(page.service.url) as client, pytest.raises(MarginError) as refused:
+        client.post_json("/v1/jobs", {"dataset_id": dataset_id, "params": {"search": {"Cs": grid}}})
+    assert refused.value.status == 422 and "Cs.num must be at least" in str(refused.value)
+    assert SearchSpec.model_validate({"Cs": {**grid, "num": fewest}})  # the least it takes
+    page.fill("#search-max", "")
+    assert page.get_attribute("#search-num", "min") == "1"
+    assert SearchSpec.model_validate({"Cs": {"num": 1}})
+    page.fill("#search-max", "10")
+    assert page.get_attribute("#search-num", "min") == str(fewest)
 
 
 def test_probability_from_the_form_and_predict_with_or_without_probabilities(page, heart_dataset):

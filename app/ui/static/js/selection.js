@@ -7,6 +7,9 @@ import { scorePlot } from "./plot.js";
 
 // Mirrors SearchSpec.scoring (GET /v1/solvers describes `search` as one object, not its fields).
 const SCORINGS = ["accuracy", "balanced_accuracy", "f1_macro", "roc_auc"];
+// Mirrors app/schemas/params.py GRID_MIN_NUM: a log grid with both bounds needs this many values (the API answers 422
+// under it); without bounds (the library's grid) one will do.
+const GRID_MIN_NUM = 2;
 
 function field(id, label, input) {
   input.id = id;
@@ -32,11 +35,14 @@ export function searchFields() {
     field("search-cv", "Folds", cv), field("search-scoring", "Scoring", scoring));
   const sync = () => {
     details.hidden = !enabled.checked;
+    num.min = min.value !== "" && max.value !== "" ? GRID_MIN_NUM : 1;
     grid.hidden = kind.value !== "grid";
     listed.hidden = kind.value !== "list";
   };
   enabled.addEventListener("change", sync);
   kind.addEventListener("change", sync);
+  min.addEventListener("input", sync);
+  max.addEventListener("input", sync);
   const fieldset = h("fieldset", { id: "search-fields" },
     h("legend", {}, "Model selection"),
     h("div", { class: "field inline" }, enabled,
