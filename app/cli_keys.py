@@ -19,6 +19,13 @@ def add_parser(commands, common) -> None:
     """Register `keys` under the main parser's subcommands; `common` adds the settings flags."""
     keys = commands.add_parser("keys", help="manage API keys and tenant quotas")
     sub = keys.add_subparsers(dest="keys_command", required=True)
+    _add_create(sub, common)
+    _add_list(sub, common)
+    _add_revoke(sub, common)
+    _add_quota(sub, common)
+
+
+def _add_create(sub, common) -> None:
     create = sub.add_parser("create", help="create a key and print it (once) on stdout")
     common(create)
     create.add_argument("--tenant", required=True, help="the tenant the key acts for")
@@ -30,13 +37,22 @@ def add_parser(commands, common) -> None:
         choices=SCOPES,
         help="read, train, predict or admin (repeat for several)",
     )
+
+
+def _add_list(sub, common) -> None:
     listing = sub.add_parser("list", help="list keys (never the keys themselves)")
     common(listing)
     listing.add_argument("--tenant", help="only this tenant's keys")
     listing.add_argument("--all", action="store_true", help="include revoked keys")
+
+
+def _add_revoke(sub, common) -> None:
     revoke = sub.add_parser("revoke", help="revoke a key by id or prefix")
     common(revoke)
     revoke.add_argument("key", help="the key's id (key_...) or prefix (mgn_...)")
+
+
+def _add_quota(sub, common) -> None:
     quota = sub.add_parser(
         "quota",
         help="set a tenant's own quotas (a limit left out stays as it is; 'default' puts it "
@@ -49,13 +65,7 @@ def add_parser(commands, common) -> None:
     )
     common(quota)
     quota.add_argument("--tenant", required=True)
-    limits = (
-        ("--storage-mb", _at_least(0.0, float), "stored bytes, in MB (0: none)"),
-        ("--jobs", _at_least(0, int), "queued or running jobs at once (0: none)"),
-        ("--rate", _or_default(str), "requests per key, e.g. '50/second;1000/minute'"),
-        ("--prediction-runs", _at_least(0, int), "queued or running prediction runs (0: none)"),
-    )
-    for flag, kind, text in limits:
+    for flag, kind, text in _QUOTA_LIMITS:
         quota.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=text + ", or default")
 
 
@@ -80,6 +90,15 @@ def _at_least(low, kind):
         return value
 
     return parse
+
+
+# `margin keys quota`'s limits: flag, argparse type, help (each takes 'default' too)
+_QUOTA_LIMITS = (
+    ("--storage-mb", _at_least(0.0, float), "stored bytes, in MB (0: none)"),
+    ("--jobs", _at_least(0, int), "queued or running jobs at once (0: none)"),
+    ("--rate", _or_default(str), "requests per key, e.g. '50/second;1000/minute'"),
+    ("--prediction-runs", _at_least(0, int), "queued or running prediction runs (0: none)"),
+)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
