@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared_dask import SharedDask
+
 ROOT = Path(__file__).resolve().parents[1]
 TEST_DATA = ROOT / "tests" / "data"
 SHARED_DATA = Path(os.environ.get("MARGIN_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -72,21 +74,27 @@ def shared_data():
     return shared_file
 
 
-@pytest.fixture(scope="session")
-def dask_cluster():
-    """A Dask LocalCluster of 2 worker processes with one thread each (the machines have 2
-    cores), shared by every test that needs one; `distributed` is part of the test extra."""
-    import distributed
+@pytest.hookimpl(trylast=True)  # after -k, -m and any reordering
+def pytest_collection_modifyitems(items):
+    users = [item.nodeid for item in items if "dask_cluster" in getattr(item, "fixturenames", ())]
+    SharedDask.last_user = users[-1] if users else None
 
-    with distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=":0",
-        memory_limit=0,
-        silence_logs=40,
-    ) as cluster:
-        yield cluster
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield  # the test's own fixtures first
+    if item.nodeid == SharedDask.last_user:
+        SharedDask.close()
+
+
+def pytest_sessionfinish(session):
+    SharedDask.close()  # a run stopped before its last user (-x, a failure, Ctrl-C)
+
+
+@pytest.fixture
+def dask_cluster():
+    """The shared LocalCluster (`SharedDask`)."""
+    return SharedDask.get_cluster()
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,12 @@
-"""A client of the session's Dask LocalCluster (`tests.conftest.dask_cluster`)."""
+"""A client of the shared Dask LocalCluster (`tests.shared_dask.SharedDask`)."""
 
-import distributed
 import pytest
 
+from tests.shared_dask import SharedDask
 
-@pytest.fixture(scope="session")
+
+@pytest.fixture
 def client(dask_cluster):
-    with distributed.Client(dask_cluster) as c:  # the default client: actors look it up
-        yield c
+    """The default client of the shared cluster (actors look it up), closed with it after the
+    last test that needs it."""
+    return SharedDask.get_client()
