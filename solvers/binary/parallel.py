@@ -364,7 +364,10 @@ class _Round:
 
     def objectives(self):
         """(primal, dual) at w̃ as `solvers.binary.state.SolveState.objectives`, the threads over
-        ranges of rows."""
+        ranges of rows. w̃ is rebuilt first where a round may have lost additions: the
+        objectives describe (w̃, α) as the solve returns them, and the driver reports the last
+        ones it was given rather than measure again."""
+        self.resync()
         st = self.state
         sums = self._map(
             lambda first, stop: kernels.objective_sums(

@@ -12,7 +12,7 @@ from solvers._core.problem import csr_arrays
 from solvers._core.progress import Status
 from solvers.binary import parallel, solve_binary
 from solvers.estimators import LinearSVC
-from tests.solvers._binary_helpers import load, synthetic
+from tests.solvers._binary_helpers import augmented, dual, load, primal, synthetic, w_tilde_of
 from tests.solvers.test_binary_optimality import TIGHT, _check_certified
 
 
@@ -90,6 +90,41 @@ def test_lost_additions_do_not_slow_the_rounds(forced_threads, chunk_sizes, monk
     assert two.status == "converged"
     _check_certified(X, y, two, 1.0, loss, 0.0, 1e-4)
     assert two.n_iter <= 1.3 * one.n_iter + 2, (two.n_iter, one.n_iter)
+
+
+@pytest.mark.parametrize("stop", ["max_iter", "stopped"])
+def test_objectives_reported_after_lost_additions_are_those_of_the_returned_state(
+    forced_threads, monkeypatch, stop
+):
+    # A solve that ends before it converges reports the objectives its last round computed; with
+    # lost additions in that round they must be those of the rebuilt w̃ it returns, not of the
+    # drifted one (the duality gap would describe another pair).
+    epoch = parallel.pk.block_epoch
+
+    def losing(X, bias, record, u, *rest):
+        out = epoch(X, bias, record, u, *rest)
+        u[0] += 0.05  # as if a racing addition to feature 0 were lost
+        return out
+
+    monkeypatch.setattr(parallel.pk, "block_epoch", losing)
+    X, y = text_like(seed=2)
+    common = dict(loss="squared_hinge", bias=1.0, tol=1e-6, newton=False, n_jobs=2,
+                  objective_every=1)  # fmt: skip
+    if stop == "max_iter":
+        result = solve_binary(X, y, max_iter=3, **common)
+    else:
+        calls = []
+        result = solve_binary(X, y, max_iter=100, callback=lambda p: len(calls) < 2
+                              and not calls.append(p), **common)  # fmt: skip
+    assert result.status == stop
+    w_tilde = w_tilde_of(result, 1.0)
+    sign = np.where(y >= 0, 1.0, -1.0)
+    np.testing.assert_allclose(w_tilde, augmented(X, 1.0).T @ (sign * result.alpha), atol=1e-9)
+    assert result.primal == pytest.approx(primal(X, y, w_tilde, 1.0, "squared_hinge", 1.0),
+                                          rel=1e-9)  # fmt: skip
+    C = np.full(y.shape, 1.0)
+    assert result.dual == pytest.approx(dual(result.alpha, y, w_tilde, C, "squared_hinge"),
+                                        rel=1e-9)  # fmt: skip
 
 
 def test_every_round_deals_each_active_sample_to_one_thread(forced_threads, monkeypatch):
