@@ -200,7 +200,9 @@ class _MultipartReader:
                     f"{name}: send it before the file part (or in the query string): the "
                     "upload is parsed as it arrives",
                 )
-            self.fields.setdefault(name, bytearray())
+            if name in self.fields:  # its parts were joined: two label_columns 'y', 'x' read 'yx'
+                raise ProblemError(422, "Invalid upload", f"{name}: send each form field once")
+            self.fields[name] = bytearray()
             self.field_parts += 1
             if self.field_parts > MAX_FIELDS:  # each kept a buffer: 40 MB of them took 400 MB
                 raise ProblemError(

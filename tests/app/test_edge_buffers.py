@@ -206,3 +206,18 @@ def test_an_infer_output_is_named_once(client, model):
     headers = {"Inference-Header-Content-Length": str(len(once))}
     answer = infer(client, model, once + b"\0" * (rows * 13 * 8), headers)
     assert answer.status_code == 200 and len(answer.json()["outputs"]) == 1
+
+
+def test_a_form_field_sent_twice_is_refused(client):
+    # its parts were joined into one value: label_column 'label' then 'age' read 'labelage',
+    # format 'cs' then 'v' read 'csv'
+    text, _, _ = heart_csv()
+    listed = len(client.get("/v1/datasets").json()["items"])
+    for field, first, second in [("format", "cs", "v"), ("label_column", "lab", "el")]:
+        files = [(field, (None, first)), (field, (None, second)), ("file", ("h.csv", text))]
+        refused = client.post("/v1/datasets", files=files)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"] == f"{field}: send each form field once"
+    assert len(client.get("/v1/datasets").json()["items"]) == listed  # nothing kept
+    once = [("label_column", (None, "label")), ("file", ("h.csv", text))]
+    assert client.post("/v1/datasets", files=once).status_code == 201
