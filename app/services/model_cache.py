@@ -127,7 +127,12 @@ def model_from_row(row) -> LinearModel:
         zero_based=bool(row.zero_based),
         coef=np.ascontiguousarray(weights.coef, dtype=np.float64),
         intercept=np.ascontiguousarray(weights.intercept, dtype=np.float64),
-        info={"estimator": row.estimator, "params": row.trained_params, "tenant": row.tenant},
+        info={
+            "estimator": row.estimator,
+            "params": row.trained_params,
+            "tenant": row.tenant,
+            "status": row.status,  # why a calibration asked for may be missing
+        },
         columns=weights.columns,
         feature_names=list(row.feature_names) if row.feature_names else None,
         calibration=row.calibration,

@@ -173,6 +173,11 @@ def why_no_calibration(model: LinearModel) -> str:
     params = model.info.get("params") or {}
     asked = params.get("search") is not None or bool(params.get("probability"))
     if not model.is_regressor and asked and params.get("calibration") != "none":
+        if model.info.get("status") == "stopped":  # cancelled with keep_model=true
+            return (
+                "this model has no probability calibration: its job was cancelled (keeping the "
+                "model) before its held-out folds were scored; train it again to the end"
+            )
         return (
             "this model has no probability calibration: its training ran out of time before "
             "its held-out folds were scored; train it again with a larger time_limit"

@@ -244,3 +244,26 @@ def test_a_checkpoint_read_gives_up_within_its_tries_and_at_once_on_a_bad_file(
     assert not isinstance(raised.value, StorageUnavailable)
     # one read and no wait (before: a wall-clock bound of READ_DELAY_S, 0.5 s, on the read)
     assert bad.fetches == 1 and slept == []
+
+
+def test_a_calibration_cut_short_by_a_cancel_says_so(app, client, db, heart, fake_trainer):
+    # probability=true cancelled with keep_model=true before its folds were scored: the model
+    # serves labels, and a request for probabilities was told it "ran out of time"
+    fake_trainer(n_iter=400, delay=0.02)
+    body = {"dataset_id": heart["id"], "params": {"tol": 1e-30, "probability": True}}
+    job_id = client.post("/v1/jobs", json=body).json()["id"]
+    runner = threading.Thread(target=lambda: run_job(job_id, RunContext(app.state.settings, db)))
+    runner.start()
+    deadline = time.monotonic() + 30
+    while client.get(f"/v1/jobs/{job_id}").json()["progress"] is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert client.post(f"/v1/jobs/{job_id}/cancel", params={"keep_model": True}).status_code == 202
+    runner.join(30)
+    model = client.get(f"/v1/jobs/{job_id}").json()["model_id"]
+    assert client.get(f"/v1/models/{model}").json()["status"] == "stopped"
+    refused = client.post(f"/v1/models/{model}/predict",
+                          json={"instances": [[0.0] * 13], "probabilities": True})  # fmt: skip
+    assert refused.status_code == 422, refused.text
+    detail = refused.json()["detail"]
+    assert "cancelled" in detail and "ran out of time" not in detail
