@@ -410,3 +410,23 @@ def test_parquet_errors(client, settings):
     truncated = parquet_bytes(pa.table({"label": [1.0], "a": [2.0]}))[:-20]
     assert post(client, truncated, format="parquet").status_code == 422
     nothing_stored(client, settings)
+
+
+def test_empty_parquet_row_groups_are_skipped(client, settings):
+    # a writer given an empty table writes a row group of no rows, whose column chunks pyarrow
+    # places at offset 0: such a valid file was refused as "a column chunk lies outside the
+    # file", and a file of no rows at all never heard that it holds no rows
+    tbl = pa.table({"label": [1.0, -1.0, 1.0], "a": [0.5, 2.0, 0.0]})
+    buffer = io.BytesIO()
+    with pq.ParquetWriter(buffer, tbl.schema) as writer:
+        writer.write_table(tbl.slice(0, 2))
+        writer.write_table(tbl.slice(0, 0))
+        writer.write_table(tbl.slice(2))
+    assert pq.ParquetFile(io.BytesIO(buffer.getvalue())).metadata.row_group(1).num_rows == 0
+    response = post(client, buffer.getvalue(), filename="t.parquet")
+    assert response.status_code == 201, response.text
+    Xs, ys = stored(settings, response.json())
+    assert Xs.toarray().ravel().tolist() == [0.5, 2.0, 0.0] and ys.tolist() == [1.0, -1.0, 1.0]
+    empty = post(client, parquet_bytes(tbl.slice(0, 0)), filename="e.parquet")
+    assert empty.status_code == 422
+    assert empty.json()["detail"] == "parquet: the file holds no rows"

@@ -84,6 +84,8 @@ class ParquetChunks:
         columns = [label, *features] if not sparse else [label, sparse]
         unreadable = (OSError, _arrow_error())
         for group in range(pf.metadata.num_row_groups):
+            if pf.metadata.row_group(group).num_rows == 0:
+                continue  # nothing to read (and no pages: `_check_sizes` skipped it)
             try:
                 table = pf.read_row_group(group, columns=columns, use_threads=False)
             except unreadable as exc:  # a corrupt page (gzip's was a 500), whatever pyarrow says
@@ -213,6 +215,8 @@ class ParquetChunks:
         with open(self.source, "rb") as raw:
             for group in range(meta.num_row_groups):
                 rg = meta.row_group(group)
+                if rg.num_rows == 0:  # pyarrow writes its chunks at offset 0, with no pages:
+                    continue  # a writer's empty last group made a valid file "corrupt"
                 decoded = 0
                 for c in range(rg.num_columns):
                     column = rg.column(c)
