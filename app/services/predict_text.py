@@ -29,9 +29,12 @@ if TYPE_CHECKING:
     from app.services.prediction import LinearModel
 
 # A line holding an instance: its first non-blank byte is not a comment mark. Blank lines and
-# comment lines are skipped inside the regular expression engine.
+# comment lines are skipped inside the regular expression engine, as is a UTF-8 byte order mark
+# (some editors begin a file with one, and the upload of the same file skips it).
 _NL = b"\n"
-_INSTANCE_LINE = re.compile(rb"^[ \t\r\f\v]*([^ \t\r\f\v\n#][^\n]*)", re.MULTILINE)
+_INSTANCE_LINE = re.compile(
+    rb"^(?:\xef\xbb\xbf)?[ \t\r\f\v]*([^ \t\r\f\v\n#][^\n]*)", re.MULTILINE
+)
 
 
 def text_rows(body: bytes, model: LinearModel, max_batch: int) -> Iterator[Row]:

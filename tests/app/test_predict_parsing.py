@@ -194,6 +194,16 @@ def test_invalid_json_and_overflowing_numbers():
         parse_json(b'{"instances": [NaN', make_model(), 10)
 
 
+@pytest.mark.parametrize("first", [b"1:0.5 3:2", b"+1 1:0.5 3:2", b"  1:0.5 3:2"])
+def test_a_byte_order_mark_before_the_first_line_is_skipped(first):
+    # the upload of a LIBSVM file skips one; predict refused the same file's first line
+    # ("expected 'index:value' ..., got '\ufeff1:0.5'")
+    text = first + b"\n4:1e-3\n"
+    X = parse_text("\ufeff".encode() + text, make_model(), 10)
+    np.testing.assert_array_equal(X.toarray(), parse_text(text, make_model(), 10).toarray())
+    np.testing.assert_array_equal(X.toarray(), [[0.5, 0, 2, 0, 0], [0, 0, 0, 1e-3, 0]])
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
