@@ -5,6 +5,7 @@ policy are honoured, errors name the line (row) and column and store nothing, an
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 
@@ -16,6 +17,8 @@ import scipy.sparse as sp
 
 from app.services.dataset_files import load_arrays
 from app.services.datasets import dataset_dir
+
+CSV_FIELD = csv.field_size_limit()  # the csv module's bound on a cell: 131072 characters
 
 
 def table(seed=0, n=60, d=5):
@@ -169,6 +172,15 @@ BAD_CSV = {
     "duplicate names": (b"label,a,a\n1,2,3\n", "'a' appears twice"),
     "no feature": (b"label\n1\n", "at least one feature"),
     "unnamed column": (b"label,,b\n1,2,3\n", "column 2 has no name"),
+    # a cell just over the csv module's field size limit: its csv.Error was a 500
+    "a long name": (b"label,a," + b"n" * (CSV_FIELD + 1) + b"\n1,2,3\n",
+                    f"line 1: a cell holds more than {CSV_FIELD} characters"),
+    "a long label": (b"label,a\n1,2\n" + b"s" * (CSV_FIELD + 1) + b",3\n",
+                     f"line 3: a cell holds more than {CSV_FIELD} characters"),
+    "a long word": (b"label,a\n1,2\n1," + b"x" * (CSV_FIELD + 1) + b"\n",
+                    f"line 3: a cell holds more than {CSV_FIELD} characters"),
+    "a long number": (b"label,a\n1,2\n1," + b"9" * (CSV_FIELD + 1) + b"\n",  # read as inf
+                      f"line 3: a cell holds more than {CSV_FIELD} characters"),
 }
 
 
@@ -179,6 +191,13 @@ def test_malformed_csv_is_422_naming_line_and_column(client, settings, case):
     assert response.status_code == 422, response.text
     assert message in response.json()["detail"]
     nothing_stored(client, settings)
+
+
+def test_a_name_at_the_csv_field_limit_is_kept(client):
+    name = "n" * CSV_FIELD
+    response = post(client, f"label,{name}\n1,2\n-1,3\n".encode())
+    assert response.status_code == 201, response.text
+    assert response.json()["feature_names"] == [name]
 
 
 def test_a_line_over_max_line_mb_and_a_header_over_max_features_are_413(app, client, settings):

@@ -95,7 +95,7 @@ class DelimitedChunks:
                 "send wider data as LIBSVM, npz or a sparse Parquet column)",
                 1,
             )
-        names = [name.strip() for name in next(csv.reader([text], delimiter=self.sep))]
+        names = [name.strip() for name in next(_csv_rows([text], self.sep, 1))]
         for i, name in enumerate(names):
             if not name:
                 raise ValueError(f"line 1: column {i + 1} has no name")
@@ -205,7 +205,7 @@ class DelimitedChunks:
             offset = _row_line(block, r)
             raise ValueError(
                 f"line {line + offset}, column {self.names[c]!r}: "
-                f"{_cell(block, offset, c, self.sep)!r} is not a finite number"
+                f"{_cell(block, offset, c, self.sep, line + offset)!r} is not a finite number"
             )
 
     def _convert_text(self, raw: bytes, block: bytes, line: int) -> np.ndarray | None:
@@ -217,9 +217,10 @@ class DelimitedChunks:
         except UnicodeDecodeError:  # named by its line
             lines = [_decode(text, line + offset) for offset, text in enumerate(raw.split(b"\n"))]
         offsets, cells = [], []
-        shapes = self._label_cells(text.rstrip("\r") for text in lines)
+        shapes = self._label_cells((text.rstrip("\r") for text in lines), line)
         if len(shapes) != len(lines):  # a quote left open took the next line: one by one
-            shapes = [self._label_cells([t.rstrip("\r")])[0] for t in lines]
+            shapes = [self._label_cells([t.rstrip("\r")], line + offset)[0]
+                      for offset, t in enumerate(lines)]  # fmt: skip
         for offset, (text, (width, cell)) in enumerate(zip(lines, shapes, strict=True)):
             if not text.strip():
                 continue
@@ -242,12 +243,13 @@ class DelimitedChunks:
         rows[:, self.label_at] = self.labels.cells(cells, lambda r: f"line {line + offsets[r]}")
         return rows
 
-    def _label_cells(self, lines) -> list[tuple[int, str | None]]:
-        """(cell count, label cell) of each row the csv reader reads from `lines`: only the
-        label is kept, not every cell of the block as a Python string (many times its bytes)."""
+    def _label_cells(self, lines, line: int) -> list[tuple[int, str | None]]:
+        """(cell count, label cell) of each row the csv reader reads from `lines` (the first is
+        file line `line`): only the label is kept, not every cell of the block as a Python
+        string (many times its bytes)."""
         at = self.label_at
         shapes = [(len(row), row[at] if len(row) > at else None)
-                  for row in csv.reader(lines, delimiter=self.sep)]  # fmt: skip
+                  for row in _csv_rows(lines, self.sep, line)]  # fmt: skip
         return shapes or [(0, None)]
 
     def _locate(self, block: bytes, line: int, skip: int | None = None) -> ValueError:
@@ -257,7 +259,7 @@ class DelimitedChunks:
             text = _decode(raw, line + offset).rstrip("\r")
             if not text.strip():
                 continue
-            cells = next(csv.reader([text], delimiter=self.sep))
+            cells = next(_csv_rows([text], self.sep, line + offset))
             where = f"line {line + offset}"
             if len(cells) != len(self.names):
                 return ValueError(
@@ -321,12 +323,26 @@ def _row_line(block: bytes, row: int) -> int:
     return 0
 
 
-def _cell(block: bytes, offset: int, column: int, sep: str) -> str:
+def _cell(block: bytes, offset: int, column: int, sep: str, line: int) -> str:
     """The text of a cell as sent (its quotes removed), for a message: a cell of 1e309 is read
     as inf, and the message quoted the inf instead of what the file holds."""
     raw = block.split(b"\n")[offset].decode("utf-8", "replace").rstrip("\r")
-    cells = next(csv.reader([raw], delimiter=sep), [])
+    cells = next(_csv_rows([raw], sep, line), [])
     return cells[column].strip() if column < len(cells) else ""
+
+
+def _csv_rows(lines, sep: str, line: int):
+    """The csv reader's rows of `lines`, the first of them file line `line`. A cell beyond the
+    csv module's field size limit (131072 characters) is a ValueError naming its line: the
+    reader's csv.Error was a 500 (a header's long name, a long label or number)."""
+    reader = csv.reader(lines, delimiter=sep)
+    try:
+        yield from reader
+    except csv.Error:
+        raise ValueError(
+            f"line {line + reader.line_num - 1}: a cell holds more than "
+            f"{csv.field_size_limit()} characters"
+        ) from None
 
 
 def _decode(raw: bytes, line: int) -> str:
