@@ -93,6 +93,18 @@ BAD = {
 }
 
 
+@pytest.mark.parametrize("y", [np.zeros(0), np.array([], dtype="<U1")], ids=["numbers", "text"])
+def test_an_archive_of_no_rows_is_422(client, settings, y):
+    # its labels' summary divided by the rows: a 500 (a text file of no rows is a 422)
+    members = csr_members(np.zeros((0, 3)), [])
+    members["y"] = y
+    response = post(client, archive(**members), format="npz")
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == "npz: the matrix has no rows (shape[0] = 0)"
+    assert client.get("/v1/datasets").json()["items"] == []
+    assert not any((settings.data_dir / "datasets").iterdir())
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_malformed_archives_are_422_and_store_nothing(client, settings, case):
     members = csr_members(np.eye(4) + 1, [1, -1, 1, -1])

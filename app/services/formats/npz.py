@@ -82,6 +82,8 @@ class NpzChunks:
 
     def _rows(self, arrays: dict) -> Iterator[tuple]:
         n_rows, n_features = _check_header(arrays)
+        if n_rows == 0:  # as a text file of no rows: the store's summary divided by them (a 500)
+            raise ValueError("npz: the matrix has no rows (shape[0] = 0)")
         if self.max_features is not None and n_features > self.max_features:
             raise LibsvmLimitError(
                 f"{n_features} features, more than the {self.max_features} accepted "
