@@ -80,6 +80,12 @@ def check_dataset_fits(
     max_dual: int = MAX_DUAL_VARIABLES,
 ) -> None:
     """422 when the estimator cannot train on this dataset's labels."""
+    if dataset.n_features == 0:  # accepted, then failed in the worker: "Found array with 0
+        raise invalid(  # feature(s) ... a minimum of 1 is required by LinearSVC"
+            "dataset_id",
+            f"dataset {dataset.id!r} has no features (every row holds a label only): a linear "
+            "model needs at least one",
+        )
     if spec.kind != "classifier" and text_classes(dataset.classes) is not None:
         raise invalid(
             "dataset_id",

@@ -108,7 +108,8 @@ def test_least_squares_takes_two_classes(client, db, heart, fake_trainer):
     assert "this job has 3 classes" in response.json()["detail"]
     assert count(db, Job) == 0
     body["dataset_id"] = heart["id"]
-    assert client.post("/v1/jobs", json=body).status_code == 202
+    accepted = client.post("/v1/jobs", json=body)
+    assert accepted.status_code == 202, accepted.text
 
 
 def test_unknown_dataset_is_404_and_labels_must_fit(client, db, fake_trainer):
@@ -195,6 +196,33 @@ def test_folds_that_cannot_split_the_dataset_are_422_at_creation(client, params,
     no_folds = {"probability": True, "calibration": "none"}  # runs no folds: nothing to split
     assert client.post("/v1/jobs", json={"dataset_id": dataset["id"],
                                          "params": no_folds}).status_code == 202  # fmt: skip
+
+
+LABELS_ONLY = {"rows": b"1\n-1\n1\n-1\n", "qid": b"1 qid:1\n0 qid:1\n2 qid:2\n0 qid:2\n"}
+
+
+@pytest.mark.parametrize(
+    ("estimator", "params", "rows"),
+    [("LinearSVC", {}, "rows"), ("LinearSVR", {}, "rows"), ("structural", {"online": True}, "qid"),
+     ("structural", {}, "qid")],
+)  # fmt: skip
+def test_a_dataset_of_no_features_is_422_at_creation(client, db, estimator, params, rows):
+    """Rows of labels only: a job was accepted, then failed in the worker ("Found array with 0
+    feature(s) ... a minimum of 1 is required by LinearSVC"; the online structural solver's
+    "n_features must be a positive integer, got 0")."""
+    dataset = upload(client, LABELS_ONLY[rows]).json()
+    assert dataset["n_features"] == 0
+    body = {"dataset_id": dataset["id"], "estimator": estimator, "params": params}
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == "dataset_id"
+    assert "has no features" in response.json()["detail"]
+    assert count(db, Job) == 0
+    first = LABELS_ONLY[rows].split(b"\n", 1)
+    one = upload(client, first[0] + b" 1:0\n" + first[1]).json()  # one feature: accepted
+    body["dataset_id"] = one["id"]
+    accepted = client.post("/v1/jobs", json=body)
+    assert accepted.status_code == 202, accepted.text
 
 
 def test_roc_auc_on_more_than_two_classes_is_422_at_creation(client):
@@ -301,6 +329,7 @@ def test_the_weight_limit_is_a_setting(app, client):
 def test_c_times_a_class_weight_up_to_the_largest_float_is_accepted(client, heart, fake_trainer):
     fake_trainer()
     body = {"dataset_id": heart["id"], "params": {"C": 1e299, "class_weight": {"1": 1e9}}}
-    assert client.post("/v1/jobs", json=body).status_code == 202  # 1e308: finite
+    accepted = client.post("/v1/jobs", json=body)
+    assert accepted.status_code == 202, accepted.text  # 1e308: finite
     body["params"]["C"] = 1.8e299  # 1.8e308: beyond the largest float (1.797...e308)
     assert client.post("/v1/jobs", json=body).status_code == 422
