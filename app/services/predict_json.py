@@ -84,7 +84,12 @@ def _small_document(body: bytes, keys: dict[str, str]) -> tuple[str, list]:
         )
     extra = set(doc) - {key, "probabilities"}  # the flag is read by services.prediction
     if extra:
-        raise InvalidInstances(f"unexpected field '{sorted(extra)[0]}'; expected only '{key}'")
+        both = sorted(extra & set(keys))
+        if both:  # was "unexpected field 'records'; expected only 'instances'", a field it takes
+            raise InvalidInstances(f"send '{key}' or '{both[0]}', not both")
+        raise InvalidInstances(
+            f"unexpected field '{sorted(extra)[0]}'; expected only '{key}' (and 'probabilities')"
+        )
     instances = doc[key]
     if not isinstance(instances, list):
         raise InvalidInstances(f"'{key}' must be a list, got {json_type(instances)}")

@@ -147,6 +147,8 @@ def test_text_lines_with_and_without_labels_equal_json():
         ({"rows": []}, 'expected a JSON object {"instances": [...]}'),
         ([1, 2], "expected a JSON object"),
         ({"instances": [[1.0] * 5], "extra": 1}, "unexpected field 'extra'"),
+        # both forms: the first was read, and the other called an unexpected field
+        ({"instances": [[1.0] * 5], "records": [{}]}, "send 'instances' or 'records', not both"),
     ],
 )
 def test_bad_json_instances_are_rejected_with_a_message(doc, message, monkeypatch):
