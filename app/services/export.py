@@ -231,12 +231,15 @@ def _array_chunks(array: np.ndarray, per_chunk: int):
 
 
 # how the JSON export's calibration turns decision values into probabilities
+# (a row whose p_k are all 0, isotonic below every x[k][0] or sigmoid past exp's range, is 1/k
+# each, as the service answers: normalized as written, it was 0 / 0)
 PROBABILITY_RULES = {
-    "sigmoid": "p_k = 1 / (1 + exp(A[k] * d_k + B[k])), normalized to sum to 1 (two classes: "
-    "p(classes[1]) from the one decision value, p(classes[0]) = 1 - p(classes[1]))",
+    "sigmoid": "p_k = 1 / (1 + exp(A[k] * d_k + B[k])), normalized to sum to 1 (all 0: 1/k "
+    "each; two classes: p(classes[1]) from the one decision value, p(classes[0]) = 1 - "
+    "p(classes[1]))",
     "softmax": "p = softmax(d / temperature) (two classes: d = (-d0 / 2, d0 / 2))",
     "isotonic": "p_k = interpolate(d_k, x[k], y[k]) (clipped at the ends), normalized to sum to "
-    "1 (two classes as for sigmoid)",
+    "1 (all 0: 1/k each; two classes as for sigmoid)",
 }
 
 

@@ -289,3 +289,20 @@ def test_payload_serializes_with_exact_floats():
     doc = json.loads(dumps(out))
     assert doc["decision_values"][0][0] == out["decision_values"][0, 0]
     assert not math.isnan(doc["decision_values"][0][0])
+
+
+def test_the_json_exports_isotonic_rule_says_what_a_row_of_zeros_gives():
+    # below every class's first threshold each p_k is 0: the service answers 1/k each, and the
+    # export's rule ("normalized to sum to 1") gave 0 / 0 to anyone who followed it
+    from dataclasses import replace
+
+    from app.services.export import json_document
+    from app.services.prediction import probabilities_of
+
+    model = make_model(coef=np.eye(3, 5), intercept=np.zeros(3), classes=(0, 1, 2))
+    calibration = {"method": "isotonic", "x": [[-1.0, 1.0]] * 3, "y": [[0.0, 1.0]] * 3}
+    model = replace(model, calibration=calibration)
+    rule = json_document(model)["probability_rule"]
+    assert "all 0: 1/k each" in rule
+    D = np.array([[-5.0, -5.0, -5.0]])
+    np.testing.assert_array_equal(probabilities_of(model, D), [[1 / 3] * 3])
