@@ -31,6 +31,7 @@ from app.jobs.queue import JobQueue, get_queue
 from app.jobs.workers import new_worker_id
 from app.logs import job_context
 from app.services import lineage
+from app.services.dataset_files import json_bytes
 from app.services.dataset_source import row_slices, score_rows
 from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as
 from app.services.distributed_training import distributed_arrays, distributed_trainer
@@ -338,7 +339,9 @@ def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores)
         n_features=dataset.n_features,
         zero_based=dataset.zero_based,
         weights=weights,
-        size_bytes=len(weights),
+        # the storage quota's share: the weights, and the copy of the feature names the model
+        # keeps (a table of long names over a few rows stored megabytes per model unseen)
+        size_bytes=len(weights) + json_bytes(dataset.feature_names),
         status=trained.status,
         gap=trained.gap,
         duality_gap=trained.duality_gap,

@@ -197,10 +197,10 @@ def _parse_into(
         return _quota_error(exc)
     # the feature names are kept in the database, not in the arrays: counted all the same, or a
     # table of 100,000 long column names over one row (under 1 MB each) cost the quota nothing
-    stored["stored_bytes"] += _json_bytes(getattr(chunks, "feature_names", None))
+    stored["stored_bytes"] += json_bytes(getattr(chunks, "feature_names", None))
     # so are the class names of text labels (1,000 names of 255 characters over 1,000 rows:
     # 16 kB of arrays, 260 kB of names)
-    stored["stored_bytes"] += _json_bytes(text["names"] if text else None)
+    stored["stored_bytes"] += json_bytes(text["names"] if text else None)
     return {
         "n_rows": chunks.n_rows,
         "n_features": chunks.n_features,
@@ -212,7 +212,7 @@ def _parse_into(
     }
 
 
-def _json_bytes(value) -> int:
+def json_bytes(value) -> int:
     """The size of ``value`` as the database's JSON column holds it (0 for None)."""
     import json
 

@@ -75,6 +75,27 @@ def test_a_tables_names_count_against_the_quota(make_service, names, table, leas
     assert len(client.get("/v1/datasets", headers=acme).json()["items"]) == 1
 
 
+def test_a_models_copy_of_the_feature_names_counts_against_the_quota(make_service, fake_trainer):
+    # each model keeps the dataset's feature names in its row: 400 kB of them per model, and the
+    # quota counted only its weights (4 kB packed), so a tenant could store many times its quota
+    from app.jobs.runner import RunContext, run_job
+    from app.services.quotas import storage_used
+
+    fake_trainer()
+    client, app = make_service(auth_mode="required")
+    acme = new_key(app, "acme", "admin")
+    rows = "".join(f"{y}," + ",".join("0" * 2000) + "\n" for y in (1, -1))
+    table = "label," + ",".join(FEATURE_NAMES) + "\n" + rows
+    dataset = upload(client, table.encode(), filename="names.csv", headers=acme).json()
+    with app.state.db.session() as session:
+        before = storage_used(session, "acme")
+    job = client.post("/v1/jobs", json={"dataset_id": dataset["id"]}, headers=acme).json()
+    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
+    with app.state.db.session() as session:
+        model_bytes = storage_used(session, "acme") - before
+    assert model_bytes > len(json.dumps(FEATURE_NAMES).encode())  # the names and the weights
+
+
 def test_default_storage_quota_from_settings(make_service):
     client, app = make_service(auth_mode="required", quota_storage_mb=0.01)  # ~10 kB
     acme = new_key(app, "acme", "admin")
