@@ -29,6 +29,21 @@ _SEARCH_RULES = {
 }
 
 
+def fold_class_weights(class_weight, classes, y_fold) -> np.ndarray:
+    """Per-class weights of one fold's training rows, in the order of ``classes``, computed on
+    the fold as scikit-learn's search does. A class with no row in the fold (it has fewer rows
+    than there are folds) weighs 1: it has nothing there to weigh, and "balanced" is computed
+    over the classes present, as a fit on the fold's rows alone would."""
+    if class_weight is None:
+        return np.ones(len(classes))
+    if not isinstance(class_weight, str):  # a dict: the same weights in every fold
+        return compute_class_weight(class_weight, classes=classes, y=y_fold)
+    weights = np.ones(len(classes))
+    present = np.isin(classes, y_fold)
+    weights[present] = compute_class_weight(class_weight, classes=classes[present], y=y_fold)
+    return weights
+
+
 def _check_calibration(value, multi_class):
     if value is None or value == "none":
         return None
@@ -155,9 +170,7 @@ class LinearSVCCV(LinearSVC):
         signs = binary_signs(y_index) if k == 2 else None  # one copy for every solve
 
         def fit_one(est, train, alpha0, start, newton_after, warm_weights):
-            weights = np.ones(k)
-            if est.class_weight is not None:  # per fold, as scikit-learn's search does
-                weights = compute_class_weight(est.class_weight, classes=self.classes_, y=y[train])
+            weights = fold_class_weights(est.class_weight, self.classes_, y[train])
             return est._solve(X, y_index, k, sw, weights, rows=train, alpha0=alpha0,
                               primal_start=start, newton_after=newton_after,
                               signs=signs, on_path=True, warm_weights=warm_weights)  # fmt: skip

@@ -365,3 +365,36 @@ def test_bad_search_parameters_are_refused(params, message):
     X, y = _a9a()
     with pytest.raises(ValueError, match=message):
         LinearSVCCV(**params).fit(X, y)
+
+
+def test_fold_class_weights_are_computed_over_the_classes_each_fold_holds():
+    from sklearn.utils import compute_class_weight
+
+    from solvers.selection.cv import fold_class_weights
+
+    classes = np.array([1, 2, 3])
+    fold = np.array([1, 1, 1, 2])  # class 3 has no row here
+    got = fold_class_weights("balanced", classes, fold)
+    expected = compute_class_weight("balanced", classes=np.array([1, 2]), y=fold)
+    np.testing.assert_array_equal(got, [*expected, 1.0])
+    weights = {1: 2.0, 2: 0.5, 3: 4.0}  # a dict weighs the same in every fold
+    np.testing.assert_array_equal(fold_class_weights(weights, classes, fold), [2.0, 0.5, 4.0])
+    np.testing.assert_array_equal(fold_class_weights(None, classes, fold), [1.0, 1.0, 1.0])
+
+
+def test_balanced_weights_with_a_class_of_one_row():
+    """A class with fewer rows than folds is absent from some training folds: "balanced" is
+    then computed per fold over the classes there, as cross_validate's fits of our LinearSVC
+    on those rows do (it failed in scikit-learn's compute_class_weight before)."""
+    rng = np.random.default_rng(0)
+    X = csr_arrays(rng.random((41, 2))).to_scipy()
+    y = np.array([1, 2] * 20 + [3])
+    folds = list(StratifiedKFold(5, shuffle=True, random_state=0).split(X, y))
+    tight = dict(class_weight="balanced", tol=1e-8, max_iter=100_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the one-row class: fewer than 5 members
+        search = LinearSVCCV(Cs=[0.1, 1.0], cv=folds, calibration="none", **tight).fit(X, y)
+        cold = cross_validate(LinearSVC(C=1.0, **tight), X, y, cv=folds)
+        calibrated = LinearSVC(probability=True, class_weight="balanced").fit(X, y)
+    np.testing.assert_allclose(search.scores_[1], cold["test_score"])
+    np.testing.assert_allclose(calibrated.predict_proba(X).sum(axis=1), 1.0)
