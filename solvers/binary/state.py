@@ -55,11 +55,11 @@ class SolveState:
             w = np.zeros(csr.n_features + 1)
         else:
             upper = C if hinge else np.inf
-            moved = place_alpha(rec[0::width], warm_start, C, upper, lower, rows)
-            if warm_weights is None or moved:
+            clipped = place_alpha(rec[0::width], warm_start, C, upper, lower, rows)
+            if warm_weights is None or clipped:
                 w = kernels.record_weights(csr, bias, record)
             else:
-                w = warm_weights.copy()  # the solve writes w̃ in place: not the caller's array
+                w = warm_weights  # a copy (`checked_weights`): the solve writes w̃ in place
             to_ray_optimum(record, C, w)
         return cls(csr, C, loss, bias, record, w, index)
 
@@ -133,17 +133,28 @@ def place_alpha(alpha, warm_start, C, upper, lower, rows=None):
     if not np.isfinite(alpha).all():
         raise ValueError("warm_start contains NaN or infinite values")
     outside = np.broadcast_to(C, alpha.shape) <= 0
-    moved = bool((alpha < lower).any() or (alpha > upper).any() or alpha[outside].any())
+    clipped = _beyond(alpha, lower, upper) or bool(np.any(alpha, where=outside))
     np.clip(alpha, lower, upper, out=alpha)
     alpha[outside] = 0.0
-    return moved
+    return clipped
+
+
+def _beyond(alpha, lower, upper) -> bool:
+    """Whether any α lies outside [lower, upper] (scalars, or ``upper`` one bound per row),
+    with no float temporary of α's length."""
+    if alpha.shape[0] == 0:
+        return False
+    if np.ndim(upper) == 0 or np.size(upper) == 1:
+        return bool(alpha.min() < lower or alpha.max() > float(np.max(upper)))
+    return bool(alpha.min() < lower or np.any(alpha > upper))
 
 
 def checked_weights(warm_weights, n_features, warm_start):
-    """``warm_weights`` as float64 of shape (n_features + 1,), finite; only with a warm start."""
+    """A copy of ``warm_weights`` as float64 of shape (n_features + 1,), finite; only with a
+    warm start."""
     if warm_start is None:
         raise ValueError("warm_weights needs the warm_start it was built from")
-    given = np.asarray(warm_weights, dtype=np.float64)
+    given = np.array(warm_weights, dtype=np.float64)  # always a copy
     if given.shape != (n_features + 1,):
         raise ValueError(f"warm_weights must have shape ({n_features + 1},), got {given.shape}")
     if not np.isfinite(given).all():

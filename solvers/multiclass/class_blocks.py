@@ -27,6 +27,11 @@ class ClassBlocks:
         self._W = np.zeros(n_features * k)
         self._alpha = np.zeros(n_samples * k)
 
+    def of_block(self, per_class: np.ndarray, b: int) -> np.ndarray:
+        """Block b's entries of an array whose first axis is the k classes, as a view (its
+        classes are every n_blocks-th from b)."""
+        return per_class[b :: len(self.classes)]
+
     def regions(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         """Block b's (n_features, kb) W and (n_samples, kb) α, views of the shared buffers."""
         return self._region(self._W, b), self._region(self._alpha, b)

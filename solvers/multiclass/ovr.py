@@ -194,7 +194,7 @@ def solve_ovr(
     blocks = [
         make_block(
             problem, Cfull, classes, warm_start, loss, *storage.regions(b), start_on_support,
-            warm_weights,
+            None if warm_weights is None else [storage.of_block(a, b) for a in warm_weights],
         )  # fmt: skip
         for b, classes in enumerate(storage.classes)
     ]
@@ -337,6 +337,8 @@ def _checked_weights(warm_weights, k, n_features, warm_start):
     only with a warm start."""
     if warm_start is None:
         raise ValueError("warm_weights needs the warm_start it was built from")
+    if len(warm_weights) != 2:
+        raise ValueError("warm_weights must be a pair (W, bias weights)")
     W, w_bias = (np.asarray(a, dtype=np.float64) for a in warm_weights)
     if W.shape != (k, n_features) or w_bias.shape != (k,):
         raise ValueError(

@@ -65,14 +65,13 @@ def make_block(
         usable = (Cmat > 0).view(np.uint8)
     wb = np.zeros(kb)
     if warm_start is not None:
-        start, moved = _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss)
+        start, clipped = _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss)
         alpha[...] = start
-        if warm_weights is None or moved:
+        if warm_weights is None or clipped:
             _weights_of_alpha(problem, classes, alpha, W, wb)
-        else:  # the caller's W, copied into the region through a view: no temporary
-            columns = _as_slice(classes)
-            W[...] = warm_weights[0].T[:, columns]
-            wb[...] = warm_weights[1][columns]
+        else:  # the block's rows of the caller's (k, d) W, a strided view: no temporary
+            W[...] = warm_weights[0].T
+            wb[...] = warm_weights[1]
         to_ray_optimum(alpha, Cmat, c_stride, loss == "hinge", W, wb)
     active = usable.copy()
     if warm_start is not None and on_support:
@@ -110,18 +109,6 @@ def make_block(
     )
 
 
-def _as_slice(classes: np.ndarray) -> slice | np.ndarray:
-    """A block's classes, every n_blocks-th from its first (`ClassBlocks`), as a slice: columns
-    taken by a slice are copied as one strided loop, where np.take moved them one value at a
-    time (40 ms a solve on sector's 55,197 × 105 W). Any other set stays an index array."""
-    first = int(classes[0])
-    step = int(classes[1] - classes[0]) if classes.shape[0] > 1 else 1
-    stop = first + step * classes.shape[0]
-    if step > 0 and np.array_equal(classes, np.arange(first, stop, step)):
-        return slice(first, stop, step)
-    return classes
-
-
 def _weights_of_alpha(problem, classes, alpha, W, wb):
     """w_c = Σ_i y_ic α_ic x̃_i of the block's classes into W and wb (zeros on entry), a pass
     over X."""
@@ -153,15 +140,15 @@ def _initial_alpha(warm_start, classes, problem, Cmat, c_stride, usable, loss):
     if not np.all(np.isfinite(ws)) or np.any(ws < 0):
         raise ValueError("warm_start must hold finite values >= 0")
     alpha = np.ascontiguousarray(ws[classes].T)
-    moved = False
+    clipped = False
     if loss == "hinge":
         upper = Cmat if c_stride else np.broadcast_to(Cmat, alpha.shape)
-        moved = bool((alpha > upper).any())
+        clipped = bool(np.any(alpha > upper))
         np.minimum(alpha, upper, out=alpha)
     unusable = usable == 0
-    moved = moved or bool(alpha[unusable].any())
+    clipped = clipped or bool(np.any(alpha, where=unusable))
     alpha[unusable] = 0.0
-    return alpha, moved
+    return alpha, clipped
 
 
 def rows_to_visit(running, order, rng, buffer, verify):

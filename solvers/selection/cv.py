@@ -183,7 +183,7 @@ class LinearSVCCV(LinearSVC):
         search = Search(self, X, y_index, points, fold_list, fit_one=fit_one,
                         decisions_of=decisions_of, primal=primal, bias=bias,
                         row_axis=self._row_axis(k), calibrating=method is not None,
-                        deadline=deadline)  # fmt: skip
+                        deadline=deadline, hand_weights=self.multi_class == "ovr")  # fmt: skip
         self._labels = y
         state = search.run()
         best, alpha0 = finish(search, state, calibrate=method)

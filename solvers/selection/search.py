@@ -253,7 +253,7 @@ class Search:
 
     def __init__(self, owner, X, target, grid_points, fold_list, *, fit_one, decisions_of,
                  primal=False, bias=0.0, row_axis=0, calibrating=False,
-                 deadline=None):  # fmt: skip
+                 deadline=None, hand_weights=False):  # fmt: skip
         self.owner, self.X, self.target = owner, X, target
         # the fit's end (`deadline_of`): every solve gets what is left of it, no solve starts
         # after it, and a grid point whose solves it cut short is not scored
@@ -278,6 +278,8 @@ class Search:
         self.best: tuple[int, np.ndarray, np.ndarray, np.ndarray | None] | None = None
         self.starts = WarmStarts(len(fold_list), primal, bias)
         self.bias, self.row_axis = bias, row_axis  # α's axis of rows
+        # whether the solvers take the previous C's weights with its α (`dual_weights`)
+        self.hand_weights = hand_weights
 
     def template(self, point: dict, stage: str, fold, c_index):
         # a shallow copy of one validated template per solve, not scikit-learn's clone, whose
@@ -304,7 +306,9 @@ class Search:
         train, test = self.folds[f]
         alpha0 = None if previous is None else previous.alpha
         start = self.starts.primal_start(f, previous)
-        warm_weights = None if start is not None else dual_weights(previous, self.bias)
+        warm_weights = None
+        if self.hand_weights and start is None:
+            warm_weights = dual_weights(previous, self.bias)
         result = self.fit_one(
             est, train, alpha0, start, self.starts.newton_after(previous), warm_weights
         )

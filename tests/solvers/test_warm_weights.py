@@ -136,15 +136,6 @@ def test_ovr_warm_weights_fill_every_block_of_classes(ovr_rebuilds, monkeypatch)
     _same_solve(given, rebuilt)
 
 
-@pytest.mark.parametrize(
-    ("classes", "expected"),
-    [([0, 1, 2], slice(0, 3, 1)), ([1, 3, 5], slice(1, 7, 2)), ([4], slice(4, 5, 1))],
-)
-def test_a_blocks_classes_are_taken_as_a_slice(classes, expected):
-    assert ovr_blocks._as_slice(np.array(classes)) == expected
-    np.testing.assert_array_equal(ovr_blocks._as_slice(np.array([0, 2, 3])), [0, 2, 3])
-
-
 def test_ovr_warm_weights_are_rebuilt_where_the_bounds_clip_the_start(ovr_rebuilds):
     X, y = _multiclass()
     options = dict(loss="hinge", bias=1.0, tol=1e-6, max_iter=50_000, newton=False)
@@ -200,6 +191,63 @@ def test_a_path_hands_on_its_weights_and_scores_as_when_it_rebuilds(ovr_rebuilds
     assert len(ovr_rebuilds) > 1 + 3 * 3
     np.testing.assert_array_equal(given.scores_, rebuilt.scores_)
     assert given.C_ == rebuilt.C_
+
+
+def test_a_binary_path_hands_on_its_weights_and_scores_as_when_it_rebuilds(
+    binary_rebuilds, monkeypatch
+):
+    X, y = _binary()
+    options = dict(Cs=[0.01, 0.03, 0.1, 0.3], cv=3, loss="hinge", tol=1e-4, max_iter=20_000,
+                   n_jobs=1, calibration="none")  # fmt: skip
+    binary_rebuilds.clear()
+    given = LinearSVCCV(**options).fit(X, y)
+    assert binary_rebuilds == [1]  # the refit
+    monkeypatch.setattr(search, "dual_weights", lambda result, bias: None)
+    rebuilt = LinearSVCCV(**options).fit(X, y)
+    assert len(binary_rebuilds) == 1 + 1 + 3 * 3
+    np.testing.assert_array_equal(given.scores_, rebuilt.scores_)
+    assert given.C_ == rebuilt.C_
+
+
+@pytest.mark.parametrize("solver", ["binary", "ovr"])
+def test_the_next_solve_leaves_the_previous_result_alone(solver):
+    """The solve writes w̃ in place: the weights it was handed are copied, so the previous
+    result, which the caller still holds, is unchanged."""
+    if solver == "binary":
+        X, y = _binary()
+        first = solve_binary(X, y, C=0.05, bias=1.0)
+        weights = np.append(first.w, first.bias)
+        kept = [first.w.copy(), first.alpha.copy(), weights.copy()]
+        solve_binary(X, y, C=1.0, bias=1.0, warm_start=first.alpha, warm_weights=weights)
+        now = [first.w, first.alpha, weights]
+    else:
+        X, y = _multiclass()
+        first = solve_ovr(X, y, 3, C=0.05, bias=1.0)
+        kept = [first.w.copy(), first.alpha.copy(), first.bias.copy()]
+        solve_ovr(X, y, 3, C=1.0, bias=1.0, warm_start=first.alpha,
+                  warm_weights=(first.w, first.bias))  # fmt: skip
+        now = [first.w, first.alpha, first.bias]
+    for before, after in zip(kept, now, strict=True):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_threaded_binary_solves_take_the_weights_too(binary_rebuilds, monkeypatch):
+    from solvers.binary import parallel
+
+    monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs, *mode: n_jobs)
+    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", 0.0)
+    X, y = _binary()
+    options = dict(loss="squared_hinge", bias=1.0, tol=1e-8, max_iter=50_000, newton=False,
+                   n_jobs=2, deterministic=True)  # fmt: skip
+    first = solve_binary(X, y, C=0.05, **options)
+    binary_rebuilds.clear()
+    given = solve_binary(X, y, C=1.0, warm_start=first.alpha,
+                         warm_weights=np.append(first.w, first.bias), **options)  # fmt: skip
+    assert binary_rebuilds == []
+    cold = solve_binary(X, y, C=1.0, **options)
+    bound = (abs(given.duality_gap) + abs(cold.duality_gap)) * max(1.0, abs(cold.primal))
+    assert given.converged and abs(given.duality_gap) < 1e-6
+    assert abs(given.primal - cold.primal) <= bound + 1e-9
 
 
 def test_a_path_rebuilds_after_a_newton_finish():
