@@ -431,6 +431,16 @@ def test_parquet_errors(client, settings):
     nothing_stored(client, settings)
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_a_parquet_column_with_no_name_is_422_naming_its_position(client, settings, name):
+    # as a CSV header's "label,,b": the empty name was kept as a feature name
+    data = parquet_bytes(pa.table({"label": [1.0, -1.0], name: [0.5, 2.0], "b": [1.0, 0.0]}))
+    response = post(client, data, filename="unnamed.parquet")
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == "parquet: column 2 has no name"
+    nothing_stored(client, settings)
+
+
 def test_empty_parquet_row_groups_are_skipped(client, settings):
     # a writer given an empty table writes a row group of no rows, whose column chunks pyarrow
     # places at offset 0: such a valid file was refused as "a column chunk lies outside the

@@ -3,7 +3,8 @@
 Layouts:
   dense   the label column (named `label_column`, default ``label``, else the first column) and
           numeric (integer, floating or boolean) feature columns; feature j is the j-th
-          non-label column and the column names are the dataset's feature names. A null cell is
+          non-label column and the column names are the dataset's feature names (every column
+          must have one: a name that is empty or only spaces is refused). A null cell is
           an error, or 0 with ``empty_cells="zero"``.
   sparse  the label column and one column of type ``struct<indices: list<integer>, values:
           list<floating>>`` or ``list<struct<index: integer, value: floating>>``; indices are
@@ -154,12 +155,15 @@ class ParquetChunks:
     def _layout(self, schema):
         """(label column, dense feature columns, sparse column or None)."""
         names = list(schema.names)
-        if len(set(names)) != len(names):
-            raise ValueError("parquet: two columns have the same name")
         if not names:
             raise ValueError("parquet: the file has no columns")
-        for name in names:
+        for i, name in enumerate(names):
+            # as a CSV header's: a name of no characters (or only spaces) names no feature
+            if not name.strip():
+                raise ValueError(f"parquet: column {i + 1} has no name")
             refuse_nul(name, "parquet: the column name")
+        if len(set(names)) != len(names):
+            raise ValueError("parquet: two columns have the same name")
         wanted = self.label_column or "label"
         if wanted in names:
             label = wanted
