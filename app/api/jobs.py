@@ -48,7 +48,15 @@ def create_job(
     request: Request,
     response: Response,
     db: DatabaseDep,
-    idempotency_key: Annotated[str | None, Header()] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            description="a retry with this key returns the job it created (header "
+            "Idempotent-Replayed: true) for IDEMPOTENCY_TTL_HOURS; bodies are compared as the "
+            "job they make (params validated, defaults filled in: C 1 and 1.0 are one), "
+            "another job under the key is a 422"
+        ),
+    ] = None,
 ):
     """Queue a training job for `estimator` on a stored dataset."""
     settings = request.app.state.settings

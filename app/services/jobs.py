@@ -68,7 +68,13 @@ def create_job(
     check_time_limit(params, settings.max_job_seconds)
     check_cache_size(params, settings.max_cache_mb)
     key_ttl_hours = settings.idempotency_ttl_hours
-    body_hash = idempotency.request_hash(body.model_dump(mode="json")) if key else None
+    # the job as it will run (params validated, defaults filled in): {"C": 1} and {"C": 1.0}
+    # are one request, and a retry matches the first whatever spelling the client used
+    body_hash = (
+        idempotency.request_hash({**body.model_dump(mode="json"), "params": params})
+        if key
+        else None
+    )
     if key:
         with db.session() as session:
             existing = idempotency.lookup(session, "jobs", key, body_hash, key_ttl_hours)

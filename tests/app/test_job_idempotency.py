@@ -1,7 +1,8 @@
 """Idempotency-Key on job creation, on SQLite and PostgreSQL: a replay returns the same job, another
 body is a 422, the key of a deleted job a 409, concurrent requests with one key create one job,
 and a key is forgotten after IDEMPOTENCY_TTL_HOURS (the reaper sweeps it). A stand-in trainer
-plays the solver here."""
+plays the solver here. A body is fingerprinted as the job it makes (its params validated, defaults
+filled in), so {"C": 1} and {"C": 1.0} are one body."""
 
 from __future__ import annotations
 
@@ -30,6 +31,27 @@ def test_job_idempotency_key(client, db, heart, fake_trainer):
         "/v1/jobs", json={**body, "params": {"C": 4}}, headers={"Idempotency-Key": "k1"}
     )
     assert changed.status_code == 422 and "different request body" in changed.json()["detail"]
+    assert count(db, Job) == 1
+
+
+def test_a_key_matches_the_job_as_validated_not_as_spelled(client, db, heart, fake_trainer):
+    """The fingerprint was the raw body's: a retry sending {"C": 1.0} for {"C": 1} (one job) was
+    a 422. It is the validated params' now, defaults filled in; another job is still a 422."""
+    fake_trainer()
+    key = {"Idempotency-Key": "k1"}
+    first = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": {"C": 1}},
+                        headers=key)  # fmt: skip
+    assert first.status_code == 202, first.text
+    for params in ({"C": 1.0}, {"C": 1e0, "loss": "squared_hinge"}, {}):
+        again = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": params},
+                            headers=key)  # fmt: skip
+        assert again.status_code == 202, (params, again.text)
+        assert again.json()["id"] == first.json()["id"]
+        assert again.headers["idempotent-replayed"] == "true"
+    for params in ({"C": 1.5}, {"C": 1, "loss": "hinge"}):
+        other = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": params},
+                            headers=key)  # fmt: skip
+        assert other.status_code == 422 and "different request body" in other.json()["detail"]
     assert count(db, Job) == 1
 
 
