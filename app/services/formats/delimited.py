@@ -4,6 +4,8 @@ The header names the columns. The label is the column named `label_column` (defa
 without such a column, the first column), every other column is a feature, in order: feature j
 (zero-based) is the j-th non-label column, and the names are kept as the dataset's feature names.
 Cells are numbers (quoted or not); an empty cell is an error, or 0 with ``empty_cells="zero"``.
+A quoted cell may hold a line break, so a row may span lines: an error is named by the line the
+row starts on.
 Zeros are not stored: the rows become the same CSR arrays as a LIBSVM file's.
 
 Bounds, checked while the text streams (the reader never holds more than one block of lines):
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import re
 from typing import BinaryIO
 
@@ -95,7 +98,7 @@ class DelimitedChunks:
                 "send wider data as LIBSVM, npz or a sparse Parquet column)",
                 1,
             )
-        names = [name.strip() for name in next(_csv_rows([text], self.sep, 1))]
+        names = [name.strip() for name in next(_records([text], 1, self.sep))[1]]
         for i, name in enumerate(names):
             if not name:
                 raise ValueError(f"line 1: column {i + 1} has no name")
@@ -174,7 +177,7 @@ class DelimitedChunks:
         if len(block) != len(raw):  # empty cells were read as 0: was a label among them?
             self._zeroed_labels(raw, line)
         rows[:, self.label_at] = self.labels.numeric(
-            rows[:, self.label_at], lambda r: f"line {line + _row_line(block, r)}"
+            rows[:, self.label_at], lambda r: f"line {_record(block, line, self.sep, r)[0]}"
         )
         return rows
 
@@ -184,7 +187,7 @@ class DelimitedChunks:
         cells = self._read(raw, [self.label_at], dtype=str)[:, 0]
         empty = np.flatnonzero(np.char.strip(cells) == "")
         if empty.size:
-            self.labels.zeroed(f"line {line + _row_line(raw, int(empty[0]))}")
+            self.labels.zeroed(f"line {_record(raw, line, self.sep, int(empty[0]))[0]}")
 
     def _read(self, block: bytes, columns: list[int] | None = None, dtype=np.float64):
         return np.loadtxt(
@@ -202,32 +205,24 @@ class DelimitedChunks:
         bad = ~np.isfinite(rows)
         if bad.any():
             r, c = np.argwhere(bad)[0]
-            offset = _row_line(block, r)
+            at, cells = _record(block, line, self.sep, r)
+            # the cell as sent: a cell of 1e309 is read as inf, and the message quoted the inf
+            cell = cells[c].strip() if c < len(cells) else ""
             raise ValueError(
-                f"line {line + offset}, column {self.names[c]!r}: "
-                f"{_cell(block, offset, c, self.sep, line + offset)!r} is not a finite number"
+                f"line {at}, column {self.names[c]!r}: {cell!r} is not a finite number"
             )
 
     def _convert_text(self, raw: bytes, block: bytes, line: int) -> np.ndarray | None:
         """A block whose labels are not all numbers: the features read as numbers, the label
         cells as text (from the block as sent: an empty label is an error even with
         empty_cells=zero, a text class is never made up)."""
-        try:
-            lines = raw.decode("utf-8").split("\n")
-        except UnicodeDecodeError:  # named by its line
-            lines = [_decode(text, line + offset) for offset, text in enumerate(raw.split(b"\n"))]
-        offsets, cells = [], []
-        shapes = self._label_cells((text.rstrip("\r") for text in lines), line)
-        if len(shapes) != len(lines):  # a quote left open took the next line: one by one
-            shapes = [self._label_cells([t.rstrip("\r")], line + offset)[0]
-                      for offset, t in enumerate(lines)]  # fmt: skip
-        for offset, (text, (width, cell)) in enumerate(zip(lines, shapes, strict=True)):
-            if not text.strip():
-                continue
-            if width != len(self.names):
+        starts, cells = [], []  # each row's file line and label cell: not every cell of the
+        # block as a Python string (many times its bytes)
+        for at, row in _records(_block_lines(raw, line), line, self.sep):
+            if len(row) != len(self.names):
                 raise self._locate(block, line, skip=self.label_at)
-            offsets.append(offset)
-            cells.append(cell)
+            starts.append(at)
+            cells.append(row[self.label_at])
         if not cells:
             return None
         features = [i for i in range(len(self.names)) if i != self.label_at]
@@ -240,27 +235,14 @@ class DelimitedChunks:
         rows = np.zeros((len(cells), len(self.names)), dtype=np.float64)
         rows[:, features] = values
         self._check_finite(rows, block, line)
-        rows[:, self.label_at] = self.labels.cells(cells, lambda r: f"line {line + offsets[r]}")
+        rows[:, self.label_at] = self.labels.cells(cells, lambda r: f"line {starts[r]}")
         return rows
-
-    def _label_cells(self, lines, line: int) -> list[tuple[int, str | None]]:
-        """(cell count, label cell) of each row the csv reader reads from `lines` (the first is
-        file line `line`): only the label is kept, not every cell of the block as a Python
-        string (many times its bytes)."""
-        at = self.label_at
-        shapes = [(len(row), row[at] if len(row) > at else None)
-                  for row in _csv_rows(lines, self.sep, line)]  # fmt: skip
-        return shapes or [(0, None)]
 
     def _locate(self, block: bytes, line: int, skip: int | None = None) -> ValueError:
         """The first bad cell of a block that numpy refused, named by line and column (`skip`:
         a column whose cells may be text, the labels)."""
-        for offset, raw in enumerate(block.split(b"\n")):
-            text = _decode(raw, line + offset).rstrip("\r")
-            if not text.strip():
-                continue
-            cells = next(_csv_rows([text], self.sep, line + offset))
-            where = f"line {line + offset}"
+        for at, cells in _records(_block_lines(block, line), line, self.sep):
+            where = f"line {at}"
             if len(cells) != len(self.names):
                 return ValueError(
                     f"{where}: expected {len(self.names)} cells (as the header has), "
@@ -312,32 +294,35 @@ def _empty_cell_pattern(sep: str) -> re.Pattern:
     return re.compile(rb"(?m)^(?=" + d + rb")|(?<=" + d + rb")(?=" + d + rb"|\r?$)")
 
 
-def _row_line(block: bytes, row: int) -> int:
-    """Offset (in lines) of the `row`-th non-blank line of a block."""
-    seen = -1
-    for offset, raw in enumerate(block.split(b"\n")):
-        if raw.strip():
-            seen += 1
-            if seen == row:
-                return offset
-    return 0
+def _block_lines(block: bytes, line: int) -> list[str]:
+    """A block's lines as text (the first is file line `line`); 422 naming a line not UTF-8."""
+    try:
+        return block.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        return [_decode(raw, line + offset) for offset, raw in enumerate(block.split(b"\n"))]
 
 
-def _cell(block: bytes, offset: int, column: int, sep: str, line: int) -> str:
-    """The text of a cell as sent (its quotes removed), for a message: a cell of 1e309 is read
-    as inf, and the message quoted the inf instead of what the file holds."""
-    raw = block.split(b"\n")[offset].decode("utf-8", "replace").rstrip("\r")
-    cells = next(_csv_rows([raw], sep, line), [])
-    return cells[column].strip() if column < len(cells) else ""
+def _record(block: bytes, line: int, sep: str, row: int) -> tuple[int, list[str]]:
+    """The file line and cells (as sent, quotes removed) of numpy's row `row` of a block."""
+    rows = _records(_block_lines(block, line), line, sep)
+    return next(itertools.islice(rows, row, None), (line, []))
 
 
-def _csv_rows(lines, sep: str, line: int):
-    """The csv reader's rows of `lines`, the first of them file line `line`. A cell beyond the
+def _records(lines: list[str], line: int, sep: str):
+    """(file line, cells) of each row the csv reader reads from `lines` (the first is file line
+    `line`), blank lines left out as numpy's reader leaves them. A quoted cell may hold a line
+    break, as numpy reads it, so a row may span lines: it is named by the line it starts on
+    (naming each line apart put the error of a later row lines too early). A cell beyond the
     csv module's field size limit (131072 characters) is a ValueError naming its line: the
     reader's csv.Error was a 500 (a header's long name, a long label or number)."""
-    reader = csv.reader(lines, delimiter=sep)
+    reader = csv.reader((text + "\n" for text in lines), delimiter=sep)
+    start = 0
     try:
-        yield from reader
+        for cells in reader:
+            first, start = start, reader.line_num
+            if start - first == 1 and not lines[first].strip():
+                continue
+            yield line + first, cells
     except csv.Error:
         raise ValueError(
             f"line {line + reader.line_num - 1}: a cell holds more than "
