@@ -91,7 +91,11 @@ async def upload_dataset(
     named by it (a number among them by its value: 1 and 1.0 are the class "1"). Text labels
     make a classification dataset whose classes are listed by name, sorted; at most 255
     characters a name and 1000 classes, an empty label is an error (422 naming the line or
-    row). LIBSVM and npz labels are numbers."""
+    row). LIBSVM and npz labels are numbers.
+
+    The same bytes uploaded again with the same parse options answer the stored dataset (200);
+    a format recognised (from the file name or the first bytes) counts as the same format
+    named."""
     options = UploadOptions(format=format, label_column=label_column, empty_cells=empty_cells)
     tenant = tenancy.current_tenant() or LOCAL_TENANT
     with request.app.state.upload_slots.hold(tenant):  # before the body is read

@@ -173,7 +173,7 @@ def _parse_into(
     try:
         with GrowingFile(source) if growing else open(source, "rb") as stream:
             plain = open_expanded(stream, expanded)
-            kind = formats.resolve(fmt, plain.peek(SNIFF_BYTES)[:SNIFF_BYTES])
+            kind = formats.resolve(fmt, _head(plain))
             bounds = {**limits, "max_expanded": expanded}
             chunks = formats.chunks(kind, plain, source, bounds, CHUNK_ROWS, CHUNK_NNZ, options)
             for chunk in chunks:
@@ -210,6 +210,24 @@ def _parse_into(
         "feature_names": getattr(chunks, "feature_names", None),
         **stored,
     }
+
+
+def _head(plain: io.BufferedReader) -> bytes:
+    """The first bytes of an upload (decompressed) that recognise an unnamed format."""
+    return plain.peek(SNIFF_BYTES)[:SNIFF_BYTES]
+
+
+def recognised_format(path: Path, max_expanded: int) -> str | None:
+    """The format the whole upload at `path` is recognised as when none is named, as the parse
+    recognises it; None when its compressed bytes cannot be read (the parse says why)."""
+    from app.limits import open_expanded
+    from app.services import formats
+
+    try:
+        with open(path, "rb") as stream:
+            return formats.resolve(None, _head(open_expanded(stream, max_expanded)))
+    except (OSError, ValueError, EOFError):
+        return None
 
 
 def json_bytes(value) -> int:

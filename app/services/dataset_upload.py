@@ -26,6 +26,7 @@ from app.services.dataset_commit import (
     replayed,
     same_content,
 )
+from app.services.dataset_files import recognised_format
 from app.services.formats.delimited import EMPTY_POLICIES
 from app.services.parser_pool import ParserPool
 from app.services.uploads import (
@@ -82,6 +83,13 @@ class UploadOptions:
             del key["empty_cells"]
         return key or None
 
+    def content_key(self, sha256: str, recognised: str) -> str:
+        """The content key of these bytes parsed with these options, an unnamed format being
+        the one they are `recognised` as: the same bytes with their format named or left to be
+        recognised are one upload."""
+        key = {**(self.key_options() or {}), "format": self.format or recognised}
+        return content_key(sha256, key)
+
 
 async def create_dataset(
     request: Request,
@@ -110,7 +118,7 @@ async def create_dataset(
         parser, sink, tmp / temp_name("parsed"), settings.upload_limits(room), options
     )
     try:
-        filename, field_name, key, duplicate = await _receive(request, db, sink, parse, options)
+        filename, field_name, duplicate = await _receive(request, db, sink, parse, options)
         if duplicate is not None:
             return duplicate, "duplicate"
         meta = await parse.future
@@ -121,7 +129,7 @@ async def create_dataset(
             filename=filename,
             sha256=sink.hash.hexdigest(),
             size_bytes=sink.size,
-            content_key=key,
+            content_key=options.content_key(sink.hash.hexdigest(), meta["format"]),
             **meta,
         )
         return await asyncio.to_thread(
@@ -178,22 +186,33 @@ class _FollowingParse:
 
 async def _receive(
     request: Request, db: Database, sink: UploadSink, parse: _FollowingParse, options: UploadOptions
-) -> tuple[str | None, str | None, str, Dataset | None]:
-    """Receive the body into `sink`: (file name, field name, content key, the tenant's dataset
-    with the same content or None). The sink is finished, or aborted (the parser then stops)
-    when the content is already stored or the request fails."""
+) -> tuple[str | None, str | None, Dataset | None]:
+    """Receive the body into `sink`: (file name, field name, the tenant's dataset with the same
+    content or None). The sink is finished, or aborted (the parser then stops) when the content
+    is already stored or the request fails."""
     try:
         filename, field_name = await receive_into(request, sink, parse.start, UploadOptions.FIELDS)
-        key = content_key(sink.hash.hexdigest(), options.key_options())
-        duplicate = await asyncio.to_thread(same_content, db, key)
+        sink.close()  # flushed: an unnamed format is recognised from the file's first bytes
+        max_expanded = parse.limits.get("max_expanded") or 2**62
+        duplicate = await asyncio.to_thread(_stored_copy, db, sink, options, max_expanded)
         if duplicate is not None:
             sink.abort()  # the parser stops; nothing is stored
-            return filename, field_name, key, duplicate
+            return filename, field_name, duplicate
         sink.finish()
     except BaseException:
         sink.abort()
         raise
-    return filename, field_name, key, None
+    return filename, field_name, None
+
+
+def _stored_copy(
+    db: Database, sink: UploadSink, options: UploadOptions, max_expanded: int
+) -> Dataset | None:
+    """The tenant's dataset of the same bytes parsed the same way, or None."""
+    fmt = options.format or recognised_format(sink.path, max_expanded)
+    if fmt is None:  # compressed bytes that cannot be read: the parse says why
+        return None
+    return same_content(db, options.content_key(sink.hash.hexdigest(), fmt))
 
 
 def _check_parsed(sink: UploadSink, meta: dict) -> None:
@@ -240,4 +259,7 @@ async def _check_replayed_body(
         request, sink, lambda name, fields: options.complete(fields, name), UploadOptions.FIELDS
     )
     sha256 = sink.hash.hexdigest()
-    check_same_upload(existing, sha256, content_key(sha256, options.key_options()))
+    # an unnamed format is compared as the one the dataset was read in: these bytes are not
+    # kept to be recognised, and the same bytes are recognised the same way
+    key = options.content_key(sha256, existing.format or "libsvm")
+    check_same_upload(existing, sha256, key)

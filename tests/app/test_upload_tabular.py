@@ -140,6 +140,35 @@ def test_csv_is_recognised_without_a_name_or_format(client):
     assert response.status_code == 201 and response.json()["format"] == "csv"
 
 
+def test_a_recognised_format_counts_as_the_format_named(client, settings):
+    """The content key held "libsvm" for any format not named: the same CSV bytes sent with
+    format=csv (or a name saying .csv) after they were sent unnamed were stored again, and a
+    retry under the first one's Idempotency-Key naming csv was told it sent another body."""
+    text, raw = csv_bytes(*table(5)), {"content-type": "text/csv"}
+    first = client.post("/v1/datasets", content=text, headers=raw)
+    assert first.status_code == 201 and first.json()["format"] == "csv"
+    for again in (
+        client.post("/v1/datasets", content=text, headers=raw),
+        client.post("/v1/datasets", content=text, headers=raw, params={"format": "csv"}),
+        post(client, text, filename="named.csv"),
+        post(client, text, filename="noext"),
+    ):
+        assert again.status_code == 200, again.text
+        assert again.json()["id"] == first.json()["id"]
+    other = post(client, text, filename="noext", label_column="f0")  # another parse
+    assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
+    keyed = {**raw, "Idempotency-Key": "k1"}
+    body = csv_bytes(*table(6))
+    created = client.post("/v1/datasets", content=body, headers=keyed)
+    assert created.status_code == 201, created.text
+    named = client.post("/v1/datasets", content=body, headers=keyed, params={"format": "csv"})
+    assert named.status_code == 201 and named.headers["idempotent-replayed"] == "true"
+    assert named.json()["id"] == created.json()["id"]
+    as_tsv = client.post("/v1/datasets", content=body, headers=keyed, params={"format": "tsv"})
+    assert as_tsv.status_code == 422 and as_tsv.json()["title"] == "Idempotency-Key reused"
+    assert len(client.get("/v1/datasets").json()["items"]) == 3
+
+
 def test_empty_cells_are_an_error_or_zero(client, settings):
     text = b"label,a,b,c\n1,0.5,,2\n-1,,1,\n"
     refused = post(client, text)
