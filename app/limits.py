@@ -271,6 +271,13 @@ class _Prefixed(io.RawIOBase):
         return self.raw.readinto(buffer)
 
 
+# bytes read ahead of the parse: a compression's magic bytes, and the first bytes that recognise
+# an unnamed format (`app.services.dataset_files.SNIFF_BYTES`); the stream hands them back in one
+# read, so that a peek sees them all (with 8 it saw 8, and an unnamed CSV whose first column name
+# was 8 characters or longer was taken for LIBSVM)
+READ_AHEAD = 4096
+
+
 def _read_head(stream, n: int) -> bytes:
     head = b""
     while len(head) < n:
@@ -288,13 +295,13 @@ def open_expanded(raw, limit: int) -> io.BufferedReader:
     their expanded size limited to `limit` bytes (ExpansionTooLarge beyond it); a compressed
     payload inside a compressed upload is refused (NestedCompression).
     """
-    head = _read_head(raw, 8)
+    head = _read_head(raw, READ_AHEAD)
     stream = io.BufferedReader(_Prefixed(head, raw), 1 << 20)
     kind = compression_of(head)
     if kind is None:
         return stream
     plain = _Limited(_decompressor(stream, kind), kind, limit)
-    inner_head = _read_head(plain, 8)
+    inner_head = _read_head(plain, READ_AHEAD)
     inner = compression_of(inner_head)
     if inner is not None:
         raise NestedCompression(kind, inner)

@@ -29,7 +29,7 @@ from app.services.dataset_store import (
 
 ARRAYS = ("data", "indices", "indptr", "y")
 CHUNK_ROWS, CHUNK_NNZ = 65536, 1 << 20  # rows and entries the parser holds at a time
-SNIFF_BYTES = 4096  # first bytes that recognise an unnamed format
+SNIFF_BYTES = 4096  # first bytes that recognise an unnamed format (app.limits.READ_AHEAD)
 
 
 def summarize_labels(y: np.ndarray) -> dict[str, Any]:

@@ -4,8 +4,8 @@ The header names the columns. The label is the column named `label_column` (defa
 without such a column, the first column), every other column is a feature, in order: feature j
 (zero-based) is the j-th non-label column, and the names are kept as the dataset's feature names.
 Cells are numbers (quoted or not); an empty cell is an error, or 0 with ``empty_cells="zero"``.
-A quoted cell may hold a line break, so a row may span lines: an error is named by the line the
-row starts on.
+A row is one line: a line break inside a quoted cell is a 422 naming the line the row starts
+on (the text is cut into blocks at line ends, and a row cut in two would be read as two).
 Zeros are not stored: the rows become the same CSR arrays as a LIBSVM file's.
 
 Bounds, checked while the text streams (the reader never holds more than one block of lines):
@@ -163,6 +163,8 @@ class DelimitedChunks:
         """The block's rows as numbers; the label column holds the labels or their class codes
         (`LabelColumn`)."""
         raw = block
+        if b'"' in raw:  # only a quote opens a cell that could hold a line break
+            _check_one_line_rows(raw, line, self.sep)
         if self.empty_cells == "zero":
             block = self._empty.sub(b"0", block)
         try:
@@ -218,7 +220,7 @@ class DelimitedChunks:
         empty_cells=zero, a text class is never made up)."""
         starts, cells = [], []  # each row's file line and label cell: not every cell of the
         # block as a Python string (many times its bytes)
-        for at, row in _records(_block_lines(raw, line), line, self.sep):
+        for at, row, _ in _records(_block_lines(raw, line), line, self.sep):
             if len(row) != len(self.names):
                 raise self._locate(block, line, skip=self.label_at)
             starts.append(at)
@@ -241,7 +243,7 @@ class DelimitedChunks:
     def _locate(self, block: bytes, line: int, skip: int | None = None) -> ValueError:
         """The first bad cell of a block that numpy refused, named by line and column (`skip`:
         a column whose cells may be text, the labels)."""
-        for at, cells in _records(_block_lines(block, line), line, self.sep):
+        for at, cells, _ in _records(_block_lines(block, line), line, self.sep):
             where = f"line {at}"
             if len(cells) != len(self.names):
                 return ValueError(
@@ -305,16 +307,17 @@ def _block_lines(block: bytes, line: int) -> list[str]:
 def _record(block: bytes, line: int, sep: str, row: int) -> tuple[int, list[str]]:
     """The file line and cells (as sent, quotes removed) of numpy's row `row` of a block."""
     rows = _records(_block_lines(block, line), line, sep)
-    return next(itertools.islice(rows, row, None), (line, []))
+    at, cells, _ = next(itertools.islice(rows, row, None), (line, [], 1))
+    return at, cells
 
 
 def _records(lines: list[str], line: int, sep: str):
-    """(file line, cells) of each row the csv reader reads from `lines` (the first is file line
-    `line`), blank lines left out as numpy's reader leaves them. A quoted cell may hold a line
-    break, as numpy reads it, so a row may span lines: it is named by the line it starts on
-    (naming each line apart put the error of a later row lines too early). A cell beyond the
-    csv module's field size limit (131072 characters) is a ValueError naming its line: the
-    reader's csv.Error was a 500 (a header's long name, a long label or number)."""
+    """(file line, cells, lines it spans) of each row the csv reader reads from `lines` (the
+    first is file line `line`), blank lines left out as numpy's reader leaves them. A row is
+    named by the line it starts on. The reader's csv.Error (a 500 before) is a ValueError
+    naming that line: a cell beyond the csv module's field size limit (131072 characters: a
+    header's long name, a long label or number, or a quote never closed), or a carriage return
+    inside a line."""
     reader = csv.reader((text + "\n" for text in lines), delimiter=sep)
     start = 0
     try:
@@ -322,12 +325,31 @@ def _records(lines: list[str], line: int, sep: str):
             first, start = start, reader.line_num
             if start - first == 1 and not lines[first].strip():
                 continue
-            yield line + first, cells
-    except csv.Error:
-        raise ValueError(
-            f"line {line + reader.line_num - 1}: a cell holds more than "
-            f"{csv.field_size_limit()} characters"
-        ) from None
+            yield line + first, cells, start - first
+    except csv.Error as exc:
+        raise ValueError(f"line {line + start}: {_csv_problem(exc)}") from None
+
+
+def _csv_problem(exc: csv.Error) -> str:
+    if "field larger than field limit" in str(exc):
+        return (
+            f"a cell holds more than {csv.field_size_limit()} characters (or a quote opened "
+            "there is not closed)"
+        )
+    if "new-line character" in str(exc):
+        return "a carriage return inside a row (lines end with \\n or \\r\\n)"
+    return str(exc)
+
+
+def _check_one_line_rows(block: bytes, line: int, sep: str) -> None:
+    """422 for a row of the block that spans lines (a quoted cell holding a line break, or a
+    quote never closed), named by the line it starts on."""
+    for at, _, spans in _records(_block_lines(block, line), line, sep):
+        if spans > 1:
+            raise ValueError(
+                f"line {at}: a quoted cell holds a line break (or its quote is not closed); "
+                "send each row on one line"
+            )
 
 
 def _decode(raw: bytes, line: int) -> str:
