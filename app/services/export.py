@@ -122,7 +122,9 @@ def liblinear_chunks(model: LinearModel, rows_per_chunk: int = 8192):
         rows = coef[:, start : start + rows_per_chunk].T.tolist()
         out = []
         for column, row in zip(block, rows, strict=True):
-            if column > written:
+            if column > written:  # the rows before the gap first, then the gap's zeros
+                yield "".join(out)
+                out = []
                 yield from _zero_rows(zero_line, column - written, rows_per_chunk)
             out.append("".join(f"{v:.17g} " for v in row) + "\n")
             written = column + 1

@@ -9,7 +9,13 @@ import pytest
 import scipy.sparse as sp
 from liblinear import liblinearutil
 
-from app.services.export import NotExportable, json_chunks, json_document, liblinear_text
+from app.services.export import (
+    NotExportable,
+    json_chunks,
+    json_document,
+    liblinear_chunks,
+    liblinear_text,
+)
 from app.services.prediction import LinearModel, decision_function, dumps, predict_payload
 
 
@@ -157,6 +163,24 @@ def test_liblinear_trained_models_predict_the_same_through_our_rule(tmp_path, so
     np.testing.assert_array_equal(our_labels, ref_labels)
     _, exported_labels, _ = liblinear_predict(liblinear_text(m), X, tmp_path)
     np.testing.assert_array_equal(exported_labels, ref_labels)
+
+
+@pytest.mark.parametrize("rows_per_chunk", [2, 8192])
+def test_a_sparse_model_with_gaps_between_its_columns_round_trips(tmp_path, rows_per_chunk):
+    """A sparse model's rows before a gap of zero rows were held back while the gap was
+    written: columns 0, 1 and 2 of [0, 1, 2, 9, 20] landed after the zeros, as features 7-9."""
+    rng = np.random.default_rng(4)
+    dense = model(np.zeros((3, 25)), [0.5, -1.0, 0.25], classes=[1, 2, 3])
+    kept = np.array([0, 1, 2, 9, 20])
+    dense.coef[:, kept] = rng.standard_normal((3, kept.size))
+    sparse = replace(dense, coef=np.ascontiguousarray(dense.coef[:, kept]), columns=kept)
+    text = "".join(liblinear_chunks(sparse, rows_per_chunk))
+    assert text == liblinear_text(dense)
+    X = random_problem(seed=5)
+    _, labels, values = liblinear_predict(text, X, tmp_path)
+    our_labels, D = ours(dense, X)
+    np.testing.assert_array_equal(labels, our_labels)
+    np.testing.assert_allclose(values, D, rtol=1e-12, atol=1e-12)
 
 
 def test_non_integer_labels_cannot_be_exported():
