@@ -33,7 +33,7 @@ from app.logs import job_context
 from app.services import lineage
 from app.services.dataset_files import json_bytes
 from app.services.dataset_source import row_slices, score_rows
-from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as
+from app.services.datasets import dataset_arrays, load_dataset, load_dataset_as, name_index
 from app.services.distributed_training import distributed_arrays, distributed_trainer
 from app.services.formats.labels import (
     coded_weights,
@@ -291,7 +291,9 @@ def _scores(ctx, trained: Trained, X, y, dataset: Dataset, valid: Dataset | None
         return {}
     out = {} if X is None else {"train_accuracy": _accuracy(trained, X, y)}
     if valid is not None:
-        Xv, yv, _ = load_dataset_as(ctx.settings, valid, dataset.n_features, dataset.zero_based)
+        Xv, yv, _ = load_dataset_as(
+            ctx.settings, valid, dataset.n_features, dataset.zero_based, name_index(dataset)
+        )
         yv = _as_training_labels(yv, valid, dataset)
         out["validation_accuracy"] = _accuracy(trained, Xv, yv)
     return out

@@ -64,6 +64,7 @@ class DatasetSource:
         self._locate, self._directory = locate, None
         self.n_features, self.zero_based = n_features, zero_based
         self.label_names: list[str] | None = None
+        self.feature_names: list[str] | None = None  # a table's column names
 
     @classmethod
     def of(cls, settings, dataset) -> DatasetSource:
@@ -75,6 +76,7 @@ class DatasetSource:
             lambda: dataset_arrays(settings, dataset), dataset.n_features, dataset.zero_based
         )
         source.label_names = text_classes(dataset.classes)  # y holds codes of these names
+        source.feature_names = dataset.feature_names
         return source
 
     @property
@@ -85,7 +87,9 @@ class DatasetSource:
 
     def check(self, model: LinearModel) -> None:
         """Raise DatasetMismatch if the dataset cannot be read in the model's columns: a raw
-        index 0 (a zero-based file's column 0) has no column in a one-based model."""
+        index 0 (a zero-based file's column 0) has no column in a one-based model, or a table
+        naming some of the model's features and columns that are none of them."""
+        self.placement(model)
         if self.zero_based and not model.zero_based:
             indices = np.load(self.directory / "indices.npy", mmap_mode="r")
             if indices.size and int(indices.min()) == 0:
@@ -93,9 +97,15 @@ class DatasetSource:
                     "the dataset uses feature index 0, but the model's training file is one-based"
                 )
 
+    def placement(self, model: LinearModel) -> np.ndarray | None:
+        """The model column of each of the dataset's columns (`column_placement`), or None."""
+        return column_placement(self.feature_names, model.feature_index)
+
     def features_beyond(self, model: LinearModel) -> int:
         """How many of the dataset's features the model does not have (ignored, as LIBLINEAR's
         predict ignores them): its columns past the model's, in the model's numbering."""
+        if self.placement(model) is not None:
+            return 0
         shift = (0 if self.zero_based else 1) - (0 if model.zero_based else 1)
         return max(0, self.n_features + shift - model.n_features)
 
@@ -113,6 +123,7 @@ class DatasetSource:
         indptr = arrays["indptr"]
         n_rows = len(indptr) - 1
         step = min(rows or CHUNK_ROWS, score_rows(model.n_outputs + len(model.classes)))
+        placement = self.placement(model)
         for start, stop in row_slices(indptr, n_rows, step):
             lo, hi = int(indptr[start]), int(indptr[stop])
             X = sp.csr_matrix(
@@ -123,8 +134,39 @@ class DatasetSource:
                 ),
                 shape=(stop - start, self.n_features),
             )
-            try:
-                X = align_columns(X, self.zero_based, model.zero_based, model.n_features)
-            except ValueError as exc:
-                raise DatasetMismatch(str(exc)) from None
+            if placement is not None:
+                X = by_name(X, placement, model.n_features)
+            else:
+                try:
+                    X = align_columns(X, self.zero_based, model.zero_based, model.n_features)
+                except ValueError as exc:
+                    raise DatasetMismatch(str(exc)) from None
             yield start, X, np.asarray(arrays["y"][start:stop], dtype=np.float64)
+
+
+def by_name(X: sp.csr_matrix, placement: np.ndarray, n_features: int) -> sp.csr_matrix:
+    """X's columns moved to the model columns `placement` gives them (see `placement`)."""
+    placed = sp.csr_matrix(
+        (X.data, placement[X.indices], X.indptr), shape=(X.shape[0], n_features), copy=True
+    )
+    placed.sort_indices()  # in place: a copy, as the stored arrays are read-only maps
+    return placed
+
+
+def column_placement(names: list[str] | None, index: dict[str, int] | None) -> np.ndarray | None:
+    """The model column (`index`: of each of the model's feature names) of each of a table's
+    columns `names`, when they are all the model's features: they are placed by name, as a CSV
+    header sent to /invocations is (read by position, the same columns in another order scored
+    every row on the wrong features). None: read by position (no names, or names none of which
+    is the model's). Names partly the model's are a DatasetMismatch naming one that is not."""
+    if not names or index is None:
+        return None
+    unknown = [name for name in names if name not in index]
+    if not unknown:
+        return np.array([index[name] for name in names], dtype=np.int64)
+    if len(unknown) == len(names):
+        return None
+    raise DatasetMismatch(
+        f"the dataset's column {unknown[0][:80]!r} is none of the model's features, while "
+        "others are: its columns are placed by name, so each must be one of the model's"
+    )

@@ -117,10 +117,24 @@ def load_dataset(settings: Settings, dataset: Dataset):
     return dataset_files.load_arrays(dataset_arrays(settings, dataset), dataset.n_features)
 
 
-def load_dataset_as(settings: Settings, dataset: Dataset, n_features: int, zero_based: bool):
-    """(X, y, qid), X numbered like a training file of (`n_features`, `zero_based`)."""
+def name_index(dataset: Dataset) -> dict[str, int] | None:
+    """The column of each of a table's feature names (None: no names)."""
+    names = dataset.feature_names
+    return None if names is None else {name: j for j, name in enumerate(names)}
+
+
+def load_dataset_as(
+    settings: Settings, dataset: Dataset, n_features: int, zero_based: bool, index=None
+):
+    """(X, y, qid), X numbered like a training file of (`n_features`, `zero_based`), whose
+    columns are named by `index` (name -> column; see `column_placement`)."""
+    from app.services.dataset_source import by_name, column_placement
+
     X, y, qid = load_dataset(settings, dataset)
-    if dataset.zero_based != zero_based or dataset.n_features != n_features:
+    placement = column_placement(dataset.feature_names, index)
+    if placement is not None:
+        X = by_name(X, placement, n_features)
+    elif dataset.zero_based != zero_based or dataset.n_features != n_features:
         X = dataset_files.align_columns(X, dataset.zero_based, zero_based, n_features)
     return X, y, qid
 

@@ -15,7 +15,8 @@ from app.jobs.queue import JobQueue
 from app.schemas.jobs import JobCreate
 from app.schemas.params import EstimatorSpec
 from app.services import idempotency, quotas
-from app.services.datasets import named_dataset
+from app.services.dataset_source import DatasetMismatch, column_placement
+from app.services.datasets import name_index, named_dataset
 from app.services.job_checks import (
     MAX_DUAL_VARIABLES,
     check_cache_size,
@@ -53,6 +54,10 @@ def _checked_datasets(
                 "validation_dataset_id",
                 "the validation file uses feature index 0, the training file is one-based",
             )
+        try:  # a table of the training columns in another order is read by name
+            column_placement(valid.feature_names, name_index(dataset))
+        except DatasetMismatch as exc:
+            raise invalid("validation_dataset_id", str(exc)) from None
         check_validation_labels(spec, dataset, valid)
     return dataset
 

@@ -191,3 +191,31 @@ def test_evaluate_reads_wide_rows_a_bounded_slice_of_entries_at_a_time(tmp_path)
     predicted = np.where((X @ coef.T).ravel() > 0, 1.0, -1.0)
     assert report["accuracy"] == pytest.approx(np.mean(predicted == y), abs=1e-12)
     assert peak < 2 * SCORE_ENTRIES * 12, peak / 2**20  # 24 MB: a chunk's entries, a copy
+
+
+def test_a_table_is_read_by_its_column_names_when_they_are_the_models(service):
+    """A CSV holding the model's columns in another order was read by position: evaluate scored
+    every row on the wrong features (accuracy 0.0 here, 1.0 by name), as did a prediction run."""
+    from tests.app.conftest import finished_run, upload
+
+    model_id = service.add_model([[1.0, 0.0, -1.0]], [0.0], classes=[-1, 1], zero_based=True,
+                                 feature_names=["a", "b", "c"])  # fmt: skip
+    rows = "label,c,a\n1,0,2\n-1,3,1\n1,-1,0\n"  # by name: a - c = 2, -2, 1
+    reordered = upload(service.client, rows.encode(), "r.csv").json()["id"]
+    url = f"/v1/models/{model_id}"
+    report = service.client.post(f"{url}/evaluate", json={"dataset_id": reordered}).json()
+    assert report["accuracy"] == 1.0 and report["ignored_features"] == 0, report
+    r = service.client.post(f"{url}/predictions", json={"dataset_id": reordered})
+    done = finished_run(service.client, r.headers["location"])
+    table = service.client.get(done["result"]).text.splitlines()
+    values = [(line.split(",")[1], float(line.split(",")[2])) for line in table[1:]]
+    assert values == [("1", 2.0), ("-1", -2.0), ("1", 1.0)], table
+    # names that are none of the model's are read in its order, as before
+    other = upload(service.client, b"label,x,y,z\n1,2,0,0\n-1,0,0,2\n", "o.csv").json()["id"]
+    report = service.client.post(f"{url}/evaluate", json={"dataset_id": other}).json()
+    assert report["accuracy"] == 1.0, report
+    # some of the model's names and one that is not: refused, naming it, and no run made
+    mixed = upload(service.client, b"label,a,zz\n1,2,0\n", "m.csv").json()["id"]
+    for route in ("evaluate", "predictions"):
+        r = service.client.post(f"{url}/{route}", json={"dataset_id": mixed})
+        assert r.status_code == 422 and "'zz'" in r.json()["detail"], r.text

@@ -224,6 +224,26 @@ def test_a_validation_set_is_scored_by_class_name(app, client):
     assert model["validation_accuracy"] == pytest.approx(np.mean(predicted == valid_labels))
 
 
+def test_a_validation_table_of_the_training_columns_in_another_order_is_read_by_name(
+    app, client
+):
+    """Its columns d, c, b, a were read as a, b, c, d: the validation accuracy scored every row
+    on the wrong features. Columns partly the training set's are a 422 naming one."""
+    X, labels = flowers(8)
+    train_set = post(client, csv_text(X, labels), "f.csv").json()
+    X_valid, valid_labels = flowers(9, n=30)
+    reversed_text = csv_text(X_valid[:, ::-1], valid_labels).replace(b"a,b,c,d", b"d,c,b,a", 1)
+    valid = post(client, reversed_text, "v.csv").json()
+    model = train(app, client, train_set["id"], validation=valid["id"])
+    predicted = sklearn_reference(X, labels.astype(str)).predict(X_valid)
+    assert model["validation_accuracy"] == pytest.approx(np.mean(predicted == valid_labels))
+    partly = post(client, csv_text(X_valid, valid_labels).replace(b"a,b,c,d", b"a,b,c,e", 1),
+                  "p.csv").json()  # fmt: skip
+    job = client.post("/v1/jobs", json={"dataset_id": train_set["id"],
+                                        "validation_dataset_id": partly["id"]})  # fmt: skip
+    assert job.status_code == 422 and "'e'" in job.json()["detail"], job.text
+
+
 def test_the_skops_export_predicts_the_names(app, client, tmp_path):
     import skops.io
 
