@@ -56,14 +56,20 @@ def expired_before(ttl_hours: float) -> datetime:
 
 
 def lookup(
-    session: Session, scope: str, key: str, body_hash: str | None, ttl_hours: float
+    session: Session,
+    scope: str,
+    key: str,
+    body_hash: str | None,
+    ttl_hours: float,
+    legacy_hash: str | None = None,
 ) -> str | None:
     """The resource id created under this key within the last `ttl_hours`, or None; 422 if the
-    key came with another body."""
+    key came with another body. `legacy_hash` is the same body's fingerprint as an earlier
+    release computed it: a key it stored before an upgrade still matches its retry."""
     row = session.get(IdempotencyKey, (tenant_scope(scope), key))
     if row is None or row.created_at < expired_before(ttl_hours):
         return None
-    if body_hash is not None and row.request_hash is not None and row.request_hash != body_hash:
+    if body_hash is not None and row.request_hash not in (None, body_hash, legacy_hash):
         raise reused()
     return row.resource_id
 

@@ -80,9 +80,13 @@ def create_job(
         if key
         else None
     )
+    # keys stored before this fingerprint hold the raw body's; their retries within the TTL match
+    raw_hash = idempotency.request_hash(body.model_dump(mode="json")) if key else None
     if key:
         with db.session() as session:
-            existing = idempotency.lookup(session, "jobs", key, body_hash, key_ttl_hours)
+            existing = idempotency.lookup(
+                session, "jobs", key, body_hash, key_ttl_hours, legacy_hash=raw_hash
+            )
             if existing:
                 return _replayed(session, existing), False
     try:
@@ -95,7 +99,9 @@ def create_job(
         if not key:
             raise
         with db.session() as session:
-            existing = idempotency.lookup(session, "jobs", key, body_hash, key_ttl_hours)
+            existing = idempotency.lookup(
+                session, "jobs", key, body_hash, key_ttl_hours, legacy_hash=raw_hash
+            )
             if existing is None:
                 raise
             return _replayed(session, existing), False

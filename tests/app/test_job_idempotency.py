@@ -14,6 +14,7 @@ from sqlalchemy import select, update
 
 from app.jobs.queue import LocalQueue
 from app.jobs.recovery import Reaper
+from app.services import idempotency
 from app.tables import IdempotencyKey, Job, utcnow
 from tests.app.job_helpers import count
 
@@ -52,6 +53,29 @@ def test_a_key_matches_the_job_as_validated_not_as_spelled(client, db, heart, fa
         other = client.post("/v1/jobs", json={"dataset_id": heart["id"], "params": params},
                             headers=key)  # fmt: skip
         assert other.status_code == 422 and "different request body" in other.json()["detail"]
+    assert count(db, Job) == 1
+
+
+def test_a_key_stored_with_the_raw_body_fingerprint_still_replays(client, db, heart, fake_trainer):
+    """Keys stored before the validated-params fingerprint hold the raw body's hash: a retry
+    within the TTL after an upgrade was a 422 'reused'. It replays; another job is still 422."""
+    fake_trainer()
+    body = {"dataset_id": heart["id"], "params": {"C": 1}}
+    key = {"Idempotency-Key": "k1"}
+    first = client.post("/v1/jobs", json=body, headers=key)
+    assert first.status_code == 202, first.text
+    # the fingerprint the earlier release stored: the body as parsed, params as sent
+    raw = {"dataset_id": heart["id"], "validation_dataset_id": None, "estimator": "LinearSVC",
+           "params": {"C": 1}, "distributed": None}  # fmt: skip
+    legacy = idempotency.request_hash(raw)
+    with db.write() as session:
+        session.execute(update(IdempotencyKey).values(request_hash=legacy))
+    again = client.post("/v1/jobs", json=body, headers=key)
+    assert again.status_code == 202, again.text
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers["idempotent-replayed"] == "true"
+    other = client.post("/v1/jobs", json={**body, "params": {"C": 2}}, headers=key)
+    assert other.status_code == 422 and "different request body" in other.json()["detail"]
     assert count(db, Job) == 1
 
 
