@@ -56,10 +56,11 @@ def replayed(db: Database, key: str, ttl_hours: float) -> Dataset | None:
         return dataset
 
 
-def check_same_upload(existing: Dataset, sha256: str, key: str) -> None:
+def check_same_upload(existing: Dataset, sha256: str, *keys: str | None) -> None:
     """422 when a dataset found by Idempotency-Key holds other bytes, or the same bytes parsed
-    with other options, than the upload that named the key again."""
-    same = existing.content_key == key if existing.content_key else existing.sha256 == sha256
+    with other options, than the upload that named the key again (`keys`: the upload's content
+    key, and the one an earlier release stored for it, if any)."""
+    same = existing.content_key in keys if existing.content_key else existing.sha256 == sha256
     if not same:
         raise idempotency.reused()
 

@@ -90,6 +90,11 @@ class UploadOptions:
         key = {**(self.key_options() or {}), "format": self.format or recognised}
         return content_key(sha256, key)
 
+    def legacy_content_key(self, sha256: str) -> str | None:
+        """The content key an earlier release stored for these bytes when no format was named
+        (it recorded "libsvm" whatever they were read as); None when a format is named."""
+        return None if self.format else content_key(sha256, self.key_options())
+
 
 async def create_dataset(
     request: Request,
@@ -212,7 +217,12 @@ def _stored_copy(
     fmt = options.format or recognised_format(sink.path, max_expanded)
     if fmt is None:  # compressed bytes that cannot be read: the parse says why
         return None
-    return same_content(db, options.content_key(sink.hash.hexdigest(), fmt))
+    sha256 = sink.hash.hexdigest()
+    stored = same_content(db, options.content_key(sha256, fmt))
+    legacy = options.legacy_content_key(sha256)
+    if stored is None and legacy is not None:
+        stored = same_content(db, legacy)  # stored before the format was in the key
+    return stored
 
 
 def _check_parsed(sink: UploadSink, meta: dict) -> None:
@@ -262,4 +272,4 @@ async def _check_replayed_body(
     # an unnamed format is compared as the one the dataset was read in: these bytes are not
     # kept to be recognised, and the same bytes are recognised the same way
     key = options.content_key(sha256, existing.format or "libsvm")
-    check_same_upload(existing, sha256, key)
+    check_same_upload(existing, sha256, key, options.legacy_content_key(sha256))

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import io
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +19,7 @@ import scipy.sparse as sp
 
 from app.services.dataset_files import load_arrays
 from app.services.datasets import dataset_dir
+from app.tables import Dataset
 
 CSV_FIELD = csv.field_size_limit()  # the csv module's bound on a cell: 131072 characters
 
@@ -167,6 +170,28 @@ def test_a_recognised_format_counts_as_the_format_named(client, settings):
     as_tsv = client.post("/v1/datasets", content=body, headers=keyed, params={"format": "tsv"})
     assert as_tsv.status_code == 422 and as_tsv.json()["title"] == "Idempotency-Key reused"
     assert len(client.get("/v1/datasets").json()["items"]) == 3
+
+
+def test_an_unnamed_upload_stored_under_the_old_content_key_is_found(client, db):
+    """Uploads of no named format stored before the format was in the content key hold a key
+    saying "libsvm" whatever they were read as: the same CSV bytes again were stored twice and
+    a retry under the first upload's Idempotency-Key was a 422. Both find the stored dataset."""
+    text, keyed = csv_bytes(*table(5)), {"content-type": "text/csv", "Idempotency-Key": "k1"}
+    first = client.post("/v1/datasets", content=text, headers=keyed)
+    assert first.status_code == 201 and first.json()["format"] == "csv"
+    with db.write() as session:
+        stored = session.get(Dataset, first.json()["id"])
+        # the earlier release's key: the bytes' hash and the format "libsvm", no options
+        text_key = json.dumps({"format": "libsvm", "sha256": stored.sha256}, sort_keys=True)
+        stored.content_key = hashlib.sha256(text_key.encode()).hexdigest()
+    retry = client.post("/v1/datasets", content=text, headers=keyed)
+    assert retry.status_code == 201 and retry.headers["idempotent-replayed"] == "true"
+    assert retry.json()["id"] == first.json()["id"]
+    again = client.post("/v1/datasets", content=text, headers={"content-type": "text/csv"})
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    as_tsv = client.post("/v1/datasets", content=text, headers=keyed, params={"format": "tsv"})
+    assert as_tsv.status_code == 422 and as_tsv.json()["title"] == "Idempotency-Key reused"
+    assert len(client.get("/v1/datasets").json()["items"]) == 1
 
 
 def test_empty_cells_are_an_error_or_zero(client, settings):
