@@ -280,7 +280,9 @@ class Model(Base):
     n_features: Mapped[int] = mapped_column(Integer)
     zero_based: Mapped[bool] = mapped_column(Boolean)
     weights: Mapped[bytes] = mapped_column(LargeBinary)  # services.model_store.pack_weights
-    size_bytes: Mapped[int | None] = mapped_column(BigInteger)  # len(weights), for the quota
+    # for the quota: len(weights) and the JSON kept with them (feature names, classes, params,
+    # calibration, selection: jobs.runner._model_row); older rows counted less of it
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger)
     status: Mapped[str] = mapped_column(String(16))  # the solver's status_
     gap: Mapped[float | None] = mapped_column(Float)
     # (primal − dual) / max(1, |primal|) of the stored weights (migration 0016)

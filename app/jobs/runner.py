@@ -330,6 +330,7 @@ def _as_training_labels(yv: np.ndarray, valid: Dataset, dataset: Dataset) -> np.
 
 def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores) -> dict:
     weights = pack_weights(trained.coef, trained.intercept)
+    kept = (dataset.feature_names, trained.classes, trained.calibration, trained.selection)
     return dict(
         tenant=job.tenant,
         job_id=job.id,
@@ -341,9 +342,10 @@ def _model_row(job: Job, trained: Trained, dataset: Dataset, train_time, scores)
         n_features=dataset.n_features,
         zero_based=dataset.zero_based,
         weights=weights,
-        # the storage quota's share: the weights, and the copy of the feature names the model
-        # keeps (a table of long names over a few rows stored megabytes per model unseen)
-        size_bytes=len(weights) + json_bytes(dataset.feature_names),
+        # the storage quota's share: the weights, and the JSON the model keeps beside them: its
+        # copy of the feature names and of text class names (a table of long names over a few
+        # rows stored megabytes per model unseen), its params, calibration and selection
+        size_bytes=len(weights) + json_bytes(job.params) + sum(map(json_bytes, kept)),
         status=trained.status,
         gap=trained.gap,
         duality_gap=trained.duality_gap,

@@ -2,8 +2,8 @@
 429 beyond them.
 
 Stored bytes are what the tenant keeps on the service: its datasets' parsed arrays (their upload
-size for datasets stored before that was recorded), its models' weights (with their feature names)
-and its prediction CSVs.
+size for datasets stored before that was recorded), its models' weights (with the JSON each keeps:
+feature names, class names, params, calibration and selection) and its prediction CSVs.
 An upload is also stopped while it is parsed, as soon as its arrays outgrow the room left
 (`storage_room`, handed to the parser as its budget).
 

@@ -96,6 +96,29 @@ def test_a_models_copy_of_the_feature_names_counts_against_the_quota(make_servic
     assert model_bytes > len(json.dumps(FEATURE_NAMES).encode())  # the names and the weights
 
 
+def test_a_models_copy_of_text_class_names_counts_against_the_quota(make_service, fake_trainer):
+    # a model keeps its classes' names in its row: 1000 names of 255 characters (255 kB) over
+    # a one-column table, and the quota counted only its weights and feature names (16 kB)
+    from app.jobs.runner import RunContext, run_job
+    from app.services.quotas import storage_used
+    from app.tables import Model
+
+    fake_trainer()
+    client, app = make_service(auth_mode="required")
+    acme = new_key(app, "acme", "admin")
+    names = [f"{i:04d}" + "n" * 251 for i in range(1000)]
+    table = "label,a\n" + "".join(f"{name},{i % 7}\n" for i, name in enumerate(names))
+    dataset = upload(client, table.encode(), filename="classes.csv", headers=acme).json()
+    with app.state.db.session() as session:
+        before = storage_used(session, "acme")
+    job = client.post("/v1/jobs", json={"dataset_id": dataset["id"]}, headers=acme).json()
+    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
+    with app.state.db.session() as session:
+        model_bytes = storage_used(session, "acme") - before
+        weights = len(session.query(Model).one().weights)
+    assert model_bytes >= weights + len(json.dumps(names).encode())
+
+
 def test_default_storage_quota_from_settings(make_service):
     client, app = make_service(auth_mode="required", quota_storage_mb=0.01)  # ~10 kB
     acme = new_key(app, "acme", "admin")
