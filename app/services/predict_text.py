@@ -29,12 +29,15 @@ if TYPE_CHECKING:
     from app.services.prediction import LinearModel
 
 # A line holding an instance: its first non-blank byte is not a comment mark. Blank lines and
-# comment lines are skipped inside the regular expression engine, as is a UTF-8 byte order mark
-# (some editors begin a file with one, and the upload of the same file skips it).
+# comment lines are skipped inside the regular expression engine.
 _NL = b"\n"
-_INSTANCE_LINE = re.compile(
-    rb"^(?:\xef\xbb\xbf)?[ \t\r\f\v]*([^ \t\r\f\v\n#][^\n]*)", re.MULTILINE
-)
+_LINE = rb"[ \t\r\f\v]*([^ \t\r\f\v\n#][^\n]*)"
+_INSTANCE_LINE = re.compile(rb"^" + _LINE, re.MULTILINE)
+# the first line after a UTF-8 byte order mark, which some editors begin a file with: the mark is
+# skipped once, as the upload of the same file skips it (match() anchors at a position past it,
+# where ^ would not match)
+_BOM = "\ufeff".encode()
+_LINE_AFTER_BOM = re.compile(_LINE)
 
 
 def text_rows(body: bytes, model: LinearModel, max_batch: int) -> Iterator[Row]:
@@ -62,6 +65,11 @@ def _instance_lines(body: bytes, window: int = 1 << 20):
     newline) at a time: the regular expression engine holds the GIL while it searches, and
     short searches let the event loop run between them."""
     pos, n = 0, len(body)
+    if body.startswith(_BOM):  # skipped, not copied off: bodies of 64 MB
+        first = _LINE_AFTER_BOM.match(body, len(_BOM))
+        if first is not None:
+            yield first
+        pos = body.find(_NL) + 1 or n
     while pos < n:
         end = body.find(_NL, min(pos + window, n))
         end = n if end < 0 else end + 1

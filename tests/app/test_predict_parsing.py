@@ -206,6 +206,21 @@ def test_a_byte_order_mark_before_the_first_line_is_skipped(first):
     np.testing.assert_array_equal(X.toarray(), [[0.5, 0, 2, 0, 0], [0, 0, 0, 1e-3, 0]])
 
 
+@pytest.mark.parametrize("first", [b"# exported", b"", b"  ", b"\r", b"  # note 1:2"])
+def test_a_byte_order_mark_before_a_comment_or_blank_first_line_is_skipped(first):
+    # the mark was skipped only before an instance: before a comment or a blank line it was
+    # read as one ("line 1: expected a label or 'index:value', got '\ufeff'")
+    text = first + b"\n1:0.5\n4:1e-3\n"
+    X = parse_text("\ufeff".encode() + text, make_model(), 10)
+    np.testing.assert_array_equal(X.toarray(), [[0.5, 0, 0, 0, 0], [0, 0, 0, 1e-3, 0]])
+
+
+def test_a_byte_order_mark_after_the_first_line_is_a_byte_of_its_line():
+    # only the body's first bytes may be the mark a file begins with
+    with pytest.raises(InvalidInstances, match="line 2: expected 'index:value' .*got '\ufeff4:1'"):
+        parse_text(b"1:0.5\n" + "\ufeff".encode() + b"4:1\n", make_model(), 10)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
