@@ -51,7 +51,7 @@ def json_rows(
             f"expected a JSON object {_shapes(keys)} (a body over {SMALL_JSON // 1024} KB must "
             "start with one of these keys)"
         )
-    for i, (start, end) in enumerate(_instance_spans(body)):
+    for i, (start, end) in enumerate(_instance_spans(body, keys)):
         counter.add()
         yield _large_instance(keys[key], f"{key}[{i}]", body, start, end, model)
     counter.done()
@@ -112,6 +112,7 @@ _HEAD = re.compile(
     rb"[ \t\r\n]*\{[ \t\r\n]*(?:" + _FLAG + rb',[ \t\r\n]*)?"([a-z_]{1,32})"[ \t\r\n]*:[ \t\r\n]*\['
 )
 _TAIL = re.compile(rb"[ \t\r\n]*" + _FLAG)
+_FIELD = re.compile(rb'[ \t\r\n]*"([a-z_]{1,32})"[ \t\r\n]*:')
 _END_FLAG = re.compile(rb",[ \t\r\n]*" + _FLAG + rb"\}[ \t\r\n]*\Z")
 _TAIL_BYTES = 512
 # Strings (with escapes) and brackets decide where a JSON value ends; numbers, commas and
@@ -120,7 +121,7 @@ _BRACKET_OR_QUOTE = re.compile(rb'["\[\]{}]')
 _QUOTE, _OPENING, _WINDOW = ord('"'), frozenset(b"[{"), 1 << 20
 
 
-def _instance_spans(body: bytes) -> Iterator[tuple[int, int]]:
+def _instance_spans(body: bytes, keys: dict[str, str]) -> Iterator[tuple[int, int]]:
     """(start, end) of each element of a large body's ``instances`` list, found without parsing
     the elements. Bodies of another shape than ``{"instances": [...]}`` are refused."""
     head = _HEAD.match(body)
@@ -141,10 +142,9 @@ def _instance_spans(body: bytes) -> Iterator[tuple[int, int]]:
     if body[pos : pos + 1] == b",":
         flag = _TAIL.match(body, pos + 1)
         if flag is None or head.group(1):
-            raise InvalidInstances(
-                "unexpected field after the instances; expected only 'probabilities' "
-                "(true or false), once"
-            )
+            raise _unexpected_field(body, pos + 1, head.group(2).decode(), keys)
+        if body[flag.end() : flag.end() + 1] == b",":  # another field after the flag
+            raise _unexpected_field(body, flag.end() + 1, head.group(2).decode(), keys)
         if len(body) - pos > _TAIL_BYTES:  # beyond what `large_body_flag` reads: not ignored
             raise InvalidInstances(
                 f"'probabilities' after the instances must lie in the body's last {_TAIL_BYTES} "
@@ -153,6 +153,18 @@ def _instance_spans(body: bytes) -> Iterator[tuple[int, int]]:
         pos = flag.end()
     if body[pos : pos + 1] != b"}" or _WS.match(body, pos + 1).end() != len(body):
         raise _not_json(pos, "'}' ending the body")
+
+
+def _unexpected_field(body: bytes, pos: int, key: str, keys: dict[str, str]) -> InvalidInstances:
+    """What is wrong with the field at `pos`, after the `key` list: another of the `keys` (both
+    sent, named as the small body's reader names them), or a field the body does not take."""
+    field = _FIELD.match(body, pos)
+    other = field.group(1).decode() if field else None
+    if other in keys and other != key:
+        return InvalidInstances(f"send '{key}' or '{other}', not both")
+    return InvalidInstances(
+        "unexpected field after the instances; expected only 'probabilities' (true or false), once"
+    )
 
 
 def large_body_flag(body: bytes) -> bool:

@@ -166,6 +166,29 @@ def test_bad_json_instances_are_rejected_with_a_message(doc, message, monkeypatc
         assert message in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"instances": [[1.0] * 5], "records": [{}]}, "send 'instances' or 'records', not both"),
+        ({"probabilities": True, "instances": [[1.0] * 5], "records": []},
+         "send 'instances' or 'records', not both"),
+        ({"instances": [[1.0] * 5], "probabilities": True, "records": []},
+         "send 'instances' or 'records', not both"),
+        ({"instances": [[1.0] * 5], "probabilities": True, "extra": 1},
+         "unexpected field after the instances; expected only 'probabilities'"),
+        ({"instances": [[1.0] * 5], "extra": 1},
+         "unexpected field after the instances; expected only 'probabilities'"),
+    ],
+)  # fmt: skip
+def test_a_large_body_with_both_keys_is_told_to_send_one(doc, message, monkeypatch):
+    # the large body's reader told {"instances": [...], "records": [...]} that 'records' was an
+    # unexpected field and only 'probabilities' expected; the small body's names both keys
+    monkeypatch.setattr(predict_json, "SMALL_JSON", 0)
+    with pytest.raises(InvalidInstances) as info:
+        parse_json(js(doc), make_model(), 10)
+    assert info.value.status == 422 and message in str(info.value), str(info.value)
+
+
 def test_zero_is_valid_for_zero_based_models_only():
     doc = js({"instances": [{"indices": [0], "values": [1.0]}]})
     assert parse_json(doc, make_model(zero_based=True), 10).nnz == 1
