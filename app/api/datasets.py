@@ -84,7 +84,8 @@ async def upload_dataset(
     """Upload a LIBSVM/SVMlight file, a CSV or TSV file with a header row (each optionally
     gzip, bzip2 or xz compressed), a Parquet file or an npz archive, as the multipart field
     `file` or as the raw request body. Parse options come in the query string or as multipart
-    fields sent before `file` (the file is parsed while it arrives).
+    fields sent before `file` (the file is parsed while it arrives), each once: an option sent
+    twice in either, or in both with different values, is a 422 naming it.
 
     Labels of csv, tsv and parquet (a numeric, string or dictionary column): a label column
     whose every cell reads as a number is numeric; otherwise every label is text, a class
@@ -97,6 +98,7 @@ async def upload_dataset(
     a format recognised (from the file name or the first bytes) counts as the same format
     named."""
     options = UploadOptions(format=format, label_column=label_column, empty_cells=empty_cells)
+    options.check_query(request.query_params)
     tenant = tenancy.current_tenant() or LOCAL_TENANT
     with request.app.state.upload_slots.hold(tenant):  # before the body is read
         dataset, how = await create_dataset(

@@ -145,6 +145,12 @@ def _display_name(raw: bytes | None) -> str | None:
     return text.replace("\\", "/").rsplit("/", 1)[-1][:255] or None
 
 
+def _sent_twice(name: str) -> str:
+    if name:
+        return f"{name}: send each form field once"
+    return "two form parts have no name: name each part (Content-Disposition: form-data; name=...)"
+
+
 class _MultipartReader:
     """Callbacks for python-multipart's streaming parser: one file part, small text fields.
     `on_file(filename, fields)` is called when the file part begins, with the fields sent
@@ -201,7 +207,7 @@ class _MultipartReader:
                     "upload is parsed as it arrives",
                 )
             if name in self.fields:  # its parts were joined: two label_columns 'y', 'x' read 'yx'
-                raise ProblemError(422, "Invalid upload", f"{name}: send each form field once")
+                raise ProblemError(422, "Invalid upload", _sent_twice(name))
             self.fields[name] = bytearray()
             self.field_parts += 1
             if self.field_parts > MAX_FIELDS:  # each kept a buffer: 40 MB of them took 400 MB

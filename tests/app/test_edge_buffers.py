@@ -221,3 +221,31 @@ def test_a_form_field_sent_twice_is_refused(client):
     assert len(client.get("/v1/datasets").json()["items"]) == listed  # nothing kept
     once = [("label_column", (None, "label")), ("file", ("h.csv", text))]
     assert client.post("/v1/datasets", files=once).status_code == 201
+
+
+def test_an_option_sent_twice_outside_one_form_is_refused(client):
+    # the query's last value was read (label_column a, then label: the column 'label'), and a
+    # query value over the form's different one: each silently chose what the client sent too
+    text = b"a,b,label\n1,2,1\n3,4,-1\n"
+    twice = client.post("/v1/datasets?label_column=a&label_column=label",
+                        files={"file": ("t.csv", text)})  # fmt: skip
+    assert twice.status_code == 422, twice.text
+    assert twice.json()["detail"] == "label_column: send it once in the query string"
+    both = client.post("/v1/datasets?label_column=a", data={"label_column": "label"},
+                       files={"file": ("t.csv", text)})  # fmt: skip
+    assert both.status_code == 422, both.text
+    assert both.json()["detail"].startswith("label_column: sent in the query string and as a form")
+    raw = client.post("/v1/datasets?format=csv&format=tsv", content=text)
+    assert raw.status_code == 422 and raw.json()["detail"].startswith("format: send it once")
+    assert client.get("/v1/datasets").json()["items"] == []  # nothing kept
+    same = client.post("/v1/datasets?label_column=label", data={"label_column": "label"},
+                       files={"file": ("t.csv", text)})  # fmt: skip
+    assert same.status_code == 201 and same.json()["feature_names"] == ["a", "b"]
+
+
+def test_two_unnamed_form_parts_are_told_to_name_them(client):
+    text, _, _ = heart_csv()
+    files = [("", (None, "x")), ("", (None, "y")), ("file", ("h.csv", text))]
+    refused = client.post("/v1/datasets", files=files)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"].startswith("two form parts have no name: name each part")
