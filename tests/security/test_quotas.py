@@ -75,32 +75,35 @@ def test_a_tables_names_count_against_the_quota(make_service, names, table, leas
     assert len(client.get("/v1/datasets", headers=acme).json()["items"]) == 1
 
 
-def test_a_models_copy_of_the_feature_names_counts_against_the_quota(make_service, fake_trainer):
-    # each model keeps the dataset's feature names in its row: 400 kB of them per model, and the
-    # quota counted only its weights (4 kB packed), so a tenant could store many times its quota
+def _bytes_of_a_model_of(client, app, dataset, headers) -> int:
+    """What a job's model on ``dataset`` adds to the stored bytes of tenant acme (``headers``)."""
     from app.jobs.runner import RunContext, run_job
     from app.services.quotas import storage_used
 
+    with app.state.db.session() as session:
+        before = storage_used(session, "acme")
+    job = client.post("/v1/jobs", json={"dataset_id": dataset["id"]}, headers=headers).json()
+    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
+    with app.state.db.session() as session:
+        return storage_used(session, "acme") - before
+
+
+def test_a_models_copy_of_the_feature_names_counts_against_the_quota(make_service, fake_trainer):
+    # each model keeps the dataset's feature names in its row: 400 kB of them per model, and the
+    # quota counted only its weights (4 kB packed), so a tenant could store many times its quota
     fake_trainer()
     client, app = make_service(auth_mode="required")
     acme = new_key(app, "acme", "admin")
     rows = "".join(f"{y}," + ",".join("0" * 2000) + "\n" for y in (1, -1))
     table = "label," + ",".join(FEATURE_NAMES) + "\n" + rows
     dataset = upload(client, table.encode(), filename="names.csv", headers=acme).json()
-    with app.state.db.session() as session:
-        before = storage_used(session, "acme")
-    job = client.post("/v1/jobs", json={"dataset_id": dataset["id"]}, headers=acme).json()
-    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
-    with app.state.db.session() as session:
-        model_bytes = storage_used(session, "acme") - before
+    model_bytes = _bytes_of_a_model_of(client, app, dataset, acme)
     assert model_bytes > len(json.dumps(FEATURE_NAMES).encode())  # the names and the weights
 
 
 def test_a_models_copy_of_text_class_names_counts_against_the_quota(make_service, fake_trainer):
     # a model keeps its classes' names in its row: 1000 names of 255 characters (255 kB) over
     # a one-column table, and the quota counted only its weights and feature names (16 kB)
-    from app.jobs.runner import RunContext, run_job
-    from app.services.quotas import storage_used
     from app.tables import Model
 
     fake_trainer()
@@ -109,12 +112,8 @@ def test_a_models_copy_of_text_class_names_counts_against_the_quota(make_service
     names = [f"{i:04d}" + "n" * 251 for i in range(1000)]
     table = "label,a\n" + "".join(f"{name},{i % 7}\n" for i, name in enumerate(names))
     dataset = upload(client, table.encode(), filename="classes.csv", headers=acme).json()
+    model_bytes = _bytes_of_a_model_of(client, app, dataset, acme)
     with app.state.db.session() as session:
-        before = storage_used(session, "acme")
-    job = client.post("/v1/jobs", json={"dataset_id": dataset["id"]}, headers=acme).json()
-    assert run_job(job["id"], RunContext(app.state.settings, app.state.db)) == "succeeded"
-    with app.state.db.session() as session:
-        model_bytes = storage_used(session, "acme") - before
         weights = len(session.query(Model).one().weights)
     assert model_bytes >= weights + len(json.dumps(names).encode())
 

@@ -11,23 +11,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_svmlight_file
 
 from solvers import LinearSVCCV
 from solvers.binary import dcd, solve_binary
 from solvers.multiclass import ovr_blocks, solve_ovr
 from solvers.selection import search
-from tests.conftest import shared_file
+from tests.solvers import _binary_helpers, multiclass_data
 
 
 def _binary():
-    X, y = load_svmlight_file(str(shared_file("heart_scale", "heart_scale")))
-    return X.tocsr(), y
+    return _binary_helpers.load("heart_scale")
 
 
 def _multiclass():
-    X, y = load_svmlight_file(str(shared_file("dna", "dna.scale")))
-    return X.tocsr()[:600], (y[:600] - 1).astype(np.int64)
+    X, _, y, _ = multiclass_data.load("dna")
+    return X[:600], y[:600]
 
 
 def _rows(n, size, seed=0):
