@@ -272,8 +272,8 @@ class _Prefixed(io.RawIOBase):
 
 
 # bytes read ahead of the parse: a compression's magic bytes, and the first bytes that recognise
-# an unnamed format (`app.services.dataset_files.SNIFF_BYTES`); the stream hands them back in one
-# read, so that a peek sees them all (with 8 it saw 8, and an unnamed CSV whose first column name
+# an unnamed format (`app.services.dataset_files`); the stream hands them back in one read, so
+# that a peek sees them all (with 8 it saw 8, and an unnamed CSV whose first column name
 # was 8 characters or longer was taken for LIBSVM)
 READ_AHEAD = 4096
 

@@ -29,7 +29,6 @@ from app.services.dataset_store import (
 
 ARRAYS = ("data", "indices", "indptr", "y")
 CHUNK_ROWS, CHUNK_NNZ = 65536, 1 << 20  # rows and entries the parser holds at a time
-SNIFF_BYTES = 4096  # first bytes that recognise an unnamed format (app.limits.READ_AHEAD)
 
 
 def summarize_labels(y: np.ndarray) -> dict[str, Any]:
@@ -213,8 +212,11 @@ def _parse_into(
 
 
 def _head(plain: io.BufferedReader) -> bytes:
-    """The first bytes of an upload (decompressed) that recognise an unnamed format."""
-    return plain.peek(SNIFF_BYTES)[:SNIFF_BYTES]
+    """The first bytes of an upload (decompressed) that recognise an unnamed format: those
+    `open_expanded` read ahead (`READ_AHEAD`) and hands back in one read."""
+    from app.limits import READ_AHEAD
+
+    return plain.peek(READ_AHEAD)[:READ_AHEAD]
 
 
 def recognised_format(path: Path, max_expanded: int) -> str | None:
