@@ -10,6 +10,11 @@ mkdir -p "$OUT"
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-build-isolation --find-links .whl liblinear-official >/dev/null 2>&1 || true
 fi
-nproc > "$OUT/cores.txt"
+{
+    nproc
+    grep -m1 "model name" /proc/cpuinfo || true
+    python3 -c "import sys, numba, numpy, scipy; print(sys.version.split()[0], 'numba', numba.__version__, 'numpy', numpy.__version__, 'scipy', scipy.__version__)"
+    date -u
+} > "$OUT/machine.txt"
 export PYTHONUNBUFFERED=1
 timeout 500 python3 benchmarks/bench_scaling16.py --out "$OUT/scaling16.md"
