@@ -251,32 +251,34 @@ def objective_sums(X, bias, record, C, w, loss, first, stop):
     """(Σ C_i ξ_i, Σ D_ii α_i², Σ |y_i| α_i) over the samples first ≤ i < stop with C_i > 0:
     the per-sample part of `objectives`, which threads can split by ranges of rows."""
     data, indices, indptr, n_features = X
-    rec, width = record.values, record.width
+    rec, width, hinge = record.values, record.width, record.hinge
     loss_sum = 0.0
     quad = 0.0
     lin = 0.0
-    # Unsigned sample numbers spare Numba's negative-index checks. A shared C gets a loop with
-    # no per-sample test: the test alone makes the pass about 10% slower on long rows.
-    shared = C.shape[0] == 1
-    if shared and C[0] > 0.0:
-        for i in range(np.uint64(first), np.uint64(stop)):
-            xi, q, ln = _sample_terms(
-                data, indices, indptr, n_features, bias, rec, width, w, loss, i
-            )
-            loss_sum += C[0] * xi
-            quad += q
-            lin += ln
-    elif not shared:
-        for i in range(np.uint64(first), np.uint64(stop)):
-            if C[i] <= 0.0:
-                continue
-            xi, q, ln = _sample_terms(
-                data, indices, indptr, n_features, bias, rec, width, w, loss, i
-            )
-            loss_sum += C[i] * xi
-            quad += q
-            lin += ln
+    # Signed sample numbers: an unsigned loop here made this pass twice as slow as a pass of
+    # products x̃_i·w̃ alone (2M rows of 40 non-zeros).
+    for i in range(first, stop):
+        c = C_of(C, i)
+        if c <= 0.0:
+            continue
+        r = width * i
+        a = rec[r]
+        sign, yabs, _, Dii = terms(rec, r, width, hinge)
+        wx = row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
+        loss_sum += c * slack(loss, sign, yabs, wx)
+        quad += Dii * a * a
+        lin += yabs * a
     return loss_sum, quad, lin
+
+
+@njit(cache=True, nogil=True, inline="always")
+def slack(loss, sign, yabs, wx):
+    """ξ_i of a sample with label s_i|y_i| and product x̃_i·w̃ = wx (`objectives`)."""
+    if loss == SQUARED_ERROR:
+        e = sign * yabs - wx
+        return e * e
+    e = max(0.0, 1.0 - sign * wx)
+    return e if loss == HINGE else e * e
 
 
 @njit(cache=True, nogil=True)
@@ -306,20 +308,3 @@ def dual_objective(record, C, w):
     samples with C_i > 0, from the record and w̃ only (no pass over X)."""
     lin, quad, _ = ray_terms(record, C)
     return 0.5 * sq_norm(w) + 0.5 * quad - lin
-
-
-@njit(cache=True, nogil=True)
-def _sample_terms(data, indices, indptr, n_features, bias, rec, width, w, loss, i):
-    """Sample i's ξ_i, D_ii α_i² and |y_i| α_i (``i`` unsigned); the arrays themselves, not
-    their groups: a per-sample call with whole groups costs more than the work it does."""
-    r = np.uint64(width) * i
-    a = rec[r]
-    sign, yabs, _, Dii = terms(rec, r, width, loss == HINGE)
-    wx = row_dot(data, indices, indptr[i], indptr[i + np.uint64(1)], w, n_features, bias)
-    if loss == SQUARED_ERROR:
-        e = sign * yabs - wx
-        xi = e * e
-    else:
-        e = max(0.0, 1.0 - sign * wx)
-        xi = e if loss == HINGE else e * e
-    return xi, Dii * a * a, yabs * a

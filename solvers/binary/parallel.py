@@ -23,7 +23,9 @@ up: left for 100 rounds, it took about 1.5× the serial passes to reach tol, on 
 uniform sparse data alike (`benchmarks/bench_parallel_anatomy.py`). The driver therefore
 rebuilds w̃ exactly from α every ``RESYNC_EVERY`` rounds (which kept the serial count; the
 rebuild runs in storage order on all threads, a fraction of a round), before every
-convergence check and before returning. Guarantee:
+convergence check and before returning, wherever a round on several threads has run since the
+last rebuild. The check that ends a solve sums the objectives in the same read-only pass.
+Guarantee:
 PASSCoDe-Wild converges to the optimum of a problem perturbed by the lost updates (its Theorem 4);
 the rebuilds remove the perturbation, and the solve stops only when LIBLINEAR's rule
 (M − m ≤ tol, |M| ≤ tol, |m| ≤ tol) holds on the rebuilt, consistent (w̃, α), measured by a parallel
@@ -187,8 +189,10 @@ class _Round:
         self.sigma = 1.0
         self.accepted_in_row = 0
         self.crowded_in_row = 0
-        self.consistent = False  # w̃ exact and updated by one thread only since
+        self.exact = True  # w̃ = Σ_i s_i α_i x̃_i: no round on several threads since it was built
         self.serial_round = False  # the last round ran on one thread over an exact w̃
+        self.rounds_done = 0
+        self.checked = (-1, None)  # (rounds done, objective sums) of the last `full_range`
 
     @property
     def active(self):
@@ -269,8 +273,10 @@ class _Round:
             )  # fmt: skip
             return (*out, None if started is None else _share_on_a_core(started))
 
-        self.serial_round = self.consistent and K == 1  # before a fallback can change either
+        self.serial_round = self.exact and K == 1  # before a fallback can change either
         outs = self._map(one, [(b,) for b in range(K)])
+        self.rounds_done += 1
+        self.exact = self.exact and (K == 1 or not self.shared)
         self._watch_crowding(K, [o[3] for o in outs])
         M, m = max(o[1] for o in outs), min(o[2] for o in outs)
         if self.shared:
@@ -327,14 +333,13 @@ class _Round:
             self.crowded_in_row = 0
             self.n_threads = min(self.n_threads, K) // 2
             if self.n_threads == 1:
-                self.resync()
-                self.consistent = True
+                self.resync()  # no addition can be lost from now on: w̃ stays exact
 
     def resync(self):
         """w̃ ← Σ_i s_i α_i x̃_i exactly (a shared-mode round may lose a racing update): each
         thread sums a range of rows in storage order, into w̃ or a vector of its own."""
         st = self.state
-        if not self.shared or self.consistent:
+        if not self.shared or self.exact:
             return
         rec, width = st.record.values, st.record.width
         signed = np.where(rec[1::width] >= 0, rec[0::width], -rec[0::width])
@@ -353,6 +358,7 @@ class _Round:
         for out in outs[1:]:
             pk.add_into(st.w, out)
         self.rounds_since_sync = 0
+        self.exact = True
 
     def _row_ranges(self):
         """[first, stop) ranges of rows with about equal non-zeros, one per thread."""
@@ -366,16 +372,19 @@ class _Round:
         """(primal, dual) at w̃ as `solvers.binary.state.SolveState.objectives`, the threads over
         ranges of rows. w̃ is rebuilt first where a round may have lost additions: the
         objectives describe (w̃, α) as the solve returns them, and the driver reports the last
-        ones it was given rather than measure again."""
+        ones it was given rather than measure again. Right after `full_range` (the check that
+        ends a solve) its pass has summed them already."""
         self.resync()
         st = self.state
-        sums = self._map(
-            lambda first, stop: kernels.objective_sums(
-                st.csr, st.bias, st.record, st.C, st.w, st.loss_code, first, stop
-            ),
-            self._row_ranges(),
-        )
-        primal, dual = kernels.objectives_from_sums(st.w, *np.sum(sums, axis=0))
+        checked_at, sums = self.checked
+        if checked_at != self.rounds_done:
+            sums = np.sum(self._map(
+                lambda first, stop: kernels.objective_sums(
+                    st.csr, st.bias, st.record, st.C, st.w, st.loss_code, first, stop
+                ),
+                self._row_ranges(),
+            ), axis=0)  # fmt: skip
+        primal, dual = kernels.objectives_from_sums(st.w, *sums)
         return float(primal), float(dual)
 
     def confirm(self, M, m):
@@ -385,16 +394,18 @@ class _Round:
         return (M, m) if self.serial_round else self.full_range()
 
     def full_range(self):
-        """M and m over every kept sample at the merged w̃, the threads in parallel."""
+        """M and m over every kept sample at the merged w̃, the threads in parallel; the same
+        pass sums the objectives' terms for `objectives` (a solve that converges asks for both)."""
         self.resync()
         st = self.state
         if self.kept_in_order is None:  # rows in storage order: a pass several times faster
             self.kept_in_order = np.sort(self.index)
         kept = self.kept_in_order
         outs = self._map(
-            lambda seg: pk.block_pg_range(st.csr, st.bias, st.record, st.w, seg),
+            lambda seg: pk.block_check(st.csr, st.bias, st.record, st.C, st.w, st.loss_code, seg),
             [(seg,) for seg in _chunks(kept, kept.shape[0], self.n_threads)],
         )
+        self.checked = (self.rounds_done, np.sum([o[2:] for o in outs], axis=0))
         return max(o[0] for o in outs), min(o[1] for o in outs)
 
     def restore_all(self):

@@ -18,7 +18,7 @@ from solvers._core.sparse import (
     row_dot,
     row_sq_norm,
 )
-from solvers.binary.kernels import terms
+from solvers.binary.kernels import C_of, slack, terms
 
 
 @njit(cache=True, nogil=True)
@@ -147,19 +147,24 @@ def add_into(w, total):
 
 
 @njit(cache=True, nogil=True)
-def block_pg_range(X, bias, record, w, index):
-    """Largest and smallest projected gradient over the samples in ``index`` at w̃."""
+def block_check(X, bias, record, C, w, loss, index):
+    """Over the samples in ``index`` at w̃: the largest and smallest projected gradient, and the
+    sums of `solvers.binary.kernels.objective_sums` (Σ C_i ξ_i, Σ D_ii α_i², Σ |y_i| α_i), from
+    one product x̃_i·w̃ per sample: the final check and the objectives in one read of the rows."""
     data, indices, indptr, n_features = X
     rec, width, hinge, lower = record
     M = -np.inf
     m = np.inf
+    loss_sum = 0.0
+    quad = 0.0
+    lin = 0.0
     for s in range(index.shape[0]):
         i = index[s]
         r = width * i
         ai = rec[r]
         sign, yabs, Ui, Dii = terms(rec, r, width, hinge)
-        G = sign * row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
-        G += Dii * ai - yabs
+        wx = row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
+        G = sign * wx + Dii * ai - yabs
         if ai <= lower:
             PG = min(G, 0.0)
         elif ai >= Ui:
@@ -168,4 +173,7 @@ def block_pg_range(X, bias, record, w, index):
             PG = G
         M = max(M, PG)
         m = min(m, PG)
-    return M, m
+        loss_sum += C_of(C, i) * slack(loss, sign, yabs, wx)
+        quad += Dii * ai * ai
+        lin += yabs * ai
+    return M, m, loss_sum, quad, lin

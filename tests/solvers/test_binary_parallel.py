@@ -262,6 +262,52 @@ def test_certified_at_tight_tol(forced_threads, loss, bias, shrinking, determini
     _check_certified(X, y, result, 0.5, loss, bias, tol)
 
 
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge", "squared_error"])
+def test_the_final_check_sums_the_objectives_of_the_returned_state(forced_threads, monkeypatch,
+                                                                    loss):  # fmt: skip
+    # A solve that converges reads the rows once after its last round for both the check and the
+    # objectives (no objective pass, no rebuild of w̃ after the check); what it reports must still be the
+    # primal and dual of the (w̃, α) it returns, on the solved rows and with their own C.
+    calls = {"objective_sums": 0, "rebuilds_after_check": 0}
+    sums, add_rows = parallel.kernels.objective_sums, parallel.add_weighted_rows
+    checked = []
+
+    def counted_sums(*args):
+        calls["objective_sums"] += 1
+        return sums(*args)
+
+    def counted_rebuild(*args):
+        calls["rebuilds_after_check"] += bool(checked)
+        return add_rows(*args)
+
+    full_range = parallel._Round.full_range
+
+    def check(self):  # a check that does not confirm tol is followed by more rounds: count anew
+        out = full_range(self)
+        checked.append(1)
+        calls["rebuilds_after_check"] = 0
+        return out
+
+    monkeypatch.setattr(parallel.kernels, "objective_sums", counted_sums)
+    monkeypatch.setattr(parallel, "add_weighted_rows", counted_rebuild)
+    monkeypatch.setattr(parallel._Round, "full_range", check)
+    X, y = synthetic(n=3000, d=200, density=0.05, seed=6)
+    if loss == "squared_error":
+        y = np.asarray(X @ np.linspace(-1.0, 1.0, X.shape[1])).ravel() + 0.1
+    C = np.random.default_rng(6).uniform(0.2, 2.0, size=y.shape[0])
+    rows = np.sort(np.random.default_rng(7).choice(y.shape[0], 2200, replace=False))
+    result = solve_binary(X, y, loss=loss, C=C, bias=1.0, tol=TIGHT[loss], max_iter=100_000,
+                          n_jobs=3, rows=rows, newton=False, objective_every=10**9)  # fmt: skip
+    assert result.status is Status.CONVERGED
+    assert checked and calls == {"objective_sums": 0, "rebuilds_after_check": 0}
+    w_tilde = w_tilde_of(result, 1.0)
+    Xr, yr, Cr, alpha = X[rows], y[rows], C[rows], result.alpha
+    sign = np.where(yr >= 0, 1.0, -1.0)
+    np.testing.assert_allclose(w_tilde, augmented(Xr, 1.0).T @ (sign * alpha), atol=1e-9)
+    assert result.primal == pytest.approx(primal(Xr, yr, w_tilde, Cr, loss, 1.0), rel=1e-9)
+    assert result.dual == pytest.approx(dual(alpha, yr, w_tilde, Cr, loss), rel=1e-9)
+
+
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 def test_per_sample_C_with_dropped_rows_on_three_threads(forced_threads, loss):
     # the rebuild of w̃ and the objectives are split by ranges of rows: rows with C_i = 0 (in
