@@ -69,10 +69,7 @@ async def predict(request: Request) -> Response:
     body = await read_body(request)
     content_type = request.headers.get("content-type", "")
     max_batch = app.state.settings.max_predict_batch
-    flag = request.query_params.get("probabilities", "false").lower()
-    if flag not in ("true", "false", "1", "0"):
-        raise ProblemError(422, "Invalid request", "probabilities must be true or false")
-    args = (body, content_type, model, max_batch, flag in ("true", "1"))
+    args = (body, content_type, model, max_batch, _query_flag(request))
     try:
         if len(body) <= INLINE_BODY_BYTES:
             content, n = _predict_bytes(*args)
@@ -85,6 +82,16 @@ async def predict(request: Request) -> Response:
     if metrics is not None:
         metrics.predicted.labels(model.kind).inc(n)
     return Response(content, media_type="application/json")
+
+
+def _query_flag(request: Request) -> bool | None:
+    """`?probabilities=`: True, False, or None when the query string does not say."""
+    flag = request.query_params.get("probabilities")
+    if flag is None:
+        return None
+    if flag.lower() not in ("true", "false", "1", "0"):
+        raise ProblemError(422, "Invalid request", "probabilities must be true or false")
+    return flag.lower() in ("true", "1")
 
 
 # predict is served by a plain Starlette route, registered first: it skips FastAPI's parameter
@@ -105,11 +112,11 @@ router.add_route("/models/{model_id}/predict", predict, methods=["POST"])
 async def _predict_documented(
     model_id: str,
     request: Request,
-    probabilities: bool = Query(
-        False,
+    probabilities: bool | None = Query(
+        None,
         description="also return `probabilities` (rows sum to 1, columns in the order of the "
         "model's classes) for a calibrated model; 422 for one without calibration. A JSON body "
-        'may say `"probabilities": true` instead.',
+        'may say `"probabilities": true` instead; both with different values is a 422.',
     ),
 ) -> Response:
     """Predict instances sent in the body: JSON sparse instances (indices in the training
@@ -130,7 +137,7 @@ async def read_body(request: Request) -> bytearray:
 
 
 def _predict_bytes(
-    body: bytes, content_type: str, model, max_batch: int, probabilities: bool
+    body: bytes, content_type: str, model, max_batch: int, probabilities: bool | None
 ) -> tuple[bytes, int]:
     """The response body, and how many instances it predicts."""
     payload = predict_body(body, content_type, model, max_batch, probabilities)

@@ -22,7 +22,7 @@ from app.schemas.models import PredictionRunOut, PredictionRunRequest
 from app.services import prediction_runs as runs
 from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.datasets import named_dataset
-from app.services.prediction import calibrated, why_no_calibration
+from app.services.prediction import InvalidInstances, calibrated, one_flag, why_no_calibration
 from app.services.prediction_csv import header_bytes
 from app.services.prediction_runner import PredictionRunner
 from app.storage import get_storage, prediction_key
@@ -84,11 +84,12 @@ def create_prediction_run(
     settings: SettingsDep,
     request: Request,
     response: Response,
-    probabilities: bool = Query(
-        False,
+    probabilities: bool | None = Query(
+        None,
         description="also write the calibrated class probabilities (a `probability_<class>` "
         "column per class, in the order of the model's classes); 422 for a model without "
-        'calibration. The body may say `"probabilities": true` instead.',
+        'calibration. The body may say `"probabilities": true` instead; both with different '
+        "values is a 422.",
     ),
 ):
     """Predict every row of a stored dataset in the background; GET the returned location for
@@ -96,7 +97,11 @@ def create_prediction_run(
     tenant has QUOTA_ACTIVE_PREDICTION_RUNS runs queued or running."""
     dataset = named_dataset(session, body.dataset_id)
     loaded = unpacked(request.app, session, model.id)  # closes the session: one connection
-    with_probabilities = probabilities or body.probabilities
+    sent = body.probabilities if "probabilities" in body.model_fields_set else None
+    try:
+        with_probabilities = one_flag(probabilities, sent)
+    except InvalidInstances as exc:
+        raise ProblemError(exc.status, exc.title, str(exc)) from None
     if with_probabilities and not calibrated(loaded):
         raise ProblemError(422, "No probability calibration", why_no_calibration(loaded))
     outputs = len(loaded.intercept) + (len(loaded.classes) if with_probabilities else 0)

@@ -75,7 +75,8 @@ class PredictionRunRequest(DatasetRef):
         False,
         description="also write the calibrated class probabilities, a `probability_<class>` "
         "column per class in the order of the model's classes (rows sum to 1); 422 for a model "
-        "without calibration. `?probabilities=true` says the same.",
+        "without calibration. `?probabilities=true` says the same; both with different "
+        "values is a 422.",
     )
 
 
@@ -131,6 +132,13 @@ class RegressionEvaluation(BaseModel):
     )
 
 
+# the body's flag, beside `instances` or `records`
+_BODY_FLAG = {
+    "type": "boolean",
+    "description": "also return `probabilities` (a calibrated model); the same as "
+    "`?probabilities=`, and both with different values is a 422",
+}
+
 PREDICT_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -166,7 +174,8 @@ PREDICT_OPENAPI: dict[str, Any] = {
                                     {"type": "array", "items": {"type": "number"}},
                                 ]
                             },
-                        }
+                        },
+                        "probabilities": _BODY_FLAG,
                     },
                 }, {
                     "type": "object",
@@ -182,7 +191,8 @@ PREDICT_OPENAPI: dict[str, Any] = {
                                 "type": "object",
                                 "additionalProperties": {"type": "number"},
                             },
-                        }
+                        },
+                        "probabilities": _BODY_FLAG,
                     },
                 }]},
                 "example": {"instances": [{"indices": [1, 7], "values": [0.5, 1.0]}]},

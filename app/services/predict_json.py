@@ -167,14 +167,14 @@ def _unexpected_field(body: bytes, pos: int, key: str, keys: dict[str, str]) -> 
     )
 
 
-def large_body_flag(body: bytes) -> bool:
-    """Whether a large body says ``"probabilities": true`` before or after its instances (the
-    span reader refuses any other field there)."""
+def large_body_flag(body: bytes) -> bool | None:
+    """What a large body says of ``"probabilities"`` before or after its instances (the span
+    reader refuses any other field there): True, False, or None when it does not say."""
     head = _HEAD.match(body)
     if head and head.group(1):
         return head.group(1) == b"true"
     tail = _END_FLAG.search(body, max(0, len(body) - _TAIL_BYTES))
-    return tail is not None and tail.group(1) == b"true"
+    return None if tail is None else tail.group(1) == b"true"
 
 
 def _not_json(pos: int, expected: str) -> InvalidInstances:

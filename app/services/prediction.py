@@ -142,13 +142,18 @@ def parse_body(body: bytes, content_type: str, model: LinearModel, max_batch: in
 
 
 def predict_body(
-    body: bytes, content_type: str, model: LinearModel, max_batch: int, probabilities=False
+    body: bytes,
+    content_type: str,
+    model: LinearModel,
+    max_batch: int,
+    probabilities: bool | None = None,
 ) -> dict:
     """The predict response for a request body, its rows stacked and predicted CHUNK_NNZ
     entries at a time (the parsed rows of a large body are never all held at once). With
-    ``probabilities`` (or a JSON body's ``"probabilities": true``) it adds the calibrated class
-    probabilities; a model without calibration is a 422."""
-    probabilities = probabilities or _asks_probabilities(body, content_type)
+    ``probabilities`` (the query's flag, None when not sent) or a JSON body's
+    ``"probabilities": true`` it adds the calibrated class probabilities; a model without
+    calibration is a 422, and so are the two flags with different values."""
+    probabilities = one_flag(probabilities, _body_flag(body, content_type))
     if probabilities and not calibrated(model):
         raise InvalidInstances(
             why_no_calibration(model),
@@ -188,24 +193,39 @@ def why_no_calibration(model: LinearModel) -> str:
     )
 
 
-def _asks_probabilities(body: bytes, content_type: str) -> bool:
-    """Whether a JSON body says ``"probabilities": true`` (a large one before or after its
-    instances: before, a body over 64 KB with the flag was a 422)."""
+def one_flag(query: bool | None, body: bool | None) -> bool:
+    """Whether probabilities are asked for, by the query string or the body (None: not sent).
+    Both with different values is a 422, as an upload option sent in the query and the form
+    is: OR-ed, `?probabilities=false` was overruled by the body without a word."""
+    if query is not None and body is not None and query != body:
+        raise InvalidInstances(
+            "probabilities: sent in the query string and in the body with different values; "
+            "send it once",
+            status=422,
+            title="Invalid request",
+        )
+    return bool(query if query is not None else body)
+
+
+def _body_flag(body: bytes, content_type: str) -> bool | None:
+    """What a JSON body says of ``"probabilities"`` (a large one before or after its
+    instances: before, a body over 64 KB with the flag was a 422): None when it does not say
+    (LIBSVM text has no flag)."""
     media = content_type.split(";", 1)[0].strip().lower()
     if media == "text/plain":
-        return False
+        return None
     if len(body) > SMALL_JSON:
         return large_body_flag(body)
     if b'"probabilities"' not in body:
-        return False
+        return None
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return False
+        return None
     value = doc.get("probabilities") if isinstance(doc, dict) else None
     if value is not None and not isinstance(value, bool):
         raise InvalidInstances(f"'probabilities' must be true or false, got {value!r}")
-    return value is True
+    return value
 
 
 def probabilities_of(model: LinearModel, D: np.ndarray) -> np.ndarray:

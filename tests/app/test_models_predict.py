@@ -172,6 +172,39 @@ def test_a_large_body_may_ask_for_probabilities_before_or_after_its_instances(se
     assert refused.status_code == 422 and "'probabilities'" in refused.json()["detail"]
 
 
+def test_the_query_and_the_body_may_not_ask_for_probabilities_differently(service, binary):
+    """`?probabilities=` and the JSON body's flag were OR-ed: `?probabilities=false` with
+    `"probabilities": true` answered probabilities. As an upload option sent in the query and
+    the form, two different values are a 422 naming the flag; the same value twice is one."""
+    model_id, _, _ = binary
+    with service.db.write() as session:
+        session.get(Model, model_id).calibration = {"method": "sigmoid", "A": [-2.0], "B": [0.1]}
+    X = rng_problem(n=3, seed=8)
+    url = f"/v1/models/{model_id}/predict"
+    instances = sparse_instances(X)
+    expected = service.client.post(url, json={"instances": instances, "probabilities": True})
+    assert expected.status_code == 200 and len(expected.json()["probabilities"]) == 3
+    many = json.dumps(sparse_instances(rng_problem(n=2000, seed=7)))
+    large = f'{{"instances": {many}, "probabilities": true}}'.encode()
+    assert len(large) > 64 * 1024
+    json_body = {"content-type": "application/json"}
+    for query, flag in (("false", True), ("true", False), ("0", True)):
+        small = json.dumps({"instances": instances, "probabilities": flag}).encode()
+        for body in (small, large.replace(b"true", json.dumps(flag).encode())):
+            r = service.client.post(f"{url}?probabilities={query}", content=body, headers=json_body)
+            assert r.status_code == 422, r.text[:200]
+            assert r.json()["detail"].startswith("probabilities: sent in the query string and in "
+                                                 "the body with different values")  # fmt: skip
+    same = service.client.post(f"{url}?probabilities=true",
+                               json={"instances": instances, "probabilities": True})  # fmt: skip
+    assert same.status_code == 200 and same.json() == expected.json()
+    neither = service.client.post(f"{url}?probabilities=false", json={"instances": instances})
+    assert neither.status_code == 200 and "probabilities" not in neither.json()
+    text = service.client.post(f"{url}?probabilities=true", content=libsvm_lines(X),
+                               headers={"content-type": "text/plain"})  # fmt: skip
+    assert text.status_code == 200 and text.json() == expected.json()
+
+
 def test_a_large_bodys_trailing_flag_is_read_or_refused_never_ignored(service, binary):
     """The flag after a large body's instances is read from its last 512 bytes: 513 bytes from
     the comma to the end (padding after the closing brace) answered 200 without probabilities

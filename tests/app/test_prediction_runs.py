@@ -295,6 +295,26 @@ def test_probabilities_of_a_model_without_calibration_is_a_422_and_no_run(servic
     assert service.count(PredictionRun) == 0
 
 
+def test_a_run_asked_for_probabilities_differently_by_query_and_body_is_a_422(service, binary):
+    """`?probabilities=false` with `"probabilities": true` wrote them (the flags were OR-ed):
+    two different values are a 422 naming the flag, and no run; the same value twice is one."""
+    model_id, _, _ = binary
+    _calibrate(service, model_id, {"method": "sigmoid", "A": [-2.0], "B": [0.1]})
+    dataset_id = service.add_dataset(rng_problem(n=5, seed=15), np.ones(5))
+    url = f"/v1/models/{model_id}/predictions"
+    for query, flag in (("false", True), ("true", False)):
+        r = service.client.post(url, params={"probabilities": query},
+                                json={"dataset_id": dataset_id, "probabilities": flag})  # fmt: skip
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"].startswith(
+            "probabilities: sent in the query string and in the body with different values"
+        )
+    assert service.count(PredictionRun) == 0
+    same = service.client.post(url, params={"probabilities": "false"},
+                               json={"dataset_id": dataset_id, "probabilities": False})  # fmt: skip
+    assert same.status_code == 202 and same.json()["probabilities"] is False
+
+
 def test_an_isotonic_multiclass_run_writes_the_probabilities_predict_gives(service):
     """Isotonic calibration (a piecewise-linear map per class, clipped, then normalized): the
     run's probability columns are predict's, each row summing to 1."""
