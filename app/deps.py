@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Annotated
+from collections.abc import Iterable, Iterator
+from types import UnionType
+from typing import Annotated, Union, get_args, get_origin
 
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
 from sqlalchemy.orm import Session
+from starlette.datastructures import QueryParams
 
 from app.config import Settings
 from app.db import Database
@@ -33,6 +36,49 @@ DatabaseDep = Annotated[Database, Depends(get_database)]
 # before the response is sent, so a streamed response (events, exports, downloads) read slowly
 # by its client does not hold a connection for its whole life.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+async def query_sent_once(request: Request) -> None:
+    """Dependency of every API router: a single-valued query parameter of the route sent twice
+    is a 422 naming it. FastAPI reads the last value, and a client's duplicate silently chose a
+    format, a name or a flag it may not have meant. List parameters (`?status=a&status=b`) may
+    repeat; names the route does not take are ignored, as they are when sent once. Async: it
+    reads no file or database, and a plain function would cost every request a thread hop."""
+    query = request.query_params
+    if len(query) == len(query.multi_items()):  # no name repeated: nothing to look up
+        return
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is not None:
+        check_sent_once(query, _single_valued(dependant))
+
+
+def check_sent_once(query: QueryParams, names: Iterable[str]) -> None:
+    """422 for the first of `names` sent more than once in the query string (routes that read
+    their query by hand, such as predict, call it with the names they read)."""
+    for name in names:
+        if len(query.getlist(name)) > 1:
+            raise ProblemError(422, "Invalid request", f"{name}: send it once in the query string")
+
+
+def _single_valued(dependant: Dependant) -> list[str]:
+    """The query parameters of a route and of its dependencies that take one value."""
+    names, pending = [], [dependant]
+    while pending:
+        current = pending.pop()
+        names += [p.alias for p in current.query_params if not _repeatable(p.field_info.annotation)]
+        pending += current.dependencies
+    return names
+
+
+def _repeatable(annotation) -> bool:
+    """Whether a query parameter's type takes a list of values (`list[str] | None`)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _repeatable(get_args(annotation)[0])
+    if origin is Union or origin is UnionType:
+        return any(_repeatable(arg) for arg in get_args(annotation))
+    kind = origin or annotation
+    return isinstance(kind, type) and issubclass(kind, list | tuple | set | frozenset)
 
 
 def not_found(kind: str, ident: str) -> ProblemError:

@@ -98,7 +98,6 @@ async def upload_dataset(
     a format recognised (from the file name or the first bytes) counts as the same format
     named."""
     options = UploadOptions(format=format, label_column=label_column, empty_cells=empty_cells)
-    options.check_query(request.query_params)
     tenant = tenancy.current_tenant() or LOCAL_TENANT
     with request.app.state.upload_slots.hold(tenant):  # before the body is read
         dataset, how = await create_dataset(

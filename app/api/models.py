@@ -20,7 +20,14 @@ from sqlalchemy import delete, select
 from app.api.model_lookup import ModelNotFound, load_model, model_cache, unpacked
 from app.api.prediction_runs import deleted_meanwhile
 from app.auth import authenticate
-from app.deps import DatabaseDep, ModelDep, SessionDep, SettingsDep, not_found
+from app.deps import (
+    DatabaseDep,
+    ModelDep,
+    SessionDep,
+    SettingsDep,
+    check_sent_once,
+    not_found,
+)
 from app.errors import ProblemError
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page, sized_page
 from app.schemas.models import (
@@ -85,7 +92,9 @@ async def predict(request: Request) -> Response:
 
 
 def _query_flag(request: Request) -> bool | None:
-    """`?probabilities=`: True, False, or None when the query string does not say."""
+    """`?probabilities=`: True, False, or None when the query string does not say (this
+    route skips the routers' dependencies: query_sent_once is called here)."""
+    check_sent_once(request.query_params, ("probabilities",))
     flag = request.query_params.get("probabilities")
     if flag is None:
         return None

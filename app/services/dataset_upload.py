@@ -13,7 +13,6 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
 from app.config import Settings
@@ -51,15 +50,6 @@ class UploadOptions:
 
     def __init__(self, **query: str | None):
         self.values = {k: v for k, v in query.items() if k in self.FIELDS and v is not None}
-
-    def check_query(self, query: QueryParams) -> None:
-        """422 for an option sent twice in the query string: FastAPI reads the last, and a
-        client's duplicate silently chose a column or format it did not mean."""
-        for key in self.FIELDS:
-            if len(query.getlist(key)) > 1:
-                raise ProblemError(
-                    422, "Invalid upload", f"{key}: send it once in the query string"
-                )
 
     def complete(self, fields: dict[str, str], filename: str | None) -> None:
         for key in self.FIELDS:

@@ -17,6 +17,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 
+from app.deps import check_sent_once
 from app.errors import ProblemError
 
 MAX_FIELD_BYTES = 1024
@@ -259,6 +260,7 @@ async def _stream_into(
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     try:
         if content_type != b"multipart/form-data":
+            check_sent_once(request.query_params, ("filename",))  # read here, not declared
             filename = _display_name(request.query_params.get("filename", "").encode())
             if on_file is not None:
                 on_file(filename, {})
