@@ -4,7 +4,8 @@ ONNX: `solvers.export_onnx` builds the graph (input ``input`` [N, n_features], o
 and ``decision_values``, and ``probabilities`` for a calibrated model). skops: a fitted
 scikit-learn ``LinearSVC`` (classifiers) or ``LinearSVR`` (regressors) whose ``coef_``,
 ``intercept_`` and ``classes_`` are the model's, so that its ``decision_function`` and
-``predict`` give the service's values and labels.
+``predict`` give the service's values and labels; ``feature_names_in_`` holds the training
+columns' names of a model trained on a table.
 
 LIBLINEAR's model file (what ``save_model`` writes and ``load_model`` reads)::
 
@@ -278,7 +279,8 @@ def onnx_bytes(model: LinearModel, dtype: str = "float64") -> bytes:
 
 
 def sklearn_estimator(model: LinearModel):
-    """A fitted scikit-learn LinearSVC / LinearSVR with the model's weights."""
+    """A fitted scikit-learn LinearSVC / LinearSVR with the model's weights, and the training
+    columns' names as ``feature_names_in_`` when it has them."""
     from sklearn.svm import LinearSVC, LinearSVR
 
     params = model.info.get("params") or {}
@@ -294,6 +296,11 @@ def sklearn_estimator(model: LinearModel):
         est.intercept_ = model.intercept.copy()
         est.classes_ = _classes_array(model.classes)
     est.n_features_in_ = model.n_features
+    names = model.feature_names
+    if names is not None and len(names) == model.n_features:
+        # trained on named columns (csv, tsv, parquet): scikit-learn then checks a table's
+        # columns, by name and order, as fit would have set them (an object array of str)
+        est.feature_names_in_ = np.asarray(names, dtype=object)
     est.n_iter_ = 0
     return est
 
