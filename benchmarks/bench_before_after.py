@@ -41,6 +41,7 @@ ROWS = {
     "news20-sqhinge": ("news20-binary", "solvers.solve_binary(X, y, tol=0.1)"),
     "news20-hinge-1e-3": ("news20-binary", "solvers.solve_binary(X, y, loss='hinge', tol=1e-3)"),
     "rcv1-like-0.2": ("rcv1-like", "solvers.solve_binary(X, y, tol=0.1)"),
+    "rcv1-like-2-threads": ("rcv1-like", "solvers.solve_binary(X, y, tol=0.1, n_jobs=2)"),
     # raw term counts, where the dual passes stall and the primal Newton method finishes
     "newton-news20-raw": ("news20-raw", "solvers.solve_binary(X, y, C=10.0, tol=0.1)"),
     "ovr-news20-raw": ("news20-raw-classes", "solvers.solve_ovr(X, y, k, tol=0.1, n_jobs=1)"),

@@ -312,8 +312,10 @@ class _Round:
         judged against the round's wall time it made idle 16-core rounds look crowded (the
         slowest thread at 0.62–0.93 of the round). After ``CROWDED_ROUNDS`` judged rounds in a
         row in which some thread ran less than ``CPU_SHARE_FLOOR`` of its span, the remaining
-        rounds run on half the threads the last round used (one or two busy cores of sixteen
-        should cost a few threads, not all but one); the count never grows back within a solve.
+        rounds run on the threads the last round used less the crowded ones, never fewer than
+        half of them: one busy core of sixteen should cost a thread or two (halving cost it eight
+        on a lent 16-core machine), a crowd on every core half the threads; the count never
+        grows back within a solve.
         Rounds on one thread (shrinking left little work) break the row; rounds with a span
         under ``MIN_JUDGED_S`` are not judged (one preemption weighs too much there). Down to one
         thread, w̃ is rebuilt once: no update can be lost from then on, so the rounds are serial
@@ -327,11 +329,12 @@ class _Round:
             return
         if any(share is None for share in shares):
             return
-        crowded = min(shares) < CPU_SHARE_FLOOR
-        self.crowded_in_row = self.crowded_in_row + 1 if crowded else 0
+        n_crowded = sum(share < CPU_SHARE_FLOOR for share in shares)
+        self.crowded_in_row = self.crowded_in_row + 1 if n_crowded else 0
         if self.crowded_in_row >= CROWDED_ROUNDS:
             self.crowded_in_row = 0
-            self.n_threads = min(self.n_threads, K) // 2
+            K = min(self.n_threads, K)
+            self.n_threads = max(K - n_crowded, K // 2)
             if self.n_threads == 1:
                 self.resync()  # no addition can be lost from now on: w̃ stays exact
 

@@ -4,6 +4,8 @@ The sets here are small, so the solver would pick one thread by itself; the test
 thread count to exercise the parallel rounds (on 2 cores, 3 threads also test oversubscription).
 """
 
+import threading
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -225,6 +227,22 @@ def test_crowding_halves_the_threads_a_round_used(crowded, thread_counts, monkey
     assert thread_counts[:n] == [3] * n and set(thread_counts[n:]) == {1}
 
 
+def test_crowding_drops_only_the_crowded_threads(forced_threads, thread_counts, monkeypatch):
+    # one thread of four kept off its core each round (the one the calling thread runs): the
+    # solve drops that one thread at a time, 4 → 3 → 2 → 1, not half of them
+    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", 0.7)
+    monkeypatch.setattr(parallel, "MIN_JUDGED_S", 0.0)
+    main = threading.main_thread()
+    monkeypatch.setattr(parallel, "_share_on_a_core",
+                        lambda started: 0.5 if threading.current_thread() is main else 1.0)
+    X, y = synthetic(n=2000, d=200, density=0.05)
+    result = solve_binary(X, y, C=0.5, tol=1e-6, max_iter=100_000, n_jobs=4, newton=False)
+    _check_certified(X, y, result, 0.5, "squared_hinge", 0.0, 1e-6)
+    n = parallel.CROWDED_ROUNDS
+    assert thread_counts[: 3 * n] == [4] * n + [3] * n + [2] * n
+    assert len(thread_counts) > 3 * n and set(thread_counts[3 * n :]) == {1}
+
+
 def test_short_rounds_are_not_judged(forced_threads, thread_counts, monkeypatch):
     # rounds of microseconds: one preemption would weigh as crowding there
     monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", np.inf)
@@ -265,9 +283,9 @@ def test_certified_at_tight_tol(forced_threads, loss, bias, shrinking, determini
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge", "squared_error"])
 def test_the_final_check_sums_the_objectives_of_the_returned_state(forced_threads, monkeypatch,
                                                                     loss):  # fmt: skip
-    # A solve that converges reads the rows once after its last round for both the check and the
-    # objectives (no objective pass, no rebuild of w̃ after the check); what it reports must still be the
-    # primal and dual of the (w̃, α) it returns, on the solved rows and with their own C.
+    # A solve that converges reads the rows once after its last round for both the check and
+    # the objectives (no objective pass, no rebuild of w̃ after the check); what it reports must
+    # still be the primal and dual of the (w̃, α) it returns, on the solved rows with their C.
     calls = {"objective_sums": 0, "rebuilds_after_check": 0}
     sums, add_rows = parallel.kernels.objective_sums, parallel.add_weighted_rows
     checked = []
