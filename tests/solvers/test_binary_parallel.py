@@ -411,3 +411,24 @@ def test_n_jobs_is_checked():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="n_jobs"):
             solve_binary(X, y, n_jobs=bad)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_a_deterministic_solve_stopped_after_rejected_rounds_reports_its_range(forced_threads,
+                                                                               loss):  # fmt: skip
+    # Every row on one shared feature: the blocks' steps all point the same way, so the first
+    # round's ‖Σ_b Δw̃_b‖² exceeds σ′ Σ_b ‖Δw̃_b‖² at σ′ = 1 and is undone (α stays 0). Its
+    # record carries the (±inf) range of no accepted round, gap 0; the state returned, α = 0,
+    # has every projected gradient −1, so M − m = 0 too. The result must still report the
+    # (M, m) measured on what it returns, not the record of the rejected round (None, None).
+    n = 3000
+    X = sp.csr_matrix(np.ones((n, 1)))
+    y = np.ones(n)
+    result = solve_binary(X, y, loss=loss, C=1.0, bias=0.0, tol=1e-3, max_iter=1, n_jobs=3,
+                          deterministic=True, newton=False, objective_every=1)  # fmt: skip
+    assert not result.alpha.any()  # the round was rejected: the state is the start
+    G = np.where(y >= 0, 1.0, -1.0) * (X @ result.w) - 1.0  # D_ii α_i = 0 at α = 0
+    PG = np.minimum(G, 0.0)  # α_i = 0 at its lower bound
+    assert result.status is Status.MAX_ITER
+    assert result.pg_max == pytest.approx(PG.max()) and result.pg_min == pytest.approx(PG.min())
+    assert result.history[-1].pg_max == pytest.approx(PG.max())
