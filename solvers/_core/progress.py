@@ -193,11 +193,17 @@ class Monitor:
             return Status.TIME_LIMIT
         return None
 
-    def conclude(self, progress: Progress) -> Progress:
+    def conclude(self, progress: Progress, same_range: bool = False) -> Progress:
         """Make ``progress`` (the returned state) the last record, unless the last report
-        already measured that state; the callback sees it too (its answer no longer matters)."""
+        already measured that state (the same iteration and gap, and with ``same_range`` the
+        same projected-gradient range: a record whose round was undone can share the gap of the
+        state measured after it but not its range); the callback sees it too (its answer no
+        longer matters)."""
         last = self.history[-1] if self.history else None
-        if last is None or last.iteration != progress.iteration or last.gap != progress.gap:
+        same = last is not None and (last.iteration, last.gap) == (progress.iteration, progress.gap)
+        if same and same_range:
+            same = (last.pg_max, last.pg_min) == (progress.pg_max, progress.pg_min)
+        if not same:
             self.history.append(progress)
             if self.callback is not None:
                 self.callback(progress)

@@ -235,7 +235,7 @@ def solve_binary(
     else:
         primal, dual = state.objectives()
     measured = _progress(monitor, n_iter, M, m, state.index.shape[0])
-    final = monitor.conclude(_with_objectives(measured, primal, dual))
+    final = monitor.conclude(_with_objectives(measured, primal, dual), same_range=True)
     n_features = csr.n_features
     state.index = None  # no longer needed: free it before α is taken out
     return SolveResult(
