@@ -73,10 +73,11 @@ async def predict(request: Request) -> Response:
         model = await load_model(request, principal, ref)
     except ModelNotFound:
         raise not_found("Model", ref) from None
+    query_flag = _query_flag(request)  # a bad query is refused before the body is read
     body = await read_body(request)
     content_type = request.headers.get("content-type", "")
     max_batch = app.state.settings.max_predict_batch
-    args = (body, content_type, model, max_batch, _query_flag(request))
+    args = (body, content_type, model, max_batch, query_flag)
     try:
         if len(body) <= INLINE_BODY_BYTES:
             content, n = _predict_bytes(*args)
