@@ -86,7 +86,7 @@ NNZ_PER_FEATURE_PER_THREAD = 8  # a round's merge costs K·d: keep it under ~1/8
 RELAX_AFTER = 10
 RESYNC_EVERY = 4
 CPU_SHARE_FLOOR = 0.7  # a thread on a core less than this share of its own span was crowded
-CROWDED_ROUNDS = 2  # crowded rounds in a row after which the solve halves its threads
+CROWDED_ROUNDS = 2  # crowded rounds in a row after which the solve drops threads
 MIN_JUDGED_S = 0.005  # rounds whose shortest thread span is under this are not judged
 GROW, RELAX = 1.5, 1.25
 
