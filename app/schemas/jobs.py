@@ -29,7 +29,8 @@ class JobCreate(RequestBody):
     distributed: DistributedOption | None = Field(
         None,
         description="run on the Dask cluster, rows split in partitions (LinearSVC, one-vs-rest, "
-        "hinge or squared hinge); tol is then the target relative duality gap",
+        "hinge or squared hinge, at one C: no search nor probability); tol is then the target "
+        "relative duality gap",
     )
 
 

@@ -338,8 +338,8 @@ def check_folds(spec: EstimatorSpec, params: dict[str, Any], dataset: Dataset) -
 def check_distributed(
     body: JobCreate, params: dict[str, Any], dataset: Dataset, dask_address: str | None
 ) -> None:
-    """422 when a distributed job cannot run: another estimator or formulation, no cluster
-    configured, or more partitions than rows."""
+    """422 when a distributed job cannot run: another estimator or formulation, a search or
+    probability=true, no cluster configured, or more partitions than rows."""
     if body.distributed is None:
         return
     field = "distributed"
@@ -347,6 +347,14 @@ def check_distributed(
         raise invalid(field, "distributed training is for LinearSVC with multi_class 'ovr'")
     if params.get("loss") not in ("hinge", "squared_hinge"):
         raise invalid(field, "distributed training takes loss 'hinge' or 'squared_hinge'")
+    # the cluster solves at one C: a search or calibration was accepted, then silently skipped
+    for name in ("search", "probability"):
+        if params.get(name):
+            raise invalid(
+                f"params.{name}",
+                "distributed training solves at one C, without a search or calibrated "
+                f"probabilities: leave {name} out, or train without the distributed option",
+            )
     if not dask_address:
         raise invalid(field, "this service has no Dask cluster (set DASK_SCHEDULER_ADDRESS)")
     if body.distributed.partitions > dataset.n_rows:

@@ -76,6 +76,9 @@ def test_without_a_cluster_the_option_is_refused(client, heart):
         ({"distributed": {"partitions": 100_000}}, "partitions"),
         ({"distributed": {"partitions": 2, "replicas": 3}}, "replicas"),
         ({"distributed": {"partitions": 0}}, "partitions"),
+        # the cluster solves one C: a search or calibration was accepted, then silently skipped
+        ({"params": {"search": {"cv": 3}}}, "params.search"),
+        ({"params": {"probability": True}}, "params.probability"),
     ],
 )
 def test_what_a_distributed_job_cannot_be(client, heart, app, change, message):
