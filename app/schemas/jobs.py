@@ -25,7 +25,12 @@ class JobCreate(RequestBody):
     params: dict[str, Any] = Field(
         default_factory=dict, description="the estimator's constructor parameters"
     )
-    validation_dataset_id: str | None = Field(None, max_length=40)
+    validation_dataset_id: str | None = Field(
+        None,
+        max_length=40,
+        description="a dataset scored by the trained model's accuracy (validation_accuracy); "
+        "LinearSVC only: a regressor or structural model is evaluated once trained",
+    )
     distributed: DistributedOption | None = Field(
         None,
         description="run on the Dask cluster, rows split in partitions (LinearSVC, one-vs-rest, "

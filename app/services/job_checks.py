@@ -366,8 +366,9 @@ def check_distributed(
 
 def check_validation_labels(spec: EstimatorSpec, dataset: Dataset, valid: Dataset) -> None:
     """422 when a classifier's validation set is unrelated to its training set: its label kind
-    differs, or none of its labels is a class of the training set; or when a regressor's has
-    text labels (their stored codes 0..k-1 were scored as targets)."""
+    differs, or none of its labels is a class of the training set; or for a regressor or
+    structural job, which has no validation score (text labels named first: their stored codes
+    0..k-1 were once scored as targets)."""
     if spec.kind != "classifier":
         if text_classes(valid.classes) is not None:
             raise invalid(
@@ -375,7 +376,12 @@ def check_validation_labels(spec: EstimatorSpec, dataset: Dataset, valid: Datase
                 f"the validation set has text labels (classes {_few(valid.classes)}); "
                 f"{spec.name} is validated on numeric targets",
             )
-        return
+        # only an accuracy is scored: the set was accepted, named in the lineage, never scored
+        raise invalid(
+            "validation_dataset_id",
+            f"a validation set is scored by its accuracy, which only a classifier has; score "
+            f"the {spec.name} model on it once trained: POST /v1/models/{{id}}/evaluate",
+        )
     if valid.label_kind != dataset.label_kind:
         raise invalid(
             "validation_dataset_id",

@@ -175,6 +175,23 @@ def test_an_unrelated_validation_set_is_refused(client, heart):
     assert "none of the validation set's labels" in response.json()["detail"]
 
 
+@pytest.mark.parametrize("estimator", ["LinearSVR", "structural"])
+def test_a_validation_set_of_a_model_without_accuracy_is_refused(client, estimator):
+    """Only a classifier's validation set is scored (its accuracy): a regressor's or a
+    structural job's was accepted (202), named in the model's lineage, and never scored."""
+    rows = STRUCTURAL if estimator == "structural" else b"0.5 1:1\n1.5 1:2\n2.5 2:1\n"
+    dataset = upload(client, rows, "train.svm").json()
+    body = {"dataset_id": dataset["id"], "estimator": estimator,
+            "validation_dataset_id": dataset["id"]}  # fmt: skip
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == "validation_dataset_id"
+    assert "evaluate" in response.json()["detail"]
+    assert client.get("/v1/jobs").json()["items"] == []
+    del body["validation_dataset_id"]
+    assert client.post("/v1/jobs", json=body).status_code == 202
+
+
 @pytest.mark.parametrize(
     ("params", "field", "words"),
     [({"search": {"cv": 6}}, "params.search.cv", "6 folds need at least 6 rows"),
