@@ -266,7 +266,12 @@ async def _while_key_lives(events, alive, every_s: float):
                 if not pending.cancelled():
                     pending.exception()  # retrieved: an error of an ended stream is not logged
         finally:
-            await events.aclose()
+            # a read still running was cancelled again while waited on (anyio cancels at every
+            # await of a stream whose client left, and the feed's wait takes more than one turn
+            # to end): its own cancellation ends the events and runs their cleanup; closing
+            # them under it raised "aclose(): asynchronous generator is already running"
+            if pending is None or pending.done():
+                await events.aclose()
 
 
 def _resume_after(last_event_id: str | None) -> int:

@@ -176,3 +176,43 @@ def test_a_job_ending_before_its_feed_is_first_read_ends_its_stream_at_once(app,
     took = time.monotonic() - cancelled
     assert streams[0][0] == 200 and "event: end" in streams[0][1:], streams[0]
     assert took < 10.0, took  # the first poll (2 s) ends it, not FEED_SAFETY_S (15 s)
+
+
+def test_a_stream_whose_client_leaves_mid_read_ends_without_an_error():
+    """The server ends a stream whose client left by cancelling its task group (anyio: the
+    cancellation is delivered again at every await until the task leaves the scope). A stream
+    with a key was reading its next event in a task of its own when that came; the task's own
+    cancellation takes more than one turn of the loop (the feed's `wait_for` waits for its
+    inner wait), so the stream's cleanup was cancelled again while it waited for the task, and
+    closed the events under it: "RuntimeError: aclose(): asynchronous generator is already
+    running", logged with its traceback for each client that left while a job trained."""
+    import anyio
+
+    from app.api.jobs import _while_key_lives
+
+    closed = []
+
+    async def events():  # as `_fed_events` between two progress records
+        try:
+            while True:
+                await asyncio.wait_for(asyncio.Event().wait(), 60)  # as `Feed.wait` does
+                yield {"event": "progress"}
+        finally:
+            closed.append(True)
+
+    async def alive():
+        return True
+
+    async def watch():
+        async def read():
+            async for _ in _while_key_lives(events(), alive, 60):
+                pass
+
+        async with anyio.create_task_group() as group:  # as sse_starlette serves a stream
+            group.start_soon(read)
+            await asyncio.sleep(0.05)
+            group.cancel_scope.cancel()  # the client left
+        await asyncio.sleep(0.05)  # the reading task's own cancellation ends
+
+    asyncio.run(watch())
+    assert closed == [True]  # the feed's cleanup ran: the events were closed once
