@@ -44,6 +44,17 @@ def fold_class_weights(class_weight, classes, y_fold) -> np.ndarray:
     return weights
 
 
+def within_refit_bounds(alpha0, weights, fold_weights, y_index) -> np.ndarray:
+    """The folds' averaged α of a joint formulation, each row scaled into the refit's bounds.
+    A fold's α_i is feasible for C·w_f(y_i), its own class weights ("balanced" counts the
+    fold's rows), so their mean is for the largest w_f(y_i), beyond the refit's C·w(y_i)
+    wherever a fold weighed the class more (the refit then raised "warm_start is
+    infeasible"). Each row's constraints scale with its bound, so scaling the row by
+    w(y_i) / max_f w_f(y_i) keeps it feasible."""
+    scale = np.minimum(1.0, weights / np.max(fold_weights, axis=0))
+    return alpha0 * scale[y_index][:, None]
+
+
 def _check_calibration(value, multi_class):
     if value is None or value == "none":
         return None
@@ -191,6 +202,10 @@ class LinearSVCCV(LinearSVC):
             est = search.template(best, "refit", None, None)
             est.n_jobs = self.n_jobs  # the whole budget: the folds are done
             weights = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
+            if alpha0 is not None and self.multi_class != "ovr":
+                folds = [fold_class_weights(self.class_weight, self.classes_, y[train])
+                         for train, _ in fold_list]  # fmt: skip
+                alpha0 = within_refit_bounds(alpha0, weights, folds, y_index)
             start = None
             if primal and search.best is not None:
                 start = search.best[3]

@@ -398,3 +398,22 @@ def test_balanced_weights_with_a_class_of_one_row():
         calibrated = LinearSVC(probability=True, class_weight="balanced").fit(X, y)
     np.testing.assert_allclose(search.scores_[1], cold["test_score"])
     np.testing.assert_allclose(calibrated.predict_proba(X).sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("multi_class", ["crammer_singer", "weston_watkins"])
+def test_a_joint_formulation_with_balanced_weights_refits_from_its_folds(multi_class):
+    """"balanced" weighs each fold's classes by the fold's own counts, so a class may weigh
+    more in a fold than over all rows; the folds' averaged α, the refit's start, then exceeded
+    the refit's bound C·w(y_i) on that class's rows, and the joint formulations' refit raised
+    "warm_start is infeasible" (a search or probability=true of classes of 5, 10 and 7 rows
+    failed after its path). The refit reaches the cold fit's optimum."""
+    rng = np.random.default_rng(1)
+    y = np.repeat([0.0, 1.0, 2.0], [5, 10, 7])
+    X = csr_arrays(rng.normal(size=(len(y), 3)) + 0.3 * y[:, None]).to_scipy()
+    tight = dict(multi_class=multi_class, class_weight="balanced", tol=1e-8, max_iter=100_000)
+    search = LinearSVCCV(Cs=[0.1, 1.0, 10.0], cv=3, random_state=0, **tight).fit(X, y)
+    cold = LinearSVC(C=search.C_, **tight).fit(X, y)
+    np.testing.assert_allclose(search.decision_function(X), cold.decision_function(X), atol=1e-5)
+    calibrated = LinearSVC(C=search.C_, probability=True, random_state=0, **tight).fit(X, y)
+    np.testing.assert_allclose(calibrated.decision_function(X), cold.decision_function(X),
+                               atol=1e-5)  # fmt: skip
