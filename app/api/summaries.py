@@ -8,6 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 
 from app.api.model_lookup import unpacked
+from app.api.prediction_runs import deleted_meanwhile
 from app.deps import DatasetDep, ModelDep, SessionDep, SettingsDep
 from app.schemas.summaries import DatasetStats, TopFeatures
 from app.services.datasets import dataset_arrays
@@ -43,11 +44,14 @@ def _even_edges(low: float, high: float) -> np.ndarray:
 @router.get("/datasets/{dataset_id}/stats", response_model=DatasetStats, tags=["datasets"])
 def get_dataset_stats(dataset: DatasetDep, settings: SettingsDep):
     """Density, the label histogram and the distribution of non-zeros per row."""
-    directory = dataset_arrays(settings, dataset)
-    row_nnz = np.diff(np.load(directory / "indptr.npy", mmap_mode="r", allow_pickle=False))
-    target = None
-    if dataset.label_kind != "classes":
-        target = _histogram(np.load(directory / "y.npy", allow_pickle=False), integral=False)
+    try:
+        directory = dataset_arrays(settings, dataset)
+        row_nnz = np.diff(np.load(directory / "indptr.npy", mmap_mode="r", allow_pickle=False))
+        target = None
+        if dataset.label_kind != "classes":
+            target = _histogram(np.load(directory / "y.npy", allow_pickle=False), integral=False)
+    except FileNotFoundError:  # a DELETE removed the arrays after the row was read: was a 500
+        raise deleted_meanwhile(dataset.id) from None
     cells = dataset.n_rows * max(dataset.n_features, 1)
     return {
         "id": dataset.id,

@@ -41,3 +41,26 @@ def test_ordinary_labels_keep_their_histogram(client):
     target = stats_of(client, lines.encode())["target"]
     assert target["edges"] == np.linspace(-3.0, 7.0, 21).tolist()
     assert target["counts"] == np.histogram(labels, bins=np.linspace(-3.0, 7.0, 21))[0].tolist()
+
+
+def test_a_dataset_deleted_while_its_stats_are_read_is_404(client, monkeypatch):
+    """A DELETE that lands after the stats route read the dataset's row removes its arrays
+    before the route opens them: the route answered 500 (FileNotFoundError), as evaluate and a
+    prediction run answer 404. The race is made certain by deleting the arrays where the route
+    looks them up."""
+    import shutil
+
+    from app.api import summaries
+
+    created = upload(client, b"1 1:1\n-1 2:1\n", "gone.txt").json()
+    found = summaries.dataset_arrays
+
+    def removed_meanwhile(settings, dataset):
+        directory = found(settings, dataset)
+        shutil.rmtree(directory)  # as the concurrent DELETE does
+        return directory
+
+    monkeypatch.setattr(summaries, "dataset_arrays", removed_meanwhile)
+    response = client.get(f"/v1/datasets/{created['id']}/stats")
+    assert response.status_code == 404, response.text
+    assert "deleted while it was being read" in response.json()["detail"]
