@@ -160,7 +160,24 @@ def _body_fields(request: Request) -> dict[tuple, list[str]]:
     return {(): list(fields)} if fields else {}
 
 
+def _unreadable_json(exc: StarletteHTTPException) -> str | None:
+    """Why `json` could not read a body, where it raised something else than a JSON error:
+    FastAPI then answers a 400 naming nothing ("There was an error parsing the body")."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or cause is None:
+        return None
+    if type(cause) is ValueError and "integer string conversion" in str(cause):
+        return "the body holds an integer of more than 4300 digits, which no field takes"
+    if isinstance(cause, RecursionError):
+        return "the body's lists or objects are nested too deeply to read"
+    return None
+
+
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    unreadable = _unreadable_json(exc)
+    if unreadable is not None:
+        status = 422 if protocol_of(request.url.path) == "problem" else 400
+        return error_response(request.url.path, status, "Invalid request", unreadable)
     detail = exc.detail if isinstance(exc.detail, str) else None
     headers = getattr(exc, "headers", None)
     return error_response(request.url.path, exc.status_code, None, detail, headers=headers)

@@ -46,3 +46,23 @@ def test_an_integer_field_refuses_a_boolean(client, db, heart, alias_target, bod
 def test_an_integer_version_is_still_taken(client, alias_target):
     response = client.put(f"{alias_target}/production", json={"version": 1})
     assert response.status_code == 200 and response.json()["version"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        # Python reads a JSON integer of more than 4300 digits as a ValueError, not as a JSON
+        # error: the answer was a 400 "There was an error parsing the body", naming nothing
+        (b'{"version": ' + b"9" * 5000 + b"}", "integer of more than 4300 digits"),
+        # and lists nested beyond the parser's recursion limit raised a RecursionError
+        (b'{"version": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+    ],
+    ids=["huge_integer", "deep_nesting"],
+)
+def test_a_body_json_cannot_read_is_a_422_saying_why(client, alias_target, body, words):
+    response = client.put(
+        f"{alias_target}/production", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    assert words in response.json()["detail"]
+    assert client.get(f"{alias_target}/production").status_code == 404
