@@ -173,9 +173,9 @@ def list_models(
         query = query.where(Model.dataset_id == dataset_id)
     if job_id is not None:
         query = query.where(Model.job_id == job_id)
-    items, next_cursor = sized_page(
-        session, query, Model.id, limit, cursor, bulk=Model.feature_names
-    )
+    # the JSON a model keeps beside its weights: class names, their class weights, calibration
+    bulk = (Model.feature_names, Model.classes, Model.params, Model.calibration, Model.selection)
+    items, next_cursor = sized_page(session, query, Model.id, limit, cursor, bulk=bulk)
     return Page[ModelOut](items=[ModelOut.model_validate(m) for m in items], next=next_cursor)
 
 

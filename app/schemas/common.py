@@ -87,16 +87,16 @@ def keyset_page(
 def sized_page(
     session, query, column, limit: int, cursor: str | None, *, bulk
 ) -> tuple[list, str | None]:
-    """`keyset_page`, newest first, whose page also ends before its rows' `bulk` (a JSON column,
-    counted as its text) passes MAX_PAGE_BULK; a page holds one row at least. The sizes are read
-    first, without the rows, so that no more bulk is loaded than the page sends."""
+    """`keyset_page`, newest first, whose page also ends before its rows' `bulk` (JSON columns,
+    counted as their text) passes MAX_PAGE_BULK; a page holds one row at least. The sizes are
+    read first, without the rows, so that no more bulk is loaded than the page sends."""
     from sqlalchemy import Text, cast, func
 
     ordered = query.order_by(column.desc()).limit(limit + 1)
     after = decode_cursor(cursor)
     if after is not None:
         ordered = ordered.where(column < after)
-    size = func.coalesce(func.length(cast(bulk, Text)), 0)
+    size = sum(func.coalesce(func.length(cast(part, Text)), 0) for part in bulk)
     sizes = session.execute(ordered.with_only_columns(column, size)).all()
     keys, total = [], 0
     for key, row_size in sizes[:limit]:

@@ -29,7 +29,7 @@ def list_jobs(
         query = query.where(Job.dataset_id == dataset_id)
     # a job's params hold its class weights (264 kB for 1,000 classes of long names): 500 such
     # jobs made a 131 MB page
-    return sized_page(session, query, Job.id, limit, cursor, bulk=Job.params)
+    return sized_page(session, query, Job.id, limit, cursor, bulk=(Job.params,))
 
 
 def progress_records(

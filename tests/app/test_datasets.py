@@ -293,3 +293,34 @@ def test_a_list_page_stops_before_its_feature_names_pass_the_bound(client, servi
     assert len(page["items"]) == 3 and page["next"]
     rest = client.get("/v1/models", params={"cursor": page["next"]}).json()
     assert sorted(m["id"] for m in page["items"] + rest["items"]) == sorted(models)
+
+
+def test_a_list_page_counts_the_class_names_and_params_in_its_bound(client, service):
+    """The bound counted the feature names only: a dataset of 1,000 text classes of 255
+    characters (a 262 kB CSV) lists 265 kB of class names, and 21 such datasets made one
+    GET /v1/datasets a 5.5 MB page (500 of them: 132 MB); a model keeps the names with its
+    params (class weights keyed by them) and calibration. Those count in the page's bound too."""
+    import json
+
+    from app.schemas.common import MAX_PAGE_BULK
+
+    names = [f"c{i:04d}" + "x" * 250 for i in range(1000)]
+    rows = "label,a\n" + "".join(f"{name},{i % 7}\n" for i, name in enumerate(names))
+    made = []
+    for i in range(20):
+        answer = upload(client, (rows + f"{names[0]},{100 + i}\n").encode(), "many.csv")
+        assert answer.status_code == 201, answer.text
+        made.append(answer.json()["id"])
+    weights = {"class_weight": dict.fromkeys(names, 1.0)}
+    models = [service.add_model(np.zeros((len(names), 1)), np.zeros(len(names)), classes=names,
+                                params=weights) for _ in range(10)]  # fmt: skip
+    for path, expected in (("/v1/datasets", made), ("/v1/models", models)):
+        pages, cursor = [], None
+        while True:
+            page = client.get(path, params={"limit": 500, "cursor": cursor}).json()
+            pages.append([item["id"] for item in page["items"]])
+            assert len(json.dumps(page)) <= MAX_PAGE_BULK + 100_000 or len(page["items"]) == 1
+            if not (cursor := page["next"]):
+                break
+        assert len(pages) > 1
+        assert sorted(sum(pages, [])) == sorted(expected)
