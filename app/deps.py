@@ -38,18 +38,30 @@ DatabaseDep = Annotated[Database, Depends(get_database)]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-async def query_sent_once(request: Request) -> None:
-    """Dependency of every API router: a single-valued query parameter of the route sent twice
-    is a 422 naming it. FastAPI reads the last value, and a client's duplicate silently chose a
-    format, a name or a flag it may not have meant. List parameters (`?status=a&status=b`) may
-    repeat; names the route does not take are ignored, as they are when sent once. Async: it
-    reads no file or database, and a plain function would cost every request a thread hop."""
+async def sent_once(request: Request) -> None:
+    """Dependency of every API router: a single-valued query parameter or header of the route
+    sent twice is a 422 naming it. FastAPI reads the last value of a query parameter and the
+    first of a header, and a client's duplicate silently chose a format, a name, a flag or an
+    Idempotency-Key it may not have meant. List parameters (`?status=a&status=b`) may repeat;
+    names the route does not take are ignored, as they are when sent once. Async: it reads no
+    file or database, and a plain function would cost every request a thread hop."""
     query = request.query_params
-    if len(query) == len(query.multi_items()):  # no name repeated: nothing to look up
+    repeated_query = len(query) != len(query.multi_items())
+    header_names = request.headers.keys()
+    repeated_header = len(header_names) != len(set(header_names))
+    if not (repeated_query or repeated_header):  # nothing repeated: nothing to look up
         return
     dependant = getattr(request.scope.get("route"), "dependant", None)
-    if dependant is not None:
-        check_sent_once(query, _single_valued(dependant))
+    if dependant is None:
+        return
+    if repeated_query:
+        check_sent_once(query, _single_valued(dependant, "query_params"))
+    if repeated_header:
+        for name in _single_valued(dependant, "header_params"):
+            header = name.replace("_", "-")
+            if len(request.headers.getlist(header)) > 1:
+                shown = "-".join(part.capitalize() for part in header.split("-"))
+                raise ProblemError(422, "Invalid request", f"{shown}: send it once")
 
 
 def check_sent_once(query: QueryParams, names: Iterable[str]) -> None:
@@ -60,12 +72,14 @@ def check_sent_once(query: QueryParams, names: Iterable[str]) -> None:
             raise ProblemError(422, "Invalid request", f"{name}: send it once in the query string")
 
 
-def _single_valued(dependant: Dependant) -> list[str]:
-    """The query parameters of a route and of its dependencies that take one value."""
+def _single_valued(dependant: Dependant, kind: str) -> list[str]:
+    """The query parameters or headers (``kind``: the Dependant's list of them) of a route and
+    of its dependencies that take one value."""
     names, pending = [], [dependant]
     while pending:
         current = pending.pop()
-        names += [p.alias for p in current.query_params if not _repeatable(p.field_info.annotation)]
+        params = getattr(current, kind)
+        names += [p.alias for p in params if not _repeatable(p.field_info.annotation)]
         pending += current.dependencies
     return names
 

@@ -106,14 +106,14 @@ def _include_routers(app: FastAPI) -> None:
         solvers,
         summaries,
     )
-    from app.deps import query_sent_once
+    from app.deps import sent_once
 
     modules = (datasets, jobs, solvers, models, prediction_runs, invocations, registry, summaries)
-    checks = [Depends(auth.authorize), Depends(query_sent_once)]
+    checks = [Depends(auth.authorize), Depends(sent_once)]
     for module in modules:
         app.include_router(module.router, prefix="/v1", dependencies=checks)
     # keys checked by auth.AuthGate (/v2/models)
-    app.include_router(inference.router, dependencies=[Depends(query_sent_once)])
+    app.include_router(inference.router, dependencies=[Depends(sent_once)])
     openapi.install(app, keys_optional=app.state.auth.mode != "required")
     ui.install(app)
 

@@ -94,7 +94,7 @@ async def predict(request: Request) -> Response:
 
 def _query_flag(request: Request) -> bool | None:
     """`?probabilities=`: True, False, or None when the query string does not say (this
-    route skips the routers' dependencies: query_sent_once is called here)."""
+    route skips the routers' dependencies: their check is called here)."""
     check_sent_once(request.query_params, ("probabilities",))
     flag = request.query_params.get("probabilities")
     if flag is None:

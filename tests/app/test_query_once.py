@@ -56,3 +56,25 @@ def test_a_list_parameter_may_repeat_and_a_parameter_once_is_taken(client, binar
     with_unknown = client.get("/v1/models?other=1&other=2")  # not a parameter: ignored
     assert with_unknown.status_code == 200
     assert len(with_unknown.json()["items"]) == 1
+
+
+def test_a_header_of_one_value_sent_twice_is_refused_and_nothing_made(client, db):
+    # Idempotency-Key twice: FastAPI took the first and a retry carrying the two in the other
+    # order made a second dataset or job
+    text = b"1 1:0.5 2:1\n-1 1:1 3:2\n"
+    keys = [("Idempotency-Key", "a"), ("Idempotency-Key", "b")]
+    refused = client.post("/v1/datasets?name=k", content=text, headers=keys)
+    assert refused.status_code == 422, refused.text[:300]
+    assert refused.json()["detail"] == "Idempotency-Key: send it once"
+    with db.session() as session:
+        assert session.query(Dataset).count() == 0
+    dataset = client.post("/v1/datasets?name=k", content=text, headers=keys[:1]).json()
+    job = client.post("/v1/jobs", json={"dataset_id": dataset["id"]}, headers=keys)
+    assert job.status_code == 422 and job.json()["detail"] == "Idempotency-Key: send it once"
+    assert client.get("/v1/jobs").json()["items"] == []
+    events = client.get("/v1/jobs/job_none/events",
+                        headers=[("Last-Event-ID", "1"), ("Last-Event-ID", "2")])  # fmt: skip
+    assert events.status_code == 422 and events.json()["detail"] == "Last-Event-Id: send it once"
+    # headers the route does not read may repeat, as any header may
+    fine = client.get("/v1/datasets", headers=[("X-Trace", "1"), ("X-Trace", "2")])
+    assert fine.status_code == 200
