@@ -306,11 +306,13 @@ def export_model(
         )
     if format in ("onnx", "skops"):
         export_service.check_dense_size(loaded, format)
-        content = (
-            export_service.onnx_bytes(loaded, dtype)
-            if format == "onnx"
-            else export_service.skops_bytes(loaded)
-        )
+        if format == "skops":
+            content = export_service.skops_bytes(loaded)
+        else:
+            try:
+                content = export_service.onnx_bytes(loaded, dtype)
+            except ValueError as exc:  # a float32 graph of weights beyond float32's range
+                raise ProblemError(422, "Not exportable", str(exc)) from None
         return Response(
             content,
             media_type="application/octet-stream",

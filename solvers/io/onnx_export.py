@@ -51,6 +51,8 @@ def export_onnx(estimator, dtype: str = "float64", name: str = "margin-linear-mo
     intercept = np.broadcast_to(
         np.asarray(estimator.intercept_, dtype=np.float64), (coef.shape[0],)
     )
+    if dtype == "float32":
+        _check_float32_range(coef, intercept)
     classes = getattr(estimator, "classes_", None)
     if classes is not None and len(classes) == 2 and coef.shape[0] not in (1, 2):
         raise ValueError(f"a two-class model has 1 or 2 weight rows, got {coef.shape[0]}")
@@ -61,6 +63,17 @@ def export_onnx(estimator, dtype: str = "float64", name: str = "margin-linear-mo
     if calibration is not None:
         _add_probabilities(model.graph, calibration, len(classes), coef.shape[0], dtype)
     return model
+
+
+def _check_float32_range(coef, intercept) -> None:
+    """A weight beyond float32's range would become inf in a float32 graph, and its scores inf
+    or nan: refuse rather than write a graph that answers wrongly."""
+    largest = max(float(np.abs(coef).max(initial=0.0)), float(np.abs(intercept).max(initial=0.0)))
+    if largest > np.finfo(np.float32).max:
+        raise ValueError(
+            f"dtype float32: a weight of magnitude {largest:.3g} is beyond float32's range "
+            f"({float(np.finfo(np.float32).max):.3g}); export with dtype float64"
+        )
 
 
 def _calibration_dict(calibration) -> dict | None:

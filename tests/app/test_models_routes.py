@@ -126,6 +126,12 @@ def test_export_errors(service):
     assert r.status_code == 422 and "integers" in r.json()["detail"]
     r = service.client.get(f"/v1/models/{model_id}/export", params={"format": "pickle"})
     assert r.status_code == 422 and "format" in r.json()["detail"]
+    beyond = service.add_model(np.array([[1e39, 1.0]]), [0.0], classes=[-1, 1])
+    r = service.client.get(f"/v1/models/{beyond}/export", params={"format": "onnx",
+                                                                 "dtype": "float32"})  # fmt: skip
+    assert r.status_code == 422 and "beyond float32's range" in r.json()["detail"]
+    r = service.client.get(f"/v1/models/{beyond}/export", params={"format": "onnx"})
+    assert r.status_code == 200  # float64 holds it
 
 
 def test_openapi_documents_predict_and_the_model_routes(service):

@@ -65,3 +65,15 @@ def test_a_model_without_calibration_has_no_probabilities_and_a_regressor_refuse
                                 calibration_={"method": "softmax", "temperature": 1.0})  # fmt: skip
     with pytest.raises(ValueError, match="regression"):
         solvers.export_onnx(regressor)
+
+
+def test_float32_refuses_a_weight_beyond_its_range():
+    # 1e39 would be inf in the float32 graph: every score inf or nan, every label wrong
+    beyond = SimpleNamespace(coef_=np.array([[1e39, 1.0]]), intercept_=np.zeros(1),
+                             classes_=np.array([-1, 1]))  # fmt: skip
+    with pytest.raises(ValueError, match="beyond float32's range.*float64"):
+        solvers.export_onnx(beyond, dtype="float32")
+    assert solvers.export_onnx(beyond, dtype="float64") is not None
+    at_the_edge = SimpleNamespace(coef_=np.array([[3e38, 1.0]]), intercept_=np.array([-3e38]),
+                                  classes_=np.array([-1, 1]))  # fmt: skip
+    assert solvers.export_onnx(at_the_edge, dtype="float32") is not None
