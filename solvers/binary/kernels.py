@@ -89,15 +89,22 @@ def fill_record(rec, y, C, hinge, width):
 def record_weights(X, bias, record):
     """w̃ = Σ_i s_i α_i x̃_i from the α in the record (the start of a warm-started solve), without
     an n-length temporary of the signed α."""
+    w = np.zeros(X[3] + 1)
+    add_record_rows(X, bias, record, 0, X[2].shape[0] - 1, w)
+    return w
+
+
+@njit(cache=True, nogil=True)
+def add_record_rows(X, bias, record, first, stop, out):
+    """out += Σ_{first ≤ i < stop} s_i α_i x̃_i from the record: one thread's share of
+    `record_weights` (the parallel solver's rebuilds of w̃ split the rows so)."""
     data, indices, indptr, n_features = X
     rec, width = record.values, record.width
-    w = np.zeros(n_features + 1)
-    for i in range(indptr.shape[0] - 1):
+    for i in range(first, stop):
         r = width * i
         if rec[r] != 0.0:
             sign = 1.0 if rec[r + 1] >= 0.0 else -1.0
-            row_axpy(sign * rec[r], data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
-    return w
+            row_axpy(sign * rec[r], data, indices, indptr[i], indptr[i + 1], out, n_features, bias)
 
 
 @njit(cache=True, nogil=True)

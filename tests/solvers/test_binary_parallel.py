@@ -287,7 +287,7 @@ def test_the_final_check_sums_the_objectives_of_the_returned_state(forced_thread
     # the objectives (no objective pass, no rebuild of w̃ after the check); what it reports must
     # still be the primal and dual of the (w̃, α) it returns, on the solved rows with their C.
     calls = {"objective_sums": 0, "rebuilds_after_check": 0}
-    sums, add_rows = parallel.kernels.objective_sums, parallel.add_weighted_rows
+    sums, add_rows = parallel.kernels.objective_sums, parallel.add_record_rows
     checked = []
 
     def counted_sums(*args):
@@ -307,7 +307,7 @@ def test_the_final_check_sums_the_objectives_of_the_returned_state(forced_thread
         return out
 
     monkeypatch.setattr(parallel.kernels, "objective_sums", counted_sums)
-    monkeypatch.setattr(parallel, "add_weighted_rows", counted_rebuild)
+    monkeypatch.setattr(parallel, "add_record_rows", counted_rebuild)
     monkeypatch.setattr(parallel._Round, "full_range", check)
     X, y = synthetic(n=3000, d=200, density=0.05, seed=6)
     if loss == "squared_error":
