@@ -417,3 +417,25 @@ def test_a_joint_formulation_with_balanced_weights_refits_from_its_folds(multi_c
     calibrated = LinearSVC(C=search.C_, probability=True, random_state=0, **tight).fit(X, y)
     np.testing.assert_allclose(calibrated.decision_function(X), cold.decision_function(X),
                                atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize("multi_class", ["crammer_singer", "weston_watkins"])
+def test_a_joint_formulation_refits_with_a_class_weighed_zero(multi_class):
+    """A class weighed 0 (its rows' C is 0, their α 0 in every fold) made the refit's start
+    0/0: each of its rows scaled by NaN, and the search or probability=true raised "warm_start
+    contains NaN or infinite values" after its whole path (a cold fit takes the weight, as
+    scikit-learn's LinearSVC does). The refit reaches the cold fit's optimum."""
+    rng = np.random.default_rng(1)
+    y = np.repeat([0.0, 1.0, 2.0], [5, 10, 7])
+    X = csr_arrays(rng.normal(size=(len(y), 3)) + 0.3 * y[:, None]).to_scipy()
+    weights = {0.0: 0.0, 1.0: 1.0, 2.0: 2.0}
+    tight = dict(multi_class=multi_class, class_weight=weights, tol=1e-8, max_iter=100_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # 0/0 warned before it raised
+        search = LinearSVCCV(Cs=[0.1, 1.0], cv=3, random_state=0, **tight).fit(X, y)
+        calibrated = LinearSVC(C=1.0, probability=True, random_state=0, **tight).fit(X, y)
+    cold = LinearSVC(C=search.C_, **tight).fit(X, y)
+    np.testing.assert_allclose(search.decision_function(X), cold.decision_function(X), atol=1e-5)
+    at_one = LinearSVC(C=1.0, **tight).fit(X, y)
+    np.testing.assert_allclose(calibrated.decision_function(X), at_one.decision_function(X),
+                               atol=1e-5)  # fmt: skip
