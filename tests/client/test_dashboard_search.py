@@ -222,3 +222,28 @@ def test_the_score_axis_tells_close_scores_apart(page):
     }""")
     assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
     assert all(0.8471 <= float(t) <= 0.8476 for t in labels), labels
+
+
+def test_the_train_form_offers_a_validation_set_to_a_classifier_only(page, heart_dataset,
+                                                                      tmp_path):
+    """A validation set is scored by its accuracy, which only LinearSVC has: the service
+    answers a LinearSVR or structural job that names one 422. The form offered the choice to
+    every estimator and sent it, so a LinearSVR job with the set chosen (or kept from LinearSVC
+    when the estimator changed) was always refused; it hides the choice as it hides the search."""
+    with Client(page.service.url) as client:
+        part = tmp_path / "part.txt"
+        part.write_text("\n".join(HEART.read_text().splitlines()[:40]) + "\n")
+        other = client.datasets.upload(part, name="part of heart")["id"]
+    open_ui(page, f"#/datasets/{heart_dataset}")
+    page.wait_for_selector("main[data-view=datasets-page][data-ready=true]")
+    validation = page.locator("#train-validation")
+    expect(validation).to_be_visible()
+    page.select_option("#train-validation", other)
+    page.select_option("#train-estimator", "LinearSVR")
+    expect(page.locator("#search-fields")).to_be_hidden()
+    assert validation.is_hidden() or validation.is_disabled()
+    page.click("#train-submit")  # the choice kept from LinearSVC is not sent
+    page.wait_for_url(re.compile(r"#/jobs/job_"))
+    with Client(page.service.url) as client:
+        job = client.get_json(f"/v1/jobs/{page.url.rsplit('/', 1)[-1]}")
+    assert job["estimator"] == "LinearSVR" and job["validation_dataset_id"] is None
