@@ -55,7 +55,7 @@ def add_train(commands: argparse._SubParsersAction, command: AddCommand) -> None
                        help="calibrate probabilities by an internal 5-fold at this C")
     train.add_argument("--calibration",
                        choices=("auto", "sigmoid", "softmax", "isotonic", "none"))
-    train.add_argument("--validation", help="a validation dataset id")
+    train.add_argument("--validation", help="a classifier's validation dataset id")
     train.add_argument("--follow", action="store_true", help="draw the progress until it ends")
     add_upload_options(train, " (when DATASET is a file)")
 

@@ -50,8 +50,10 @@ def within_refit_bounds(alpha0, weights, fold_weights, y_index) -> np.ndarray:
     fold's rows), so their mean is for the largest w_f(y_i), beyond the refit's C·w(y_i)
     wherever a fold weighed the class more (the refit then raised "warm_start is
     infeasible"). Each row's constraints scale with its bound, so scaling the row by
-    w(y_i) / max_f w_f(y_i) keeps it feasible."""
-    scale = np.minimum(1.0, weights / np.max(fold_weights, axis=0))
+    w(y_i) / max_f w_f(y_i) keeps it feasible. A class weighed 0 in every fold has α = 0 on
+    its rows: their scale is 1, not 0/0."""
+    top = np.max(fold_weights, axis=0)
+    scale = np.minimum(1.0, np.divide(weights, top, out=np.ones_like(top), where=top > 0))
     return alpha0 * scale[y_index][:, None]
 
 

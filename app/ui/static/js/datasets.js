@@ -147,10 +147,12 @@ async function trainForm(dataset) {
     solvers.map((s) => h("option", { value: s.name }, s.name)));
   const params = h("div", { id: "train-params" });
   const search = searchFields();
+  const validation = validationSelect(datasetPage.items, dataset.id);
   const showParams = () => {
     const spec = solvers.find((s) => s.name === estimator.value);
     params.replaceChildren(...spec.params.filter((p) => SHOWN.includes(p.name)).map(paramInput));
     search.fieldset.hidden = !spec.params.some((p) => p.name === "search");
+    validation.hidden = spec.kind !== "classifier";  // only a classifier's accuracy is scored
     ignoreC();
   };
   const ignoreC = () => {  // a search chooses C itself
@@ -160,7 +162,6 @@ async function trainForm(dataset) {
   estimator.addEventListener("change", showParams);
   search.enabled.addEventListener("change", ignoreC);
   showParams();
-  const validation = validationSelect(datasetPage.items, dataset.id);
   const message = h("div", { role: "status" });
   const form = h("form", { class: "panel", "aria-labelledby": "train-title" },
     h("h2", { id: "train-title" }, "Train a model"),
@@ -174,7 +175,7 @@ async function trainForm(dataset) {
     if (chosen) { values.search = chosen; delete values.C; }
     const body = { dataset_id: dataset.id, estimator: estimator.value, params: values };
     const other = validation.querySelector("select").value;
-    if (other) body.validation_dataset_id = other;
+    if (other && !validation.hidden) body.validation_dataset_id = other;
     try {
       const job = await api("/v1/jobs", { method: "POST", json: body });
       location.hash = `#/jobs/${job.id}`;
