@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,38 @@ class MarginError(Exception):
 
 class InvalidId(ValueError):
     """An id given to the client that names no resource (empty, or not a string)."""
+
+
+class InvalidSetting(ValueError):
+    """A service URL or an API key that no request can carry (``--url``, ``MARGIN_URL``,
+    ``--api-key``, ``MARGIN_API_KEY``)."""
+
+
+def service_url(url: str) -> str:
+    """``url`` without its trailing slash, refused unless it is an http(s) URL with a host and
+    a port in range (httpx took ``http://`` and port 99999, and failed at the request)."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise InvalidSetting(f"the service URL {url!r} is not a URL: {exc}") from None
+    port_ok = parsed.port is None or 0 < parsed.port < 65536
+    if parsed.scheme not in ("http", "https") or not parsed.host or not port_ok:
+        raise InvalidSetting(
+            f"the service URL {url!r} is not an http:// or https:// URL with a host and a port "
+            "between 1 and 65535"
+        )
+    return url.rstrip("/")
+
+
+def check_api_key(key: str) -> str:
+    """``key`` as a header value: printable ASCII without spaces (a non-ASCII key failed in
+    httpx's encoder with a traceback). The message does not repeat the secret."""
+    if not re.fullmatch(r"[\x21-\x7e]+", key):
+        raise InvalidSetting(
+            "the API key (--api-key or MARGIN_API_KEY) holds a space, a control character or "
+            "a character beyond ASCII: keys are printable ASCII"
+        )
+    return key
 
 
 class NotFinite(ValueError):
@@ -108,11 +141,11 @@ class Client:
         from margin_client.registry import Registry
         from margin_client.runs import PredictionRuns
 
-        self.url = (url or os.environ.get("MARGIN_URL") or DEFAULT_URL).rstrip("/")
+        self.url = service_url(url or os.environ.get("MARGIN_URL") or DEFAULT_URL)
         key = api_key if api_key is not None else os.environ.get("MARGIN_API_KEY")
         headers = {"User-Agent": "margin-client"}
         if key:
-            headers["Authorization"] = f"Bearer {key}"
+            headers["Authorization"] = f"Bearer {check_api_key(key)}"
         self.http = httpx.Client(
             base_url=self.url, headers=headers, timeout=timeout, transport=transport
         )

@@ -126,13 +126,17 @@ def _add_evaluate(commands: argparse._SubParsersAction, command: AddCommand) -> 
 def run(args: argparse.Namespace) -> int:
     """Run the client command that `args` names; returns the exit status."""
     try:
-        from margin_client._http import Client, InvalidId, MarginError, NotFinite
+        from margin_client._http import Client, InvalidId, InvalidSetting, MarginError, NotFinite
     except ImportError as exc:  # a server-only install
         print(f"margin: the client commands need margin[client] ({exc})", file=sys.stderr)
         return 1
     import httpx
 
-    client = Client(args.url, args.api_key)
+    try:
+        client = Client(args.url, args.api_key)
+    except InvalidSetting as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         return args.client_handler(client, args) or 0
     except MarginError as exc:

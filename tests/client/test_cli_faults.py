@@ -1,0 +1,74 @@
+"""The CLI against a service that is not there, is not Margin, or cuts an answer short, and
+with settings it cannot send: one line on stderr and a non-zero status, never a traceback, and
+no file left half-written."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+
+import pytest
+
+from margin_client.cli import main
+
+
+class Answers(http.server.BaseHTTPRequestHandler):
+    """`/html/...`: a 200 that is an HTML page (a proxy's login page, another service);
+    `/cut/...`: a 200 whose body stops after 400 of its 100,000 bytes."""
+
+    def do_GET(self):
+        if self.path.startswith("/cut/"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/csv")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            self.wfile.write(b"a,b\n" * 100)
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        body = b"<html>sign in</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def answers():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+def one_line(capsys) -> str:
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and captured.out == "", captured
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+    return captured.err
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999", "http://"])
+def test_a_url_that_is_not_one_is_named(capsys, monkeypatch, url):
+    # before: httpx.InvalidURL's traceback
+    monkeypatch.delenv("MARGIN_API_KEY", raising=False)
+    assert main(["models", "list", "--url", url]) == 2
+    assert url in one_line(capsys)
+
+
+@pytest.mark.parametrize("key", ["k\udce9y", "caf\u00e9", "a\nb", "a b"])
+def test_an_api_key_that_cannot_be_a_header_is_named(capsys, monkeypatch, key):
+    # before: a non-ASCII key (from MARGIN_API_KEY) was a UnicodeEncodeError's traceback, a
+    # key holding a newline or a space "cannot reach" the service
+    monkeypatch.setenv("MARGIN_API_KEY", key)
+    assert main(["models", "list", "--url", "http://127.0.0.1:1"]) == 2
+    err = one_line(capsys)
+    assert "API key" in err and key not in err  # a secret is not printed
