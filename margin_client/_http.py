@@ -42,6 +42,24 @@ class MarginError(Exception):
         return cls(response.status_code, body)
 
 
+class NotJSON(ValueError):
+    """A success answer that is not the JSON the service sends: the URL names another server
+    (a proxy's sign-in page, another service on the port)."""
+
+
+def answer_json(response: httpx.Response) -> Any:
+    """The JSON of a success answer; `NotJSON` naming the request and what came instead (it
+    was json.JSONDecodeError's traceback)."""
+    try:
+        return response.json()
+    except ValueError:
+        kind = response.headers.get("content-type") or "no content type"
+        raise NotJSON(
+            f"{response.request.method} {response.request.url} answered {response.status_code} "
+            f"with {kind} that is not JSON: is this a Margin service?"
+        ) from None
+
+
 class InvalidId(ValueError):
     """An id given to the client that names no resource (empty, or not a string)."""
 
@@ -185,10 +203,10 @@ class Client:
         return response
 
     def get_json(self, path: str, **kwargs: Any) -> Any:
-        return self.request("GET", path, **kwargs).json()
+        return answer_json(self.request("GET", path, **kwargs))
 
     def post_json(self, path: str, body: Any, **kwargs: Any) -> Any:
-        return self.request("POST", path, json=body, **kwargs).json()
+        return answer_json(self.request("POST", path, json=body, **kwargs))
 
     def paginate(
         self, path: str, params: dict[str, Any] | None = None, limit: int | None = None

@@ -126,7 +126,14 @@ def _add_evaluate(commands: argparse._SubParsersAction, command: AddCommand) -> 
 def run(args: argparse.Namespace) -> int:
     """Run the client command that `args` names; returns the exit status."""
     try:
-        from margin_client._http import Client, InvalidId, InvalidSetting, MarginError, NotFinite
+        from margin_client._http import (
+            Client,
+            InvalidId,
+            InvalidSetting,
+            MarginError,
+            NotFinite,
+            NotJSON,
+        )
     except ImportError as exc:  # a server-only install
         print(f"margin: the client commands need margin[client] ({exc})", file=sys.stderr)
         return 1
@@ -148,6 +155,9 @@ def run(args: argparse.Namespace) -> int:
     except (InvalidId, NotFinite) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except NotJSON as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except httpx.TransportError as exc:
         print(f"error: cannot reach {client.url}: {exc}", file=sys.stderr)
         return 1

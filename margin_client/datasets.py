@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from margin_client._encode import npz_bytes
-from margin_client._http import resource_id, segment
+from margin_client._http import answer_json, resource_id, segment
 
 if TYPE_CHECKING:
     from margin_client._http import Client
@@ -87,7 +87,7 @@ class Datasets:
         response = self._client.request(
             "POST", "/v1/datasets", content=content, params=params, headers=headers
         )
-        return response.json()
+        return answer_json(response)
 
     def list(self, limit: int | None = None) -> list[DatasetInfo]:
         """Stored datasets, newest first (all of them, or the first `limit`)."""

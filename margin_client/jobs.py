@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import httpx
 
-from margin_client._http import MarginError, resource_id, segment
+from margin_client._http import MarginError, answer_json, resource_id, segment
 from margin_client.datasets import dataset_id
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class Job:
 
     def cancel(self) -> Job:
         """Cancel: a queued job at once, a running one within one outer iteration."""
-        self.info = self._client.request("POST", f"/v1/jobs/{self.id}/cancel").json()
+        self.info = answer_json(self._client.request("POST", f"/v1/jobs/{self.id}/cancel"))
         return self
 
     def __repr__(self) -> str:

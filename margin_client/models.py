@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 from margin_client import _encode
-from margin_client._http import MarginError, resource_id, segment
+from margin_client._http import MarginError, answer_json, resource_id, segment
 from margin_client.datasets import dataset_id
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class Models:
             return Path(path)
         response = self._client.request("GET", url, params={"format": format})
         if format == "json":
-            return response.json()
+            return answer_json(response)
         return response.text if format == "liblinear" else response.content
 
     def evaluate(self, model: str | dict[str, Any], dataset: str | dict[str, Any]) -> dict:
@@ -151,7 +151,7 @@ class Models:
                     size = max(1, (stop - start) // 2)
                     continue
                 raise
-            parts.append(response.json())
+            parts.append(answer_json(response))
             start = stop
         return Prediction.join(parts)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from margin_client._http import resource_id, segment
+from margin_client._http import answer_json, resource_id, segment
 from margin_client.models import model_id
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class Registry:
         """Point `alias` at `version`, creating it or moving it in one step; the alias with the
         model id it now names."""
         path = self._path(name, "aliases", resource_id("alias", alias))
-        return self._client.request("PUT", path, json={"version": version}).json()
+        return answer_json(self._client.request("PUT", path, json={"version": version}))
 
     def get_alias(self, name: str, alias: str) -> dict[str, Any]:
         """The version and model id `alias` points at."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from margin_client._http import resource_id, segment
+from margin_client._http import answer_json, resource_id, segment
 from margin_client.datasets import dataset_id
 from margin_client.models import model_id
 
@@ -45,12 +45,12 @@ class PredictionRuns:
     def cancel(self, model: str | dict[str, Any], run: str) -> dict[str, Any]:
         """Cancel a queued or running run (a running one stops between two chunks); a run
         that has already ended raises MarginError 409."""
-        return self._client.request("POST", f"{self._path(model, run)}/cancel").json()
+        return answer_json(self._client.request("POST", f"{self._path(model, run)}/cancel"))
 
     def download(self, model: str | dict[str, Any], run: str, path: str | Path) -> Path:
         """Write a succeeded run's CSV to `path` (MarginError 409 for a failed or cancelled
         run; a run still active answers 202, raised as a RuntimeError)."""
         response = self._client.download(self._path(model, run), path, params={"format": "csv"})
         if response.status_code == 202:
-            raise RuntimeError(f"prediction run {run} is still {response.json()['status']}")
+            raise RuntimeError(f"prediction run {run} is still {answer_json(response)['status']}")
         return Path(path)

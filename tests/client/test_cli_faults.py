@@ -72,3 +72,11 @@ def test_an_api_key_that_cannot_be_a_header_is_named(capsys, monkeypatch, key):
     assert main(["models", "list", "--url", "http://127.0.0.1:1"]) == 2
     err = one_line(capsys)
     assert "API key" in err and key not in err  # a secret is not printed
+
+
+def test_an_answer_that_is_not_json_says_so(capsys, monkeypatch, answers):
+    # before: json.JSONDecodeError's traceback
+    monkeypatch.delenv("MARGIN_API_KEY", raising=False)
+    assert main(["models", "list", "--url", f"{answers}/html"]) == 1
+    err = one_line(capsys)
+    assert "not JSON" in err and "text/html" in err
