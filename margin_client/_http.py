@@ -196,9 +196,13 @@ class Client:
                     raise MarginError.from_response(response)
                 return response
             partial = target.with_name(target.name + ".part")
-            with partial.open("wb") as out:
-                for chunk in response.iter_bytes():
-                    out.write(chunk)
+            try:
+                with partial.open("wb") as out:
+                    for chunk in response.iter_bytes():
+                        out.write(chunk)
+            except BaseException:  # an answer cut short, a full disk, Ctrl-C: no part left
+                partial.unlink(missing_ok=True)
+                raise
             partial.replace(target)
         return response
 

@@ -158,6 +158,10 @@ def run(args: argparse.Namespace) -> int:
     except NotJSON as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except httpx.RemoteProtocolError as exc:  # a download's connection closed mid-body
+        print(f"error: the answer from {client.url} was cut short or malformed: {exc}",
+              file=sys.stderr)
+        return 1
     except httpx.TransportError as exc:
         print(f"error: cannot reach {client.url}: {exc}", file=sys.stderr)
         return 1

@@ -80,3 +80,13 @@ def test_an_answer_that_is_not_json_says_so(capsys, monkeypatch, answers):
     assert main(["models", "list", "--url", f"{answers}/html"]) == 1
     err = one_line(capsys)
     assert "not JSON" in err and "text/html" in err
+
+
+@pytest.mark.parametrize("command", [["models", "export", "m1"], ["runs", "download", "m1", "r1"]])
+def test_a_download_cut_short_leaves_no_file(capsys, monkeypatch, answers, tmp_path, command):
+    # before: the partial `<file>.part` stayed next to where the file would have been
+    monkeypatch.delenv("MARGIN_API_KEY", raising=False)
+    target = tmp_path / "out"
+    assert main([*command, "-o", str(target), "--url", f"{answers}/cut"]) == 1
+    assert "cut short" in one_line(capsys)
+    assert list(tmp_path.iterdir()) == []
