@@ -1,9 +1,10 @@
 """Leftovers of interrupted work: temporary files of dead processes (uploads in flight, parse
-outputs, checkpoints of a worker killed mid-save), and stored datasets without a row (a crash, or
-a storage outage, between storing the arrays and committing the row; a delete whose objects could
-not be removed). The API sweeps both when it starts; a worker (the local pool, a procrastinate
-worker) sweeps its host's temporary files when it starts, since a worker-only host runs no API,
-and the local pool again whenever one of its worker processes dies."""
+outputs, checkpoints of a worker killed mid-save), stored datasets without a row (a crash, or a
+storage outage, between storing the arrays and committing the row; a delete whose objects could
+not be removed), and prediction CSVs without a run (a model deleted while the store was away).
+The API sweeps all of them when it starts; a worker (the local pool, a procrastinate worker)
+sweeps its host's temporary files when it starts, since a worker-only host runs no API, and the
+local pool again whenever one of its worker processes dies."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from sqlalchemy import select
 
 from app.config import Settings
 from app.db import Database
-from app.storage import Storage, dataset_prefix, get_storage
-from app.tables import Dataset
+from app.storage import Storage, dataset_prefix, get_storage, prediction_key
+from app.tables import Dataset, PredictionRun
 
 log = logging.getLogger("margin.datasets")
 ORPHAN_GRACE_S = 300.0
@@ -59,10 +60,12 @@ def _abandoned(path: Path, now: float) -> bool:
 
 def sweep_partial_uploads(settings: Settings, db: Database) -> list[str]:
     """Remove uploads and parse outputs left by dead processes, and dataset directories without
-    a row (a crash between rename and commit). Returns the removed paths."""
+    a row (a crash between rename and commit), and prediction CSVs without a run. Returns the
+    removed paths."""
     now = time.time()
     removed = _sweep_temp(settings, lambda path: _abandoned(path, now))
     removed += _sweep_orphan_objects(get_storage(settings), db, now)
+    removed += _sweep_orphan_predictions(get_storage(settings), db, now)
     if removed:
         log.info("removed %d partial uploads: %s", len(removed), ", ".join(removed))
     return removed
@@ -124,4 +127,29 @@ def _sweep_orphan_objects(storage: Storage, db: Database, now: float) -> list[st
             storage.delete_prefix(prefix)
             local = storage.local_path(prefix)
             removed.append(str(local) if local is not None else f"{storage.url}/{prefix}")
+    return removed
+
+
+def _sweep_orphan_predictions(storage: Storage, db: Database, now: float) -> list[str]:
+    """Remove prediction CSVs whose run is gone: a model's deletion removes its runs' rows,
+    then their CSVs only as far as the store answers, so one that was away kept them for ever
+    (stored bytes no quota counts and no route reaches)."""
+    modified = {}
+    for obj in storage.list("predictions/"):
+        run_id = obj.key.removeprefix("predictions/").removesuffix(".csv")
+        if obj.key == prediction_key(run_id) and "/" not in run_id:
+            modified[run_id] = obj.modified.timestamp()
+    if not modified:
+        return []
+    with db.session() as session:
+        known = set(
+            session.scalars(select(PredictionRun.id).where(PredictionRun.id.in_(list(modified))))
+        )
+    removed = []
+    for run_id, stamp in modified.items():
+        if run_id not in known and now - stamp > ORPHAN_GRACE_S:
+            key = prediction_key(run_id)
+            storage.delete(key)
+            local = storage.local_path(key)
+            removed.append(str(local) if local is not None else f"{storage.url}/{key}")
     return removed

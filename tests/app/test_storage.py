@@ -14,7 +14,7 @@ import pytest
 
 from app.config import Settings
 from app.jobs.runner import RunContext, run_job
-from app.storage import FileStorage, StorageUnavailable, open_storage
+from app.storage import FileStorage, S3Storage, StorageUnavailable, open_storage
 from tests.app.conftest import HEART, finished_run, upload
 
 pytestmark = pytest.mark.timeout(120)
@@ -188,3 +188,37 @@ def test_storage_errors_map_to_unavailable(tmp_path, monkeypatch):
     with pytest.raises(StorageUnavailable):
         storage.list("datasets/")
     assert time.monotonic() - start < 5
+
+
+def test_prediction_csvs_left_by_a_deletion_during_an_outage_are_swept(
+    s3_client, s3_settings, s3_env, fake_trainer, monkeypatch
+):
+    """Deleting a model while the store is away answers 204 and keeps its runs' CSVs (best
+    effort); nothing refers to them any more, so the sweep at the API's start must remove them
+    as it removes datasets without a row (before: kept for ever, outside every quota)."""
+    from app.services import sweep
+
+    def unavailable(self, key):
+        raise StorageUnavailable("object storage unreachable: connection refused")
+
+    server, bucket = s3_env
+    fake_trainer()
+    dataset = upload(s3_client, HEART.read_bytes(), "heart_scale").json()
+    job = s3_client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).json()
+    assert run_job(job["id"], RunContext(s3_settings, s3_client.app.state.db)) == "succeeded"
+    model_id = s3_client.get(f"/v1/jobs/{job['id']}").json()["model_id"]
+    run = s3_client.post(f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset["id"]})
+    assert finished_run(s3_client, run.headers["Location"])["status"] == "succeeded"
+    kept = server.keys(bucket, "margin/predictions/")
+    assert len(kept) == 1
+    with monkeypatch.context() as away:  # every delete fails as a store that is down does
+        away.setattr(S3Storage, "delete", unavailable)
+        assert s3_client.delete(f"/v1/models/{model_id}").status_code == 204
+    assert server.keys(bucket, "margin/predictions/") == kept
+    db = s3_client.app.state.db
+    assert sweep.sweep_partial_uploads(s3_settings, db) == []  # within the grace: kept
+    monkeypatch.setattr(sweep, "ORPHAN_GRACE_S", 0.0)
+    removed = sweep.sweep_partial_uploads(s3_settings, db)
+    assert removed == [f"{s3_settings.storage}/{kept[0].removeprefix('margin/')}"]
+    assert server.keys(bucket, "margin/predictions/") == []
+    assert server.keys(bucket, "margin/datasets/") != []  # the dataset still has its row
