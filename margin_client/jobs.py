@@ -16,7 +16,10 @@ if TYPE_CHECKING:
     from margin_client._http import Client
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
-RECONNECTS = 5
+RECONNECTS = 5  # streams closed without an `end` in a row before the job itself is asked
+# How long a follower keeps reconnecting to an API it cannot reach (a restart of `margin serve`
+# takes seconds to tens of seconds) before it gives up: the job runs on in its worker meanwhile.
+RECONNECT_S = 60.0
 
 
 def retry_after(response: httpx.Response) -> float:
@@ -89,17 +92,21 @@ class Job:
 
     def events(self) -> Iterator[dict[str, Any]]:
         """The job's progress records as they are written (from the start), until it ends;
-        ``info`` then holds the final job. Reconnects after a dropped stream where it left off."""
+        ``info`` then holds the final job. Reconnects after a dropped stream where it left off,
+        for up to RECONNECT_S while the API cannot be reached; a stream that keeps closing
+        without an `end` has the job itself asked now and then."""
         from httpx_sse import connect_sse
 
         last_id: str | None = None
         failures = 0
+        unreachable_since: float | None = None
         while True:
             headers = {"Last-Event-ID": last_id} if last_id else {}
             try:
                 with connect_sse(
                     self._client.http, "GET", f"/v1/jobs/{self.id}/events", headers=headers
                 ) as source:
+                    unreachable_since = None
                     if source.response.status_code in (429, 503):  # streams at a cap: wait
                         time.sleep(retry_after(source.response))
                         continue
@@ -117,15 +124,22 @@ class Job:
                                 self.info = data
                             return
             except (httpx.TransportError, httpx.RemoteProtocolError):
-                failures += 1
-                if failures > RECONNECTS:
+                # 6 tries (about 7 s) gave up on an API restarting while the job ran on
+                now = time.monotonic()
+                unreachable_since = now if unreachable_since is None else unreachable_since
+                if now - unreachable_since >= RECONNECT_S:
                     raise
+                failures += 1
                 time.sleep(min(2.0, 0.2 * 2**failures))
                 continue
-            # the stream closed without an `end` event: ask again
+            # the stream closed without an `end` event: ask again, paced; now and then ask the
+            # job (returning here made wait() end on a job still queued or running)
             failures += 1
             if failures > RECONNECTS:
-                return
+                if self.refresh().done:
+                    return
+                failures = 0
+            time.sleep(min(2.0, 0.2 * 2**failures))
 
     def wait(self, progress: bool = False, check: bool = False) -> Job:
         """Block until the job ends; with `progress`, draw a progress bar (gap on a log scale,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from margin_client import Client
 from margin_client import jobs as jobs_module
@@ -34,3 +35,62 @@ def test_a_503_on_events_is_waited_out(monkeypatch):
     # before: the first 503 raised MarginError
     assert records == [json.loads(STREAM.split("data: ")[1].split("\n")[0])]
     assert job.status == "succeeded" and slept == [2.0, 2.0] and len(calls) == 3
+
+
+def test_wait_blocks_until_the_end_through_streams_closed_without_one(monkeypatch):
+    """A stream that closes without an `end` event (an API process restarted, a proxy that
+    recycles connections) while a job waits in the queue: after 6 such closes `wait()`
+    returned the job still queued, and `wait(check=True)` raised JobFailed for it ("job job_1
+    queued: queued"); `margin jobs follow` exited 1 on a job that went on to succeed."""
+    opened, slept = [], []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            opened.append(1)
+            if len(opened) <= 10:  # closed at once, no event
+                return httpx.Response(200, headers={"content-type": "text/event-stream"}, text="")
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=STREAM)
+        return httpx.Response(200, json={"id": "job_1", "status": "queued"})
+
+    monkeypatch.setattr(jobs_module.time, "sleep", slept.append)
+    client = Client("http://margin.test", transport=httpx.MockTransport(answer))
+    job = Job(client, {"id": "job_1", "status": "queued"}).wait(check=True)
+    assert job.status == "succeeded" and len(opened) == 11
+    assert slept and all(0 < s <= 2.0 for s in slept)  # paced, not a tight loop
+
+
+def test_following_rides_out_an_api_restart_of_half_a_minute(monkeypatch):
+    """The API unreachable (connection refused) for 30 s while the job runs on in its worker:
+    `wait()` raised httpx.ConnectError after 6 tries within about 7 s."""
+    clock = {"now": 0.0}
+
+    def sleep(seconds):
+        clock["now"] += seconds
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if clock["now"] < 30:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=STREAM)
+
+    monkeypatch.setattr(jobs_module.time, "sleep", sleep)
+    monkeypatch.setattr(jobs_module.time, "monotonic", lambda: clock["now"])
+    client = Client("http://margin.test", transport=httpx.MockTransport(answer))
+    assert Job(client, {"id": "job_1", "status": "running"}).wait().status == "succeeded"
+    assert 30 <= clock["now"] < 33
+
+
+def test_following_gives_up_on_an_api_gone_for_longer(monkeypatch):
+    clock = {"now": 0.0}
+
+    def sleep(seconds):
+        clock["now"] += seconds
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    monkeypatch.setattr(jobs_module.time, "sleep", sleep)
+    monkeypatch.setattr(jobs_module.time, "monotonic", lambda: clock["now"])
+    client = Client("http://margin.test", transport=httpx.MockTransport(refused))
+    with pytest.raises(httpx.ConnectError):
+        Job(client, {"id": "job_1", "status": "running"}).wait()
+    assert jobs_module.RECONNECT_S <= clock["now"] <= jobs_module.RECONNECT_S + 2
