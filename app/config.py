@@ -18,7 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     """One deployment's configuration; environment names are the field names in upper case."""
 
-    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
+    # a number setting is finite: "inf" (or 1e400) passed `gt=0`, then the service died at
+    # start converting it to bytes, or a timeout of inf waited for ever
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, allow_inf_nan=False)
 
     database_url: str | None = Field(
         None, description="SQLAlchemy URL; default: SQLite file margin.db in DATA_DIR"

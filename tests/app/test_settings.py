@@ -135,3 +135,22 @@ def test_the_readme_settings_table_lists_every_setting_with_its_default():
         if str(default) not in re.findall(r"[\w./:]+", rows[name.upper()]):
             wrong.append(f"{name.upper()}: README {rows[name.upper()]!r}, config {default!r}")
     assert wrong == []
+
+
+FLOAT_SETTINGS = [
+    name for name, field in Settings.model_fields.items() if "float" in str(field.annotation)
+]
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "-inf", "nan"])
+def test_a_number_setting_is_finite(monkeypatch, value):
+    """MAX_UPLOAD_MB=inf (or 1e400, which reads as inf) passed `gt=0`: `margin serve` then died
+    at start with "OverflowError: cannot convert float infinity to integer", and a timeout or
+    a bound of inf was no bound at all. Every number setting must be a finite number, refused
+    with its name."""
+    assert len(FLOAT_SETTINGS) > 20
+    for name in FLOAT_SETTINGS:
+        monkeypatch.setenv(name.upper(), value)
+        with pytest.raises(ValidationError, match=f"(?s)\\b{name}\n.*(finite|greater)"):
+            Settings()
+        monkeypatch.delenv(name.upper())
