@@ -250,8 +250,10 @@ class Settings(BaseSettings):
     @field_validator("storage_url")
     @classmethod
     def _storage_scheme(cls, value: str | None) -> str | None:
-        if value and not value.startswith(("file://", "s3://")):
-            raise ValueError(f"expected file:///path or s3://bucket/prefix, got {value!r}")
+        from app.storage import check_storage_url
+
+        if value:
+            check_storage_url(value)
         return value or None
 
     @model_validator(mode="after")

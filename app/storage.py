@@ -310,18 +310,29 @@ class _errors:
         return False
 
 
-def open_storage(url: str, timeout_s: float = 30.0) -> Storage:
-    """The storage named by `url` (``file:///path`` or ``s3://bucket/prefix``)."""
+def check_storage_url(url: str):
+    """`url` parsed, or ValueError saying what is wrong with it (the settings check STORAGE_URL
+    with this at start: ``s3://`` without a bucket passed them, and stopped every command)."""
     parsed = urlparse(url)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise ValueError(f"STORAGE_URL: a file URL names no host, got {url!r}")
-        return FileStorage(Path(unquote(parsed.path)))
+        if not parsed.path:
+            raise ValueError(f"STORAGE_URL: file:///path names a directory, got {url!r}")
+        return parsed
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise ValueError(f"STORAGE_URL: s3://bucket/prefix names a bucket, got {url!r}")
-        return S3Storage(parsed.netloc, parsed.path, timeout_s, url)
+        return parsed
     raise ValueError(f"STORAGE_URL: expected file:///path or s3://bucket/prefix, got {url!r}")
+
+
+def open_storage(url: str, timeout_s: float = 30.0) -> Storage:
+    """The storage named by `url` (``file:///path`` or ``s3://bucket/prefix``)."""
+    parsed = check_storage_url(url)
+    if parsed.scheme == "file":
+        return FileStorage(Path(unquote(parsed.path)))
+    return S3Storage(parsed.netloc, parsed.path, timeout_s, url)
 
 
 @lru_cache(maxsize=8)
