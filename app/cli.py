@@ -39,6 +39,17 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
+def _problems(exc) -> str:
+    """A settings ValidationError as one line: each variable and what is wrong with it (not
+    its value, which may be a secret)."""
+    problems = []
+    for error in exc.errors():
+        name = "_".join(str(part) for part in error["loc"]).upper()
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{name}: {message}" if name else message)
+    return "; ".join(problems)
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, help="data directory (DATA_DIR; ./margin-data)")
     parser.add_argument("--database-url", help="SQLAlchemy URL (DATABASE_URL; SQLite in data dir)")
@@ -204,9 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         return client_cli.run(args)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
+        from pydantic import ValidationError
+
         settings = _settings(args)
     except ImportError as exc:
         raise SystemExit(f"margin {args.command} needs margin[service] installed ({exc})") from None
+    except ValidationError as exc:  # was pydantic's traceback
+        print(f"margin {args.command}: invalid setting: {_problems(exc)}", file=sys.stderr)
+        return 2
     from app import logs
     from app.blas import limit_blas_threads
 

@@ -247,6 +247,23 @@ class Settings(BaseSettings):
         """Empty: no bound, as for the quotas (0 is refused by the field itself)."""
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        """A URL SQLAlchemy can read (`postgres-db` stopped every command with ArgumentError's
+        traceback); the message does not repeat it, as it may hold a password."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        if value:
+            try:
+                make_url(value)
+            except ArgumentError:
+                raise ValueError(
+                    "not a SQLAlchemy URL: expected dialect+driver://user:password@host/database"
+                ) from None
+        return value
+
     @field_validator("storage_url")
     @classmethod
     def _storage_scheme(cls, value: str | None) -> str | None:

@@ -159,3 +159,27 @@ def test_a_number_setting_is_finite(monkeypatch, value):
         with pytest.raises(ValidationError, match=f"(?s)\\b{name}\n.*(finite|greater)"):
             Settings()
         monkeypatch.delenv(name.upper())
+
+
+@pytest.mark.parametrize(
+    "name, value, says",
+    [
+        ("MAX_UPLOAD_MB", "inf", "finite number"),
+        ("STORAGE_URL", "s3://", "names a bucket"),
+        ("PORT", "http", "valid integer"),
+        ("DATABASE_URL", "postgres-db", "not a SQLAlchemy URL"),
+    ],
+)
+def test_a_command_with_a_bad_setting_names_it_without_a_traceback(
+    monkeypatch, capsys, tmp_path, name, value, says
+):
+    """Before: `margin migrate` (and serve, api, worker) printed pydantic's ValidationError, or
+    SQLAlchemy's ArgumentError for DATABASE_URL, as a traceback of 30 lines."""
+    from app.cli import main
+
+    monkeypatch.setenv(name, value)
+    assert main(["migrate", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("margin migrate: invalid setting"), err
+    assert f"{name}: " in err and says in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "margin.db").exists()
