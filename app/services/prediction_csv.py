@@ -1,8 +1,8 @@
 """The CSV of a background prediction run: its header, its rows written chunk by chunk, and an
 upper estimate of its size (checked against the tenant's storage quota before the run starts).
 
-A run's CSV is written to ``DATA_DIR/tmp/<run id>.csv.part`` and renamed when complete, so a
-stored CSV is whole.
+A run's CSV is written to ``DATA_DIR/tmp/prediction-<host>-<pid>-<run id>.csv.part`` and renamed
+when complete, so a stored CSV is whole.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,10 @@ from app.services.prediction import (
 
 
 def staging_path(data_dir: Path, run_id: str) -> Path:
-    """Where a run's CSV is written on this machine before it goes to storage."""
-    return Path(data_dir) / "tmp" / f"{run_id}.csv"
+    """Where a run's CSV is written on this machine before it goes to storage, named after this
+    host and process as `uploads.temp_name` names its files: the sweep of temporary files then
+    removes the CSV of a process killed mid-run (``<run id>.csv`` was kept a day)."""
+    return Path(data_dir) / "tmp" / f"prediction-{socket.gethostname()}-{os.getpid()}-{run_id}.csv"
 
 
 def csv_header(model: LinearModel, probabilities: bool = False) -> list[str]:

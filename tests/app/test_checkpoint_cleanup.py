@@ -4,11 +4,15 @@ the partial file of a worker killed mid-save is swept at the start of the API or
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from app.jobs.runner import RunContext, run_job
+from app.services import prediction_csv
 from app.storage import checkpoint_key, get_storage
 from app.tables import Job
 from tests.app.checkpoint_helpers import in_flight, left_by_a_dead_process, new_job, stored_keys
@@ -162,3 +166,34 @@ def test_a_procrastinate_worker_sweeps_its_host_s_temp_files_at_its_start(
     monkeypatch.setattr("app.logs.configure", lambda *args, **kwargs: None)
     procrastinate_queue.run_worker(settings)
     assert seen == [[mine]] and not left.exists()
+
+
+def test_a_prediction_runs_csv_of_a_killed_api_process_is_swept(app, db):
+    """An API process killed while a background prediction run wrote its CSV left
+    `tmp/<run id>.csv.part` (or the whole `tmp/<run id>.csv`, between its rename and its
+    upload), a name the sweep could not tie to a process: kept a day, up to the whole CSV's
+    size, when the run was then failed (its retries spent) rather than run again."""
+    from app.services.sweep import sweep_partial_uploads
+
+    tmp = app.state.settings.data_dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    writes = (
+        "import sys; from pathlib import Path; "
+        "from app.services.prediction_csv import staging_path; "
+        "whole = staging_path(Path(sys.argv[1]), 'pred_0123456789abcdef'); "
+        "part = whole.with_suffix('.csv.part'); "
+        "part.write_text('row,label\\n0,1\\n'); whole.write_text('row,label\\n'); "
+        "print(part); print(whole)"
+    )
+    made = subprocess.run(
+        [sys.executable, "-c", writes, str(app.state.settings.data_dir)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    left = [Path(line) for line in made.stdout.split()]
+    assert all(path.parent == tmp and path.exists() for path in left)
+    mine = prediction_csv.staging_path(app.state.settings.data_dir, "pred_fedcba9876543210")
+    mine.with_suffix(".csv.part").write_text("row,label\n")  # a run of this live process
+    removed = sweep_partial_uploads(app.state.settings, db)
+    assert sorted(removed) == sorted(str(path) for path in left)
+    assert not any(path.exists() for path in left)
+    assert mine.with_suffix(".csv.part").exists()

@@ -98,7 +98,8 @@ def test_a_run_cancelled_after_its_last_read_ends_cancelled_without_a_csv(
 
     def write_then_cancel(path, model, chunks, *options):
         n_rows = write(path, model, chunks, *options)
-        runs.cancel_run(service.db, model_id, path.stem)  # path: tmp/<run id>.csv
+        run_id = path.stem.rsplit("-", 1)[1]  # path: tmp/prediction-<host>-<pid>-<run id>.csv
+        runs.cancel_run(service.db, model_id, run_id)
         return n_rows
 
     monkeypatch.setattr(runs, "write_csv", write_then_cancel)
