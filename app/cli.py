@@ -228,6 +228,20 @@ def main(argv: list[str] | None = None) -> int:
 
     logs.configure(settings.log_format)
     limit_blas_threads(settings.blas_threads)
+    try:
+        return _dispatch(args, settings)
+    except Exception as exc:
+        from app.db import is_unavailable
+
+        if not is_unavailable(exc):
+            raise
+        # was the driver's traceback: `margin migrate` (or serve, keys) with the database down
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        print(f"margin {args.command}: cannot reach the database: {reason}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "serve":
         cmd_serve(settings, args.demo)
     elif args.command == "migrate":

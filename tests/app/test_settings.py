@@ -183,3 +183,21 @@ def test_a_command_with_a_bad_setting_names_it_without_a_traceback(
     assert "Traceback" not in err and err.startswith("margin migrate: invalid setting"), err
     assert f"{name}: " in err and says in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "margin.db").exists()
+
+
+def test_a_command_whose_database_is_down_says_so_in_one_line(capsys, tmp_path):
+    """Before: `margin migrate` (and serve, keys) with PostgreSQL down printed psycopg's
+    OperationalError as a traceback of 60 lines."""
+    import socket
+
+    from app.cli import main
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql+psycopg://margin:secret@127.0.0.1:{port}/margin"
+    assert main(["migrate", "--data-dir", str(tmp_path), "--database-url", url]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("margin migrate: cannot reach the database: ") and str(port) in err
+    assert "secret" not in err
