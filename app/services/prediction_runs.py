@@ -337,14 +337,19 @@ def recover_runs(db, retries: int, stale_before=None) -> dict[str, str]:
 
 
 def delete_files(settings, run_ids: list[str]) -> None:
-    """Remove the runs' CSVs (best effort: a store that is away keeps them)."""
+    """Remove the runs' CSVs (best effort: a store that is away keeps them, and the API's
+    start-up sweep removes them). The first removal that finds the store away ends the
+    removals: each waited STORAGE_TIMEOUT_S, one after another, for every run of the model."""
     storage = get_storage(settings)
     for run_id in run_ids:
         staging_path(settings.data_dir, run_id).with_suffix(".csv.part").unlink(missing_ok=True)
+    for done, run_id in enumerate(run_ids):
         try:
             storage.delete(prediction_key(run_id))
         except StorageUnavailable as exc:
-            log.warning("could not remove the CSV of run %s: %s", run_id, exc)
+            left = len(run_ids) - done
+            log.warning("could not remove the CSVs of %d runs (%s); the sweep will", left, exc)
+            return
 
 
 def run_ids_of(session, model_id: str) -> list[str]:

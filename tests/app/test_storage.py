@@ -222,3 +222,34 @@ def test_prediction_csvs_left_by_a_deletion_during_an_outage_are_swept(
     assert removed == [f"{s3_settings.storage}/{kept[0].removeprefix('margin/')}"]
     assert server.keys(bucket, "margin/predictions/") == []
     assert server.keys(bucket, "margin/datasets/") != []  # the dataset still has its row
+
+
+def test_deleting_a_model_with_many_runs_during_an_outage_waits_for_one_timeout(
+    s3_client, s3_settings, s3_env, fake_trainer, monkeypatch
+):
+    """`DELETE /v1/models/{id}` removed its runs' CSVs one at a time, each waiting
+    STORAGE_TIMEOUT_S for a store that was away: 30 s × the model's runs (a model with 100
+    runs held its request 50 minutes). Once one removal finds the store away it stops trying;
+    the start-up sweep removes what is left (above)."""
+    server, bucket = s3_env
+    tried = []
+
+    def unavailable(self, key):
+        tried.append(key)
+        raise StorageUnavailable("object storage unreachable: read timeout")
+
+    fake_trainer()
+    dataset = upload(s3_client, HEART.read_bytes(), "heart_scale").json()
+    job = s3_client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).json()
+    assert run_job(job["id"], RunContext(s3_settings, s3_client.app.state.db)) == "succeeded"
+    model_id = s3_client.get(f"/v1/jobs/{job['id']}").json()["model_id"]
+    for _ in range(3):
+        run = s3_client.post(
+            f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset["id"]}
+        )
+        assert finished_run(s3_client, run.headers["Location"])["status"] == "succeeded"
+    assert len(server.keys(bucket, "margin/predictions/")) == 3
+    with monkeypatch.context() as away:
+        away.setattr(S3Storage, "delete", unavailable)
+        assert s3_client.delete(f"/v1/models/{model_id}").status_code == 204
+    assert len(tried) == 1, tried
