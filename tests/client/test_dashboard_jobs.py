@@ -73,3 +73,27 @@ def test_a_jobs_history_and_delete(page, heart_dataset):
             client.jobs.get(job.id)
         assert gone.value.status == 404
         assert client.models.get(job.model_id)["job_id"] is None  # the model stays
+
+
+def test_a_job_cancelled_elsewhere_while_watched_ends_on_the_page(page, slow_dataset):
+    with Client(page.service.url) as client:
+        job = client.jobs.create(slow_dataset, loss="hinge", C=1000, tol=1e-12,
+                                 max_iter=10_000_000, time_limit=60)  # fmt: skip
+        open_ui(page, f"#/jobs/{job.id}")
+        page.wait_for_selector("main[data-status=running]")
+        page.wait_for_function(
+            "() => Number(document.querySelector('#plot-iteration').dataset.points) > 2")
+        job.cancel()  # from the client, not the page's button
+        page.wait_for_selector("main[data-status=cancelled]", timeout=30_000)
+        expect(page.locator("#job-cancel")).to_be_disabled()
+        expect(page.locator("#job-delete")).to_be_enabled()
+        expect(page.locator("#job-history")).to_contain_text("cancelled")
+        assert page.locator("main .error[role=alert]").count() == 0
+        # the page stays at the end: the refresh of the job stops with it (after the tick
+        # that was due)
+        page.wait_for_timeout(1500)
+        expect(page.locator("main")).to_have_attribute("data-status", "cancelled")
+        requests = []
+        page.on("request", lambda request: requests.append(request.url))
+        page.wait_for_timeout(2500)
+        assert not [url for url in requests if f"/v1/jobs/{job.id}" in url], requests
