@@ -218,12 +218,16 @@ def database_problem(exc: Exception) -> JSONResponse:
 
 
 async def _storage_error(request: Request, exc: Exception) -> JSONResponse:
-    """The object store did not answer within STORAGE_TIMEOUT_S: 503, nothing was stored."""
+    """The object store did not answer within STORAGE_TIMEOUT_S: 503; a write stored nothing
+    (a read is told only to retry: "nothing was stored" misled a download)."""
     log.warning("object storage error on %s %s: %s", request.method, request.url.path, exc)
+    reading = request.method in ("GET", "HEAD")
     return problem_response(
         503,
         "Service Unavailable",
-        "the object storage is unavailable: nothing was stored; retry shortly",
+        "the object storage is unavailable"
+        + ("" if reading else ": nothing was stored")
+        + "; retry shortly",
         headers={"Retry-After": str(DB_RETRY_AFTER_S)},
     )
 

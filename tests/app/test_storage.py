@@ -253,3 +253,28 @@ def test_deleting_a_model_with_many_runs_during_an_outage_waits_for_one_timeout(
         away.setattr(S3Storage, "delete", unavailable)
         assert s3_client.delete(f"/v1/models/{model_id}").status_code == 204
     assert len(tried) == 1, tried
+
+
+def test_a_read_while_the_store_is_away_is_503_without_claiming_a_write(
+    s3_client, s3_settings, s3_env, fake_trainer, monkeypatch
+):
+    """A succeeded run's CSV asked for while the store is away: 503 with Retry-After, whose
+    detail said "nothing was stored" (the answer written for uploads) to a download."""
+
+    def unavailable(self, key):
+        raise StorageUnavailable("object storage unreachable: read timeout")
+
+    fake_trainer()
+    dataset = upload(s3_client, HEART.read_bytes(), "heart_scale").json()
+    job = s3_client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).json()
+    assert run_job(job["id"], RunContext(s3_settings, s3_client.app.state.db)) == "succeeded"
+    model_id = s3_client.get(f"/v1/jobs/{job['id']}").json()["model_id"]
+    run = s3_client.post(f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset["id"]})
+    assert finished_run(s3_client, run.headers["Location"])["status"] == "succeeded"
+    with monkeypatch.context() as away:
+        away.setattr(S3Storage, "exists", unavailable)
+        response = s3_client.get(run.headers["Location"])
+    assert response.status_code == 503 and response.headers["Retry-After"]
+    detail = response.json()["detail"]
+    assert "object storage is unavailable" in detail and "stored" not in detail, detail
+    assert s3_client.get(run.headers["Location"]).status_code == 200
