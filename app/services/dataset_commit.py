@@ -3,8 +3,9 @@
 The arrays are stored at `datasets/<id>/` in STORAGE_URL (a rename into DATA_DIR/datasets/<id>/
 with the default file storage, an upload to the bucket otherwise) and the row committed only when
 everything succeeded, so a failed commit leaves neither row nor arrays. A crash between storing
-and committing leaves arrays without a row; `app.services.sweep.sweep_partial_uploads` removes
-such leftovers at start.
+and committing leaves arrays without a row; a commit whose answer was lost (the connection dropped
+during it) keeps the arrays, since its row may exist. `app.services.sweep.sweep_partial_uploads`
+removes arrays without a row at start.
 
 A dataset is stored once per tenant and content (`content_key`: the bytes received and how they
 are parsed) and once per Idempotency-Key: a commit that meets either, committed meanwhile, returns
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import threading
 from pathlib import Path
@@ -23,12 +25,14 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from app.config import Settings
-from app.db import Database
+from app.db import Database, is_unavailable
 from app.services import dataset_files, idempotency, quotas
 from app.services.datasets import remove_objects
 from app.services.uploads import temp_name
 from app.storage import dataset_prefix, get_storage
 from app.tables import Dataset, new_id
+
+log = logging.getLogger("margin.datasets")
 
 
 def content_key(sha256: str, options: dict | None = None) -> str:
@@ -81,6 +85,7 @@ def commit_dataset(
             # in the background: the store may be away, and the answer must not wait for it
             threading.Thread(target=remove_objects, args=(storage, prefix), daemon=True).start()
             raise
+    committing = False
     try:
         with db.write() as session:
             quotas.check_storage(session, dataset.stored_bytes)
@@ -92,6 +97,7 @@ def commit_dataset(
             session.flush()
             if local:
                 storage.store_dir(out_dir, prefix)
+            committing = True
     except IntegrityError:  # the same Idempotency-Key or content, committed meanwhile
         remove_objects(storage, prefix)
         existing = replayed(db, key, settings.idempotency_ttl_hours) if key else None
@@ -102,7 +108,13 @@ def commit_dataset(
         if existing is None:
             raise
         return existing, "duplicate"
-    except BaseException:
+    except BaseException as exc:
+        if committing and is_unavailable(exc):
+            # the connection was lost during the commit: the row may have been committed, and
+            # removing its arrays would leave it pointing at nothing; the start-up sweep
+            # removes them if it was not
+            log.warning("dataset %s: commit outcome unknown (%s); arrays kept", dataset.id, exc)
+            raise
         remove_objects(storage, prefix)
         raise
     return dataset, "created"

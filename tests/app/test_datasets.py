@@ -324,3 +324,44 @@ def test_a_list_page_counts_the_class_names_and_params_in_its_bound(client, serv
                 break
         assert len(pages) > 1
         assert sorted(sum(pages, [])) == sorted(expected)
+
+
+def test_an_upload_whose_commit_answer_is_lost_keeps_the_arrays_of_its_row(
+    client, settings, db
+):
+    """The connection drops after the database has committed the dataset's row but before
+    the commit's answer arrives (a restart, a network cut): the upload is a 503, and the
+    arrays were removed as for a failed commit, leaving a row whose arrays are missing (its
+    jobs, stats and evaluations failing for ever). Arrays whose row may exist are kept; the
+    start-up sweep removes them if the row never came."""
+    from sqlalchemy import event
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.orm import Session
+
+    committing = []
+
+    def before(session, _context):  # the dataset's insert (still listed as new here)
+        if any(isinstance(obj, Dataset) for obj in session.new):
+            committing.append(session)
+
+    def after(session):
+        if committing and committing[-1] is session:
+            committing.clear()
+            raise OperationalError(
+                "COMMIT", {}, ConnectionError("server closed the connection unexpectedly")
+            )
+
+    event.listen(Session, "after_flush", before)
+    event.listen(Session, "after_commit", after)
+    try:
+        response = upload(client, HEART.read_bytes(), "heart_scale", name="heart")
+    finally:
+        event.remove(Session, "after_flush", before)
+        event.remove(Session, "after_commit", after)
+    assert response.status_code == 503, response.text
+    rows, dirs, _ = stored(settings, db)
+    assert rows == 1 and len(dirs) == 1  # before: the row, and no arrays
+    dataset = client.get("/v1/datasets").json()["items"][0]
+    assert client.get(f"/v1/datasets/{dataset['id']}/stats").status_code == 200
+    again = upload(client, HEART.read_bytes(), "heart_scale", name="heart")
+    assert again.status_code == 200 and again.json()["id"] == dataset["id"], again.text
