@@ -164,12 +164,14 @@ def _move(session, run_id: str, attempt: int, from_: str, to: str, /, **values) 
 
 def _end(db, claim: RunClaim, status: str, **values) -> bool:
     """running -> `status`; waits out a database outage (up to END_DEADLINE_S) so that a finished
-    run is not lost to it."""
-    start, delay = time.monotonic(), 0.2
+    run is not lost to it. A try whose commit lost its answer may have landed: a later try
+    that finds the run no longer running then counts it as done if the run is at `status`
+    under this claim (it found the run ended and removed a succeeded run's CSV)."""
+    start, delay, retried = time.monotonic(), 0.2, False
     while True:
         try:
             with db.write() as session:
-                return _move(
+                moved = _move(
                     session,
                     claim.run_id,
                     claim.attempt,
@@ -178,9 +180,18 @@ def _end(db, claim: RunClaim, status: str, **values) -> bool:
                     finished_at=utcnow(),
                     **values,
                 )
+                if moved or not retried:
+                    return moved
+                now = session.execute(
+                    select(PredictionRun.status, PredictionRun.attempt).where(
+                        PredictionRun.id == claim.run_id
+                    )
+                ).first()
+                return now is not None and tuple(now) == (status, claim.attempt)
         except Exception as exc:
             if not is_unavailable(exc) or time.monotonic() - start > END_DEADLINE_S:
                 raise
+            retried = True
             time.sleep(delay)
             delay = min(2 * delay, 2.0)
 

@@ -337,3 +337,44 @@ def test_an_isotonic_multiclass_run_writes_the_probabilities_predict_gives(servi
     expected = np.column_stack([np.interp(D[:, j], breakpoints["x"][j], breakpoints["y"][j])
                                 for j in range(3)])  # fmt: skip
     np.testing.assert_allclose(P, expected / expected.sum(axis=1, keepdims=True), rtol=1e-12)
+
+
+def test_a_run_whose_end_commit_answer_is_lost_keeps_its_csv(service, binary, monkeypatch):
+    """The connection drops after the database has committed a run's `succeeded` but before
+    the answer arrives: the runner tried again, found the run no longer `running`, took it
+    for cancelled or taken over and removed the CSV, leaving a succeeded run whose download
+    is a 410 for ever."""
+    import queue
+
+    from sqlalchemy import event
+    from sqlalchemy.exc import OperationalError
+
+    from app.services import prediction_runs as runs
+
+    move, lost = runs._move, []
+
+    def move_then_lose_the_answer(session, run_id, attempt, from_, to, /, **values):
+        moved = move(session, run_id, attempt, from_, to, **values)
+        if to == "succeeded" and not lost:
+            lost.append(run_id)
+
+            def drop(_session):
+                raise OperationalError(
+                    "COMMIT", {}, ConnectionError("server closed the connection unexpectedly")
+                )
+
+            event.listen(session, "after_commit", drop, once=True)
+        return moved
+
+    executed, outcomes = runs.execute_run, queue.Queue()
+    monkeypatch.setattr(runs, "_move", move_then_lose_the_answer)
+    monkeypatch.setattr(runs, "execute_run", lambda *args: outcomes.put(executed(*args)))
+    model_id = binary[0]
+    dataset_id = service.add_dataset(rng_problem(n=20), np.ones(20))
+    r = service.client.post(f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset_id})
+    assert outcomes.get(timeout=30) == "succeeded"  # before: "lost", its CSV removed
+    status = finished_run(service.client, r.headers["location"])
+    assert lost and status["status"] == "succeeded" and status["n_rows"] == 20
+    r = service.client.get(r.headers["location"])
+    assert r.status_code == 200, r.text  # before: 410 "Prediction result gone"
+    assert len(r.text.splitlines()) == 21
