@@ -158,6 +158,11 @@ def run(args: argparse.Namespace) -> int:
     except NotJSON as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except (httpx.ReadTimeout, httpx.WriteTimeout):  # reached, but slow: not "cannot reach"
+        waited = client.http.timeout.read
+        print(f"error: {client.url} did not answer within {waited:g} s; the request may still "
+              "complete there (check before sending it again)", file=sys.stderr)
+        return 1
     except httpx.RemoteProtocolError as exc:  # a download's connection closed mid-body
         print(f"error: the answer from {client.url} was cut short or malformed: {exc}",
               file=sys.stderr)

@@ -90,3 +90,19 @@ def test_a_download_cut_short_leaves_no_file(capsys, monkeypatch, answers, tmp_p
     assert main([*command, "-o", str(target), "--url", f"{answers}/cut"]) == 1
     assert "cut short" in one_line(capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_service_too_slow_to_answer_is_not_called_unreachable(capsys, monkeypatch, answers):
+    # before: "cannot reach <url>: timed out" for a service that had taken the request (an
+    # upload it may still store): the user took it for down and sent it again
+    import httpx
+
+    def slow(self, method, url, **kwargs):
+        raise httpx.ReadTimeout("timed out")
+
+    monkeypatch.delenv("MARGIN_API_KEY", raising=False)
+    monkeypatch.setattr(httpx.Client, "request", slow)
+    assert main(["models", "list", "--url", answers]) == 1
+    err = one_line(capsys)
+    assert "cannot reach" not in err and "did not answer within 60 s" in err, err
+    assert "may still" in err
