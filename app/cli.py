@@ -121,8 +121,13 @@ def cmd_migrate(settings: Settings, revision: str = "head") -> None:
 def cmd_storage_migrate(settings: Settings, source_url: str) -> int:
     """Copy every stored object (datasets, prediction CSVs, checkpoints) from `source_url` to
     STORAGE_URL, skipping those already there; safe to run again."""
-    from app.storage import copy_between, get_storage, open_storage
+    from app.storage import check_storage_url, copy_between, get_storage, open_storage
 
+    try:
+        check_storage_url(source_url)
+    except ValueError as exc:  # was open_storage's traceback
+        print(f"margin storage: --from: {str(exc).removeprefix('STORAGE_URL: ')}", file=sys.stderr)
+        return 2
     source = open_storage(source_url, settings.storage_timeout_s)
     target = get_storage(settings)
     if source.url.rstrip("/") == target.url.rstrip("/"):
@@ -232,7 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         return _dispatch(args, settings)
     except Exception as exc:
         from app.db import is_unavailable
+        from app.storage import StorageUnavailable
 
+        if isinstance(exc, StorageUnavailable):  # was boto's traceback: the bucket, a copy
+            again = "; run it again (it skips what is copied)" if args.command == "storage" else ""
+            print(f"margin {args.command}: cannot reach the object storage: {exc}{again}",
+                  file=sys.stderr)  # fmt: skip
+            return 1
         if not is_unavailable(exc):
             raise
         # was the driver's traceback: `margin migrate` (or serve, keys) with the database down

@@ -201,3 +201,44 @@ def test_a_command_whose_database_is_down_says_so_in_one_line(capsys, tmp_path):
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     assert err.startswith("margin migrate: cannot reach the database: ") and str(port) in err
     assert "secret" not in err
+
+
+def test_a_command_whose_object_store_is_away_says_so_in_one_line(
+    capsys, monkeypatch, tmp_path
+):
+    """Before: `margin migrate` (which makes the bucket) and `margin storage migrate` with the
+    store unreachable printed boto's and StorageUnavailable's traceback; `--from s3://` a
+    ValueError's."""
+    import socket
+
+    from app import storage
+    from app.cli import main
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for name, value in {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x",
+        "AWS_SECRET_ACCESS_KEY": "y", "AWS_REGION": "us-east-1",
+        "STORAGE_URL": "s3://bucket/margin", "STORAGE_TIMEOUT_S": "1",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    storage._cached.cache_clear()
+    try:
+        assert main(["migrate", "--data-dir", str(tmp_path)]) == 1
+        err = capsys.readouterr().err  # the migration's log lines, then the error
+        assert "Traceback" not in err, err
+        assert err.splitlines()[-1].startswith("margin migrate: cannot reach the object storage: ")
+        source = f"file://{tmp_path}"
+        assert main(["storage", "migrate", "--data-dir", str(tmp_path), "--from", source]) == 1
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, err
+        last = err.splitlines()[-1]
+        assert last.startswith("margin storage: cannot reach the object storage: "), err
+        assert "run it again" in last
+        bad = ["storage", "migrate", "--data-dir", str(tmp_path), "--from", "s3://"]
+        assert main(bad) == 2
+        err = capsys.readouterr().err
+        assert err == "margin storage: --from: s3://bucket/prefix names a bucket, got 's3://'\n"
+    finally:
+        storage._cached.cache_clear()
