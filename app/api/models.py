@@ -256,7 +256,7 @@ def evaluate_model(
     loaded = unpacked(request.app, session, model.id)  # closes the session: none held meanwhile
     try:
         check_labels(loaded, dataset)
-        source = DatasetSource.of(settings, dataset)
+        source = DatasetSource.of(settings, dataset, tries=1)  # a 503 within the timeout
         source.check(loaded)
         report = evaluate(loaded, source)
     except DatasetMismatch as exc:

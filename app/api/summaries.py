@@ -45,7 +45,7 @@ def _even_edges(low: float, high: float) -> np.ndarray:
 def get_dataset_stats(dataset: DatasetDep, settings: SettingsDep):
     """Density, the label histogram and the distribution of non-zeros per row."""
     try:
-        directory = dataset_arrays(settings, dataset)
+        directory = dataset_arrays(settings, dataset, tries=1)  # a 503 within the timeout
         row_nnz = np.diff(np.load(directory / "indptr.npy", mmap_mode="r", allow_pickle=False))
         target = None
         if dataset.label_kind != "classes":

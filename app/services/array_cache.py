@@ -43,9 +43,12 @@ class ArrayCache:
         self._lock = Lock()
         self.sweep_parts()
 
-    def directory(self, storage: Storage, prefix: str, key: str, names: list[str]) -> Path:
+    def directory(
+        self, storage: Storage, prefix: str, key: str, names: list[str], tries: int = DOWNLOAD_TRIES
+    ) -> Path:
         """The local directory holding `names` (`<name>.npy` under `prefix` in `storage`),
-        downloaded on first use."""
+        downloaded on first use, trying `tries` times while the store is unavailable (a request
+        tries once: it is to fail within about STORAGE_TIMEOUT_S)."""
         final = self.root / _safe(key)
         if final.is_dir():
             _touch(final)
@@ -56,7 +59,7 @@ class ArrayCache:
                 self._download(storage, prefix, names, final)
 
         with self._lock, _file_lock(self.root / ".locks" / f"{_safe(key)}.lock"):
-            retry_unavailable(download, f"downloading {prefix}", DOWNLOAD_TRIES, DOWNLOAD_DELAY_S)
+            retry_unavailable(download, f"downloading {prefix}", tries, DOWNLOAD_DELAY_S)
         _touch(final)
         self.evict(keep=final)
         return final

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from app.services.array_cache import DOWNLOAD_TRIES
 from app.services.dataset_files import align_columns
 from app.services.prediction import OVERFLOW, LinearModel, first_overflow
 
@@ -67,13 +68,13 @@ class DatasetSource:
         self.feature_names: list[str] | None = None  # a table's column names
 
     @classmethod
-    def of(cls, settings, dataset) -> DatasetSource:
-        """From a ``tables.Dataset`` row."""
+    def of(cls, settings, dataset, tries: int = DOWNLOAD_TRIES) -> DatasetSource:
+        """From a ``tables.Dataset`` row (`tries`: see `datasets.dataset_arrays`)."""
         from app.services.datasets import dataset_arrays
         from app.services.formats.labels import text_classes
 
         source = cls(
-            lambda: dataset_arrays(settings, dataset), dataset.n_features, dataset.zero_based
+            lambda: dataset_arrays(settings, dataset, tries), dataset.n_features, dataset.zero_based
         )
         source.label_names = text_classes(dataset.classes)  # y holds codes of these names
         source.feature_names = dataset.feature_names

@@ -21,7 +21,7 @@ from app.db import Database
 from app.errors import ProblemError
 from app.schemas.common import sized_page
 from app.services import dataset_files
-from app.services.array_cache import ArrayCache
+from app.services.array_cache import DOWNLOAD_TRIES, ArrayCache
 from app.storage import Storage, dataset_prefix, get_storage
 from app.tables import ACTIVE_STATUSES, Dataset, Job
 
@@ -44,9 +44,10 @@ def array_cache(settings: Settings) -> ArrayCache:
     return _caches[key]
 
 
-def dataset_arrays(settings: Settings, dataset: Dataset) -> Path:
+def dataset_arrays(settings: Settings, dataset: Dataset, tries: int = DOWNLOAD_TRIES) -> Path:
     """A local directory with the dataset's `.npy` arrays: the storage's own directory for
-    file storage, else this machine's cached copy (downloaded on first use)."""
+    file storage, else this machine's cached copy (downloaded on first use; `tries`: how many
+    times while the store is unavailable, the workers' several by default, 1 in a request)."""
     storage = get_storage(settings)
     prefix = dataset_prefix(dataset.id)
     local = storage.local_path(prefix)
@@ -54,7 +55,7 @@ def dataset_arrays(settings: Settings, dataset: Dataset) -> Path:
         return local
     names = [*dataset_files.ARRAYS, *(["qid"] if dataset.has_qid else [])]
     key = dataset.content_key or f"id-{dataset.id}"
-    return array_cache(settings).directory(storage, prefix, key, names)
+    return array_cache(settings).directory(storage, prefix, key, names, tries=tries)
 
 
 def remove_objects(storage: Storage, prefix: str) -> None:

@@ -76,7 +76,6 @@ def test_least_recently_used_copies_are_evicted(tmp_path):
 def test_a_failed_download_leaves_no_copy(tmp_path, monkeypatch):
     from app.services import array_cache
 
-    monkeypatch.setattr(array_cache, "DOWNLOAD_TRIES", 2)
     monkeypatch.setattr(array_cache.time, "sleep", lambda s: None)
 
     class Failing(FileStorage):
@@ -93,7 +92,7 @@ def test_a_failed_download_leaves_no_copy(tmp_path, monkeypatch):
     _store(storage.root, "ds_1", 100)
     cache = ArrayCache(tmp_path / "cache", 10**6)
     with pytest.raises(StorageUnavailable):
-        cache.directory(storage, "datasets/ds_1", "k1", ["a", "b"])
+        cache.directory(storage, "datasets/ds_1", "k1", ["a", "b"], tries=2)
     assert Failing.calls == 4  # tried twice
     assert [p.name for p in cache.root.iterdir() if p.name != ".locks"] == []
 

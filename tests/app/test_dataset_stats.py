@@ -55,8 +55,8 @@ def test_a_dataset_deleted_while_its_stats_are_read_is_404(client, monkeypatch):
     created = upload(client, b"1 1:1\n-1 2:1\n", "gone.txt").json()
     found = summaries.dataset_arrays
 
-    def removed_meanwhile(settings, dataset):
-        directory = found(settings, dataset)
+    def removed_meanwhile(settings, dataset, **tries):
+        directory = found(settings, dataset, **tries)
         shutil.rmtree(directory)  # as the concurrent DELETE does
         return directory
 

@@ -106,10 +106,10 @@ def test_a_dataset_deleted_while_it_is_read_is_404(service, binary, monkeypatch)
     gone_row = service.add_dataset(X, np.where(np.arange(30) % 2, 1.0, -1.0))
     of, create_run = DatasetSource.of, runs.create_run
 
-    def files_deleted_meanwhile(settings, dataset):
+    def files_deleted_meanwhile(settings, dataset, **tries):
         if dataset.id == gone_files:
             shutil.rmtree(settings.data_dir / "datasets" / dataset.id)
-        return of(settings, dataset)
+        return of(settings, dataset, **tries)
 
     def row_deleted_meanwhile(db, model, dataset_id, *size, **options):
         with db.write() as session:

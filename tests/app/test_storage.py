@@ -278,3 +278,26 @@ def test_a_read_while_the_store_is_away_is_503_without_claiming_a_write(
     detail = response.json()["detail"]
     assert "object storage is unavailable" in detail and "stored" not in detail, detail
     assert s3_client.get(run.headers["Location"]).status_code == 200
+
+
+def test_a_request_reading_a_dataset_while_the_store_hangs_is_503_within_the_timeout(
+    s3_client, s3_settings, s3_env
+):
+    """`GET /v1/datasets/{id}/stats` of a dataset not yet in the API's local copy, with the
+    store not answering: the download was tried 3 times, 2 s then 4 s apart (the workers'
+    patience), so the request waited 3 timeouts and 6 s (12 s here with STORAGE_TIMEOUT_S=2;
+    96 s at the default 30 s), where an unreachable store is to fail a request within about
+    STORAGE_TIMEOUT_S."""
+    server, bucket = s3_env
+    dataset = upload(s3_client, HEART.read_bytes(), "heart_scale").json()
+    assert not any(p.name != ".locks" for p in s3_settings.cache_path.glob("*"))
+    server.pause()
+    try:
+        start = time.monotonic()
+        response = s3_client.get(f"/v1/datasets/{dataset['id']}/stats")
+        took = time.monotonic() - start
+    finally:
+        server.resume()
+    assert response.status_code == 503, response.text
+    assert took < 2 * (1 + s3_settings.storage_timeout_s), took
+    assert s3_client.get(f"/v1/datasets/{dataset['id']}/stats").status_code == 200
