@@ -116,17 +116,11 @@ def _sweep_orphan_objects(storage: Storage, db: Database, now: float) -> list[st
             dataset_id = obj.key.split("/")[1] if obj.key.count("/") >= 2 else None
             if dataset_id:
                 newest[dataset_id] = max(newest.get(dataset_id, 0.0), obj.modified.timestamp())
-    if not newest:
-        return []
-    with db.session() as session:
-        known = set(session.scalars(select(Dataset.id).where(Dataset.id.in_(list(newest)))))
     removed = []
-    for dataset_id, modified in newest.items():
-        if dataset_id not in known and now - modified > ORPHAN_GRACE_S:
-            prefix = dataset_prefix(dataset_id)
-            storage.delete_prefix(prefix)
-            local = storage.local_path(prefix)
-            removed.append(str(local) if local is not None else f"{storage.url}/{prefix}")
+    for dataset_id in _without_row(db, Dataset.id, newest, now):
+        prefix = dataset_prefix(dataset_id)
+        storage.delete_prefix(prefix)
+        removed.append(_shown(storage, prefix))
     return removed
 
 
@@ -139,17 +133,26 @@ def _sweep_orphan_predictions(storage: Storage, db: Database, now: float) -> lis
         run_id = obj.key.removeprefix("predictions/").removesuffix(".csv")
         if obj.key == prediction_key(run_id) and "/" not in run_id:
             modified[run_id] = obj.modified.timestamp()
+    removed = []
+    for run_id in _without_row(db, PredictionRun.id, modified, now):
+        key = prediction_key(run_id)
+        storage.delete(key)
+        removed.append(_shown(storage, key))
+    return removed
+
+
+def _without_row(db: Database, id_column, modified: dict[str, float], now: float) -> list[str]:
+    """The ids of ``modified`` (id → when its objects last changed) that have no row in
+    ``id_column``'s table and are older than ORPHAN_GRACE_S (an upload or a run may be about
+    to commit its row)."""
     if not modified:
         return []
     with db.session() as session:
-        known = set(
-            session.scalars(select(PredictionRun.id).where(PredictionRun.id.in_(list(modified))))
-        )
-    removed = []
-    for run_id, stamp in modified.items():
-        if run_id not in known and now - stamp > ORPHAN_GRACE_S:
-            key = prediction_key(run_id)
-            storage.delete(key)
-            local = storage.local_path(key)
-            removed.append(str(local) if local is not None else f"{storage.url}/{key}")
-    return removed
+        known = set(session.scalars(select(id_column).where(id_column.in_(list(modified)))))
+    return [i for i, stamp in modified.items() if i not in known and now - stamp > ORPHAN_GRACE_S]
+
+
+def _shown(storage: Storage, key: str) -> str:
+    """Where a removed object was, as the sweep reports it: a local path, or the store's URL."""
+    local = storage.local_path(key)
+    return str(local) if local is not None else f"{storage.url}/{key}"

@@ -190,6 +190,23 @@ def test_storage_errors_map_to_unavailable(tmp_path, monkeypatch):
     assert time.monotonic() - start < 5
 
 
+def _model_and_runs(s3_client, s3_settings, fake_trainer, n_runs=1):
+    """A model trained on heart_scale in the bucket, and the locations of its n_runs succeeded
+    prediction runs over that dataset: (model id, location, ...)."""
+    fake_trainer()
+    dataset = upload(s3_client, HEART.read_bytes(), "heart_scale").json()
+    job = s3_client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).json()
+    assert run_job(job["id"], RunContext(s3_settings, s3_client.app.state.db)) == "succeeded"
+    model_id = s3_client.get(f"/v1/jobs/{job['id']}").json()["model_id"]
+    locations = []
+    for _ in range(n_runs):
+        run = s3_client.post(f"/v1/models/{model_id}/predictions",
+                             json={"dataset_id": dataset["id"]})  # fmt: skip
+        assert finished_run(s3_client, run.headers["Location"])["status"] == "succeeded"
+        locations.append(run.headers["Location"])
+    return (model_id, *locations)
+
+
 def test_prediction_csvs_left_by_a_deletion_during_an_outage_are_swept(
     s3_client, s3_settings, s3_env, fake_trainer, monkeypatch
 ):
@@ -202,13 +219,7 @@ def test_prediction_csvs_left_by_a_deletion_during_an_outage_are_swept(
         raise StorageUnavailable("object storage unreachable: connection refused")
 
     server, bucket = s3_env
-    fake_trainer()
-    dataset = upload(s3_client, HEART.read_bytes(), "heart_scale").json()
-    job = s3_client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).json()
-    assert run_job(job["id"], RunContext(s3_settings, s3_client.app.state.db)) == "succeeded"
-    model_id = s3_client.get(f"/v1/jobs/{job['id']}").json()["model_id"]
-    run = s3_client.post(f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset["id"]})
-    assert finished_run(s3_client, run.headers["Location"])["status"] == "succeeded"
+    model_id = _model_and_runs(s3_client, s3_settings, fake_trainer)[0]
     kept = server.keys(bucket, "margin/predictions/")
     assert len(kept) == 1
     with monkeypatch.context() as away:  # every delete fails as a store that is down does
@@ -238,16 +249,7 @@ def test_deleting_a_model_with_many_runs_during_an_outage_waits_for_one_timeout(
         tried.append(key)
         raise StorageUnavailable("object storage unreachable: read timeout")
 
-    fake_trainer()
-    dataset = upload(s3_client, HEART.read_bytes(), "heart_scale").json()
-    job = s3_client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).json()
-    assert run_job(job["id"], RunContext(s3_settings, s3_client.app.state.db)) == "succeeded"
-    model_id = s3_client.get(f"/v1/jobs/{job['id']}").json()["model_id"]
-    for _ in range(3):
-        run = s3_client.post(
-            f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset["id"]}
-        )
-        assert finished_run(s3_client, run.headers["Location"])["status"] == "succeeded"
+    model_id = _model_and_runs(s3_client, s3_settings, fake_trainer, n_runs=3)[0]
     assert len(server.keys(bucket, "margin/predictions/")) == 3
     with monkeypatch.context() as away:
         away.setattr(S3Storage, "delete", unavailable)
@@ -264,20 +266,14 @@ def test_a_read_while_the_store_is_away_is_503_without_claiming_a_write(
     def unavailable(self, key):
         raise StorageUnavailable("object storage unreachable: read timeout")
 
-    fake_trainer()
-    dataset = upload(s3_client, HEART.read_bytes(), "heart_scale").json()
-    job = s3_client.post("/v1/jobs", json={"dataset_id": dataset["id"]}).json()
-    assert run_job(job["id"], RunContext(s3_settings, s3_client.app.state.db)) == "succeeded"
-    model_id = s3_client.get(f"/v1/jobs/{job['id']}").json()["model_id"]
-    run = s3_client.post(f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset["id"]})
-    assert finished_run(s3_client, run.headers["Location"])["status"] == "succeeded"
+    model_id, location = _model_and_runs(s3_client, s3_settings, fake_trainer)[:2]
     with monkeypatch.context() as away:
         away.setattr(S3Storage, "exists", unavailable)
-        response = s3_client.get(run.headers["Location"])
+        response = s3_client.get(location)
     assert response.status_code == 503 and response.headers["Retry-After"]
     detail = response.json()["detail"]
     assert "object storage is unavailable" in detail and "stored" not in detail, detail
-    assert s3_client.get(run.headers["Location"]).status_code == 200
+    assert s3_client.get(location).status_code == 200
 
 
 def test_a_request_reading_a_dataset_while_the_store_hangs_is_503_within_the_timeout(
