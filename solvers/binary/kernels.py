@@ -209,6 +209,16 @@ def dcd_epoch(X, bias, record, w, index, active_size, shrink_bounds, long_rows):
     return active_size, M, m
 
 
+@njit(cache=True, nogil=True, inline="always")
+def projected(G, a, lower, upper):
+    """The gradient G of a coordinate at a, projected on its box [lower, upper]."""
+    if a <= lower:
+        return min(G, 0.0)
+    if a >= upper:
+        return max(G, 0.0)
+    return G
+
+
 @njit(cache=True, nogil=True)
 def projected_gradient_range(X, bias, record, w, C):
     """Largest and smallest projected gradient over the samples with C_i > 0 at the current α."""
@@ -224,12 +234,7 @@ def projected_gradient_range(X, bias, record, w, C):
         sign, yabs, Ui, Dii = terms(rec, r, width, hinge)
         wx = row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
         G = sign * wx - yabs + Dii * ai
-        if ai <= lower:
-            PG = min(G, 0.0)
-        elif ai >= Ui:
-            PG = max(G, 0.0)
-        else:
-            PG = G
+        PG = projected(G, ai, lower, Ui)
         M = max(M, PG)
         m = min(m, PG)
     return M, m

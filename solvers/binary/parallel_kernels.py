@@ -18,7 +18,7 @@ from solvers._core.sparse import (
     row_dot,
     row_sq_norm,
 )
-from solvers.binary.kernels import C_of, slack, terms
+from solvers.binary.kernels import C_of, projected, slack, terms
 
 
 @njit(cache=True, nogil=True)
@@ -165,12 +165,7 @@ def block_check(X, bias, record, C, w, loss, index):
         sign, yabs, Ui, Dii = terms(rec, r, width, hinge)
         wx = row_dot(data, indices, indptr[i], indptr[i + 1], w, n_features, bias)
         G = sign * wx + Dii * ai - yabs
-        if ai <= lower:
-            PG = min(G, 0.0)
-        elif ai >= Ui:
-            PG = max(G, 0.0)
-        else:
-            PG = G
+        PG = projected(G, ai, lower, Ui)
         M = max(M, PG)
         m = min(m, PG)
         loss_sum += C_of(C, i) * slack(loss, sign, yabs, wx)
