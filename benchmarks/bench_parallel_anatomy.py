@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import output_block, rcv1_like, synthetic_sparse  # noqa: E402
 
 from solvers._core.problem import csr_arrays  # noqa: E402
-from solvers.binary import parallel, solve_binary  # noqa: E402
+from solvers.binary import crowding, parallel, solve_binary  # noqa: E402
 from solvers.binary import parallel_kernels as pk  # noqa: E402
 from solvers.binary.state import SolveState  # noqa: E402
 
@@ -49,7 +49,7 @@ def load(name, scale):
 
 
 def rounds(name, X, y, tols):
-    parallel.CPU_SHARE_FLOOR = 0.0
+    crowding.CPU_SHARE_FLOOR = 0.0
     default = parallel.RESYNC_EVERY
     for loss in LOSSES:
         for tol in tols:

@@ -64,19 +64,19 @@ round would be dominated by the merge and the threads' start-up: such sets run s
 shared rounds also want ``MIN_FEATURES_PER_THREAD`` features a thread: over a few dozen features
 (dense low-dimensional data) every row writes the same few cache lines of w̃, which then bounce
 between the cores at every step (50,000 × 30: 0.65–1.13× one thread on 2 threads, measured
-before this rule).
+before this rule). A machine too busy for all the threads to help drops some of them during a
+shared solve (`solvers.binary.crowding`).
 """
 
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from solvers._core.progress import Status
-from solvers.binary import kernels
+from solvers.binary import crowding, kernels
 from solvers.binary import parallel_kernels as pk
 from solvers.binary.kernels import add_record_rows
 
@@ -85,9 +85,6 @@ MIN_FEATURES_PER_THREAD = 256
 NNZ_PER_FEATURE_PER_THREAD = 8  # a round's merge costs K·d: keep it under ~1/8 of the pass
 RELAX_AFTER = 10
 RESYNC_EVERY = 4
-CPU_SHARE_FLOOR = 0.7  # a thread on a core less than this share of its own span was crowded
-CROWDED_ROUNDS = 2  # crowded rounds in a row after which the solve drops threads
-MIN_JUDGED_S = 0.005  # rounds whose shortest thread span is under this are not judged
 GROW, RELAX = 1.5, 1.25
 
 
@@ -140,38 +137,6 @@ def _cut(index, bounds):
     return [index[bounds[b] : bounds[b + 1]] for b in range(bounds.shape[0] - 1)]
 
 
-def _thread_clocks():
-    """(time waited for a core so far, CPU time, wall time) of the calling thread, in seconds;
-    the first is None where the kernel does not report it."""
-    return _waited_s(), time.thread_time(), time.perf_counter()
-
-
-def _waited_s():
-    """Seconds this thread has been runnable but waiting for a core (Linux schedstat's
-    run_delay), or None."""
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as stat:
-            return int(stat.read().split()[1]) * 1e-9
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _share_on_a_core(started):
-    """The share of the thread's span since ``started`` (`_thread_clocks`) it was not kept
-    waiting for a core: from the scheduler's run-queue delay where Linux reports it (a wait for
-    the GIL or the disk is no crowding), else the CPU time over the span. None for a span under
-    ``MIN_JUDGED_S``."""
-    waited, cpu, wall = started
-    span = time.perf_counter() - wall
-    if span < MIN_JUDGED_S:
-        return None
-    if waited is not None:
-        now = _waited_s()
-        if now is not None:
-            return max(0.0, 1.0 - (now - waited) / span)
-    return (time.thread_time() - cpu) / span
-
-
 class _Round:
     """The threads, their vectors and σ′ of one parallel solve.
 
@@ -198,7 +163,7 @@ class _Round:
         self.partial_w = None  # the other threads' sums of `resync`
         self.sigma = 1.0
         self.accepted_in_row = 0
-        self.crowded_in_row = 0
+        self.crowds = crowding.CrowdWatch()
         self.exact = True  # w̃ = Σ_i s_i α_i x̃_i: no round on several threads since it was built
         self.serial_round = False  # the last round ran on one thread over an exact w̃
         self.rounds_done = 0
@@ -270,7 +235,7 @@ class _Round:
         watched = self.shared and self.n_threads > 1  # else no rule reads the threads' shares
 
         def one(b):
-            started = _thread_clocks() if watched else None
+            started = crowding.thread_clocks() if watched else None
             seg = chunks[b]
             self._fill(seg, pieces, b, int(seeds[self.n_threads + b]))
             u = st.w
@@ -281,7 +246,7 @@ class _Round:
                 st.csr, st.bias, st.record, u, seg, seg.shape[0], bars, sigma, self.saved, 0,
                 st.long_rows,
             )  # fmt: skip
-            return (*out, None if started is None else _share_on_a_core(started))
+            return (*out, None if started is None else crowding.share_on_a_core(started))
 
         self.serial_round = self.exact and K == 1  # before a fallback can change either
         outs = self._map(one, [(b,) for b in range(K)])
@@ -312,41 +277,16 @@ class _Round:
         return False, before, np.inf, -np.inf
 
     def _watch_crowding(self, K, shares):
-        """Use fewer threads when the machine is too busy for all of them to help.
-
-        Each round ends when its slowest thread does. When other processes keep the cores busy,
-        some thread is regularly kept waiting for a core during its share of the round, and the
-        others wait for it: such rounds cost more than rounds on fewer threads. ``shares`` holds
-        each thread's share of its own span in the round spent on a core (`_share_on_a_core`):
-        the threads' spread in speed (a slower core, more memory traffic) is no crowding, and
-        judged against the round's wall time it made idle 16-core rounds look crowded (the
-        slowest thread at 0.62–0.93 of the round). After ``CROWDED_ROUNDS`` judged rounds in a
-        row in which some thread ran less than ``CPU_SHARE_FLOOR`` of its span, the remaining
-        rounds run on the threads the last round used less the crowded ones, never fewer than
-        half of them: one busy core of sixteen should cost a thread or two (halving cost it eight
-        on a lent 16-core machine), a crowd on every core half the threads; the count never
-        grows back within a solve.
-        Rounds on one thread (shrinking left little work) break the row; rounds with a span
-        under ``MIN_JUDGED_S`` are not judged (one preemption weighs too much there). Down to one
-        thread, w̃ is rebuilt once: no update can be lost from then on, so the rounds are serial
-        passes, judged by the serial rule without further rebuilds. Not in the deterministic
-        mode, whose result must not depend on the machine's load.
-        """
+        """Fewer threads for the remaining rounds when the machine is too busy for all of them to
+        help (`solvers.binary.crowding`). Down to one thread, w̃ is rebuilt once: no update can be
+        lost from then on, so the rounds are serial passes, judged by the serial rule without
+        further rebuilds. Not in the deterministic mode, whose result must not depend on the
+        machine's load."""
         if not self.shared or self.n_threads == 1:
             return
-        if K == 1:
-            self.crowded_in_row = 0
-            return
-        if any(share is None for share in shares):
-            return
-        n_crowded = sum(share < CPU_SHARE_FLOOR for share in shares)
-        self.crowded_in_row = self.crowded_in_row + 1 if n_crowded else 0
-        if self.crowded_in_row >= CROWDED_ROUNDS:
-            self.crowded_in_row = 0
-            K = min(self.n_threads, K)
-            self.n_threads = max(K - n_crowded, K // 2)
-            if self.n_threads == 1:
-                self.resync()  # no addition can be lost from now on: w̃ stays exact
+        self.n_threads = self.crowds.threads_after(self.n_threads, K, shares)
+        if self.n_threads == 1:
+            self.resync()  # no addition can be lost from now on: w̃ stays exact
 
     def resync(self):
         """w̃ ← Σ_i s_i α_i x̃_i exactly (a shared-mode round may lose a racing update): each

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from solvers._core.problem import csr_arrays
 from solvers._core.progress import Status
-from solvers.binary import parallel, solve_binary
+from solvers.binary import crowding, parallel, solve_binary
 from solvers.estimators import LinearSVC
 from tests.solvers._binary_helpers import augmented, dual, load, primal, synthetic, w_tilde_of
 from tests.solvers.test_binary_optimality import TIGHT, _check_certified
@@ -22,7 +22,7 @@ from tests.solvers.test_binary_optimality import TIGHT, _check_certified
 def forced_threads(monkeypatch):
     monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs, *mode: n_jobs)
     # a busy test machine must not send the rounds to one thread
-    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", 0.0)
+    monkeypatch.setattr(crowding, "CPU_SHARE_FLOOR", 0.0)
 
 
 @pytest.fixture
@@ -154,7 +154,7 @@ def test_every_round_deals_each_active_sample_to_one_thread(forced_threads, monk
 def test_rounds_over_few_active_samples_run_on_one_thread(monkeypatch):
     # enough non-zeros for two threads at first; shrinking then leaves rounds whose samples
     # would not pay for them (`threads_for` on the active set), and those run on one thread
-    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", 0.0)
+    monkeypatch.setattr(crowding, "CPU_SHARE_FLOOR", 0.0)
     rounds = []
     deal = parallel._Round._deal
 
@@ -176,8 +176,8 @@ def test_rounds_over_few_active_samples_run_on_one_thread(monkeypatch):
 @pytest.fixture
 def crowded(monkeypatch):
     """Every round judged, and crowded (no thread can be on a core more than all of its span)."""
-    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", np.inf)
-    monkeypatch.setattr(parallel, "MIN_JUDGED_S", 0.0)
+    monkeypatch.setattr(crowding, "CPU_SHARE_FLOOR", np.inf)
+    monkeypatch.setattr(crowding, "MIN_JUDGED_S", 0.0)
 
 
 @pytest.fixture
@@ -198,7 +198,7 @@ def test_crowded_rounds_go_on_one_thread(forced_threads, chunk_sizes, crowded):
     X, y = synthetic(n=2000, d=200, density=0.05)
     result = solve_binary(X, y, C=0.5, tol=1e-6, max_iter=100_000, n_jobs=2, newton=False)
     _check_certified(X, y, result, 0.5, "squared_hinge", 0.0, 1e-6)
-    n_threaded = parallel.CROWDED_ROUNDS * 2
+    n_threaded = crowding.CROWDED_ROUNDS * 2
     assert len(chunk_sizes) > n_threaded + 1
     assert all(size <= 1000 for size in chunk_sizes[:n_threaded])  # two chunks a round
     # then one chunk, of every active sample, per round (the full rounds hold all 2000)
@@ -212,7 +212,7 @@ def test_crowded_rounds_halve_the_threads(forced_threads, crowded, thread_counts
     X, y = synthetic(n=2000, d=200, density=0.05)
     result = solve_binary(X, y, C=0.5, tol=1e-6, max_iter=100_000, n_jobs=4, newton=False)
     _check_certified(X, y, result, 0.5, "squared_hinge", 0.0, 1e-6)
-    n = parallel.CROWDED_ROUNDS
+    n = crowding.CROWDED_ROUNDS
     assert threads[: 2 * n] == [4] * n + [2] * n
     assert len(threads) > 2 * n and set(threads[2 * n :]) == {1}
 
@@ -223,39 +223,39 @@ def test_crowding_halves_the_threads_a_round_used(crowded, thread_counts, monkey
     X, y = synthetic(n=2000, d=200, density=0.05)
     result = solve_binary(X, y, C=0.5, tol=1e-6, max_iter=100_000, n_jobs=8, newton=False)
     _check_certified(X, y, result, 0.5, "squared_hinge", 0.0, 1e-6)
-    n = parallel.CROWDED_ROUNDS
+    n = crowding.CROWDED_ROUNDS
     assert thread_counts[:n] == [3] * n and set(thread_counts[n:]) == {1}
 
 
 def test_crowding_drops_only_the_crowded_threads(forced_threads, thread_counts, monkeypatch):
     # one thread of four kept off its core each round (the one the calling thread runs): the
     # solve drops that one thread at a time, 4 → 3 → 2 → 1, not half of them
-    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", 0.7)
-    monkeypatch.setattr(parallel, "MIN_JUDGED_S", 0.0)
+    monkeypatch.setattr(crowding, "CPU_SHARE_FLOOR", 0.7)
+    monkeypatch.setattr(crowding, "MIN_JUDGED_S", 0.0)
     main = threading.main_thread()
-    monkeypatch.setattr(parallel, "_share_on_a_core",
+    monkeypatch.setattr(crowding, "share_on_a_core",
                         lambda started: 0.5 if threading.current_thread() is main else 1.0)
     X, y = synthetic(n=2000, d=200, density=0.05)
     result = solve_binary(X, y, C=0.5, tol=1e-6, max_iter=100_000, n_jobs=4, newton=False)
     _check_certified(X, y, result, 0.5, "squared_hinge", 0.0, 1e-6)
-    n = parallel.CROWDED_ROUNDS
+    n = crowding.CROWDED_ROUNDS
     assert thread_counts[: 3 * n] == [4] * n + [3] * n + [2] * n
     assert len(thread_counts) > 3 * n and set(thread_counts[3 * n :]) == {1}
 
 
 def test_short_rounds_are_not_judged(forced_threads, thread_counts, monkeypatch):
     # rounds of microseconds: one preemption would weigh as crowding there
-    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", np.inf)
+    monkeypatch.setattr(crowding, "CPU_SHARE_FLOOR", np.inf)
     X, y = synthetic(n=2000, d=200, density=0.05)
     solve_binary(X, y, C=0.5, tol=1e-3, n_jobs=2, newton=False)
-    assert len(thread_counts) > parallel.CROWDED_ROUNDS and set(thread_counts) == {2}
+    assert len(thread_counts) > crowding.CROWDED_ROUNDS and set(thread_counts) == {2}
 
 
 def test_the_round_that_falls_back_is_checked_on_the_rebuilt_vector(crowded, forced_threads,
                                                                      monkeypatch):  # fmt: skip
     # its own M and m were measured by two threads on the old w̃: a round that meets tol then
     # is confirmed by the exact pass, as every multi-thread round is
-    monkeypatch.setattr(parallel, "CROWDED_ROUNDS", 1)
+    monkeypatch.setattr(crowding, "CROWDED_ROUNDS", 1)
     checks = []
     full_range = parallel._Round.full_range
     monkeypatch.setattr(parallel._Round, "full_range",

@@ -230,10 +230,10 @@ def test_the_next_solve_leaves_the_previous_result_alone(solver):
 
 
 def test_threaded_binary_solves_take_the_weights_too(binary_rebuilds, monkeypatch):
-    from solvers.binary import parallel
+    from solvers.binary import crowding, parallel
 
     monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs, *mode: n_jobs)
-    monkeypatch.setattr(parallel, "CPU_SHARE_FLOOR", 0.0)
+    monkeypatch.setattr(crowding, "CPU_SHARE_FLOOR", 0.0)
     X, y = _binary()
     options = dict(loss="squared_hinge", bias=1.0, tol=1e-8, max_iter=50_000, newton=False,
                    n_jobs=2, deterministic=True)  # fmt: skip
