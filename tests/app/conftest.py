@@ -1,7 +1,8 @@
 """Fixtures for the service tests: settings on a temporary data directory, a migrated database
 (SQLite, and PostgreSQL when MARGIN_TEST_POSTGRES_URL is set), an HTTP client, model and dataset
-rows written directly for the model route tests (`model_rows`), and a stand-in trainer for tests
-that exercise the job machinery rather than the solvers."""
+rows written directly for the model route tests (`model_rows`), a model trained on the heart data
+uploaded as a CSV with named columns (`served`, for the serving tests), and a stand-in trainer for
+tests that exercise the job machinery rather than the solvers."""
 
 from __future__ import annotations
 
@@ -23,11 +24,15 @@ from app.schemas import params as params_module
 from app.services import trainers
 from app.services.parser_pool import ParserPool
 from app.tables import Base
+from solvers.io import read_libsvm
 from tests.app import model_rows
+from tests.app.serving_helpers import train
 from tests.deploy.cluster import drop_database
 
 PG_ENV = "MARGIN_TEST_POSTGRES_URL"
 HEART = Path(__file__).resolve().parents[2] / "app" / "demo" / "heart_scale"
+NAMES = ["age", "sex", "cp", "bps", "chol", "fbs", "ecg", "hr", "angina", "op", "slope", "ca",
+         "thal"]  # fmt: skip
 
 
 def postgres_url_or_skip() -> str:
@@ -177,6 +182,24 @@ def heart(client) -> dict:
     response = upload(client, HEART.read_bytes(), "heart_scale")
     assert response.status_code == 201, response.text
     return response.json()
+
+
+def heart_csv() -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The heart data as a CSV with named columns (`NAMES`), and its rows and labels."""
+    X, y = read_libsvm(str(HEART))
+    X = X.toarray()
+    lines = ["label," + ",".join(NAMES)]
+    lines += [f"{t:g}," + ",".join(f"{v:.17g}" for v in row) for row, t in zip(X, y, strict=True)]
+    return ("\n".join(lines) + "\n").encode(), X, y
+
+
+@pytest.fixture
+def served(app, client):
+    """A model trained on `heart_csv`: its rows, labels, model id and dataset record."""
+    text, X, y = heart_csv()
+    dataset = client.post("/v1/datasets", files={"file": ("heart.csv", text)}).json()
+    model_id = train(app, client, dataset["id"])
+    return {"X": X, "y": y, "model": model_id, "dataset": dataset}
 
 
 @pytest.fixture

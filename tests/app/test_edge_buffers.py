@@ -12,8 +12,8 @@ import pytest
 
 from app.services.predict_json import SMALL_JSON
 from app.services.uploads import MAX_FIELDS
-from tests.app.conftest import HEART
-from tests.app.test_serving import heart_csv, train
+from tests.app.conftest import HEART, heart_csv
+from tests.app.serving_helpers import train
 
 ROW = [0.5] * 13  # heart_scale's 13 features
 

@@ -17,7 +17,7 @@ from app.jobs.runner import RunContext, run_job
 from app.services.datasets import load_dataset
 from app.tables import Dataset
 from margin_client._encode import npz_bytes
-from tests.app.test_serving import NAMES, heart_csv
+from tests.app.conftest import NAMES, heart_csv
 
 pytestmark = pytest.mark.timeout(180)
 
