@@ -66,3 +66,29 @@ def test_a_body_json_cannot_read_is_a_422_saying_why(client, alias_target, body,
     assert response.status_code == 422, response.text
     assert words in response.json()["detail"]
     assert client.get(f"{alias_target}/production").status_code == 404
+
+
+def _put_version_digits(client, alias_target, digits: int):
+    body = b'{"version": ' + b"9" * digits + b"}"
+    return client.put(
+        f"{alias_target}/production", content=body, headers={"Content-Type": "application/json"}
+    )
+
+
+def test_an_integer_of_4301_digits_is_one_over_the_readers_limit(client, alias_target):
+    # Python reads at most 4300 digits of an integer from text (sys.int_max_str_digits)
+    response = _put_version_digits(client, alias_target, 4301)
+    assert response.status_code == 422, response.text
+    assert "integer of more than 4300 digits" in response.json()["detail"]
+    assert client.get(f"{alias_target}/production").status_code == 404
+
+
+def test_an_integer_of_4300_digits_is_read_and_judged_by_its_field(client, alias_target):
+    # read as a number: the answer is the version's own bound, not the reader's limit
+    response = _put_version_digits(client, alias_target, 4300)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == "version"
+    detail = response.json()["detail"]
+    assert detail.startswith("version: Input should be less than or equal to 1000000000"), detail
+    assert "4300 digits" not in detail
+    assert client.get(f"{alias_target}/production").status_code == 404
