@@ -115,7 +115,7 @@ NUL_NAMES = {  # (file name, body, where the detail says the name is)
 def test_a_nul_in_a_feature_or_class_name_is_a_422_in_every_format(client, db, case):
     """They were stored (a text column's class or a header's column name holding U+0000), on
     PostgreSQL too; CSV's path took them as well. Other control characters are kept: names are
-    printed with escapes (`tests/client/test_cli.py -k hostile_names`)."""
+    printed with escapes (`tests/client/test_cli_bad_input.py -k hostile_names`)."""
     name, body, where = NUL_NAMES[case]
     answer = client.post("/v1/datasets", files={"file": (name, body)})
     assert answer.status_code == 422, answer.text
