@@ -8,6 +8,7 @@ from typing import Annotated, Union, get_args, get_origin
 
 from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import RequestValidationError
 from sqlalchemy.orm import Session
 from starlette.datastructures import QueryParams
 
@@ -82,6 +83,47 @@ def _single_valued(dependant: Dependant, kind: str) -> list[str]:
         names += [p.alias for p in params if not _repeatable(p.field_info.annotation)]
         pending += current.dependencies
     return names
+
+
+async def plain_integers(request: Request) -> None:
+    """Dependency of every router: an integer of the URL (a query or path parameter the route
+    takes as `int`) is plain ASCII decimal digits, else a 422 naming it. Pydantic's lax int took
+    `limit=5_0` as 50 and `+5`, ` 5` or `5.0` as 5, so that a typo read as another number."""
+    if not request.query_params and not request.path_params:
+        return
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is None:
+        return
+    sent = {"query": request.query_params, "path": request.path_params}
+    for kind, name in integer_params(dependant):
+        text = sent[kind].get(name)
+        if text is not None and not (text.isascii() and text.isdigit()):
+            raise RequestValidationError([{
+                "type": "int_parsing", "loc": (kind, name), "input": text,
+                "msg": "Input should be an integer in plain decimal digits (0-9)",
+            }])  # fmt: skip
+
+
+def integer_params(dependant: Dependant) -> list[tuple[str, str]]:
+    """`("query" or "path", name)` of each parameter of a route and of its dependencies that
+    takes an integer (`int` or `int | None`)."""
+    found, pending = [], [dependant]
+    while pending:
+        current = pending.pop()
+        for kind in ("path", "query"):
+            params = getattr(current, f"{kind}_params")
+            found += [(kind, p.alias) for p in params if _integer(p.field_info.annotation)]
+        pending += current.dependencies
+    return found
+
+
+def _integer(annotation) -> bool:
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _integer(get_args(annotation)[0])
+    if origin is Union or origin is UnionType:
+        return any(_integer(arg) for arg in get_args(annotation))
+    return annotation is int
 
 
 def _repeatable(annotation) -> bool:

@@ -106,14 +106,15 @@ def _include_routers(app: FastAPI) -> None:
         solvers,
         summaries,
     )
-    from app.deps import sent_once
+    from app.deps import plain_integers, sent_once
 
     modules = (datasets, jobs, solvers, models, prediction_runs, invocations, registry, summaries)
-    checks = [Depends(auth.authorize), Depends(sent_once)]
+    url_checks = [Depends(sent_once), Depends(plain_integers)]
+    checks = [Depends(auth.authorize), *url_checks]
     for module in modules:
         app.include_router(module.router, prefix="/v1", dependencies=checks)
     # keys checked by auth.AuthGate (/v2/models)
-    app.include_router(inference.router, dependencies=[Depends(sent_once)])
+    app.include_router(inference.router, dependencies=url_checks)
     openapi.install(app, keys_optional=app.state.auth.mode != "required")
     ui.install(app)
 
