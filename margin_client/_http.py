@@ -12,6 +12,15 @@ from urllib.parse import quote
 import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+# `scheme://user:` then the password, up to the last `@` before the path: a password may hold an
+# `@` of its own, and a URL that httpx cannot parse is shown in a message too
+PASSWORD_IN_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#]*@")
+
+
+def shown_url(url: str) -> str:
+    """`url` as a message may show it: a password it carries (``http://user:secret@host``)
+    replaced by ``***``."""
+    return PASSWORD_IN_URL.sub(r"\1***@", str(url))
 
 
 class MarginError(Exception):
@@ -55,8 +64,8 @@ def answer_json(response: httpx.Response) -> Any:
     except ValueError:
         kind = response.headers.get("content-type") or "no content type"
         raise NotJSON(
-            f"{response.request.method} {response.request.url} answered {response.status_code} "
-            f"with {kind} that is not JSON: is this a Margin service?"
+            f"{response.request.method} {shown_url(response.request.url)} answered "
+            f"{response.status_code} with {kind} that is not JSON: is this a Margin service?"
         ) from None
 
 
@@ -75,11 +84,12 @@ def service_url(url: str) -> str:
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
-        raise InvalidSetting(f"the service URL {url!r} is not a URL: {exc}") from None
+        raise InvalidSetting(f"the service URL {shown_url(url)!r} is not a URL: {exc}") from None
     port_ok = parsed.port is None or 0 < parsed.port < 65536
     if parsed.scheme not in ("http", "https") or not parsed.host or not port_ok:
         raise InvalidSetting(
-            f"the service URL {url!r} is not an http:// or https:// URL with a host and a port "
+            f"the service URL {shown_url(url)!r} is not an http:// or https:// URL with a host "
+            "and a port "
             "between 1 and 65535"
         )
     return url.rstrip("/")
@@ -247,4 +257,4 @@ class Client:
         return self  # a connection is shared, not copied (sklearn.base.clone deep-copies params)
 
     def __repr__(self) -> str:
-        return f"Client({self.url!r})"
+        return f"Client({shown_url(self.url)!r})"

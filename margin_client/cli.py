@@ -133,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
             MarginError,
             NotFinite,
             NotJSON,
+            shown_url,
         )
     except ImportError as exc:  # a server-only install
         print(f"margin: the client commands need margin[client] ({exc})", file=sys.stderr)
@@ -144,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     except InvalidSetting as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    service = shown_url(client.url)  # as messages show it: without a password
     try:
         return args.client_handler(client, args) or 0
     except MarginError as exc:
@@ -160,15 +162,15 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except (httpx.ReadTimeout, httpx.WriteTimeout):  # reached, but slow: not "cannot reach"
         waited = client.http.timeout.read
-        print(f"error: {client.url} did not answer within {waited:g} s; the request may still "
+        print(f"error: {service} did not answer within {waited:g} s; the request may still "
               "complete there (check before sending it again)", file=sys.stderr)
         return 1
     except httpx.RemoteProtocolError as exc:  # a download's connection closed mid-body
-        print(f"error: the answer from {client.url} was cut short or malformed: {exc}",
+        print(f"error: the answer from {service} was cut short or malformed: {exc}",
               file=sys.stderr)
         return 1
     except httpx.TransportError as exc:
-        print(f"error: cannot reach {client.url}: {exc}", file=sys.stderr)
+        print(f"error: cannot reach {service}: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # the reader left (`margin predict ... | head`): stop as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit

@@ -106,3 +106,46 @@ def test_a_service_too_slow_to_answer_is_not_called_unreachable(capsys, monkeypa
     err = one_line(capsys)
     assert "cannot reach" not in err and "did not answer within 60 s" in err, err
     assert "may still" in err
+
+
+def _with_password(url: str) -> str:
+    return url.replace("http://", "http://user:s3cr%40t@", 1)
+
+
+@pytest.mark.parametrize(
+    ("where", "command", "status", "said"),
+    [
+        ("closed", ["models", "list"], 1, "cannot reach"),
+        ("answers", ["models", "list"], 1, "not JSON"),  # the request's URL
+        ("answers", ["models", "export", "m1", "-o", "OUT"], 1, "cut short"),
+        ("slow", ["models", "list"], 1, "did not answer"),
+        ("bad port", ["models", "list"], 2, "port"),
+        ("not a url", ["models", "list"], 2, "not a URL"),
+    ],
+)  # fmt: skip
+def test_a_password_in_the_url_is_masked_in_every_message(
+    capsys, monkeypatch, answers, tmp_path, where, command, status, said
+):
+    # before: `http://user:secret@host` was printed whole in each of these messages
+    import httpx
+
+    monkeypatch.delenv("MARGIN_API_KEY", raising=False)
+    url = {
+        "closed": "http://127.0.0.1:1", "answers": f"{answers}/html", "slow": answers,
+        "bad port": "http://127.0.0.1:99999", "not a url": "http://[::1:5",
+    }[where]  # fmt: skip
+    if "export" in command:
+        url = f"{answers}/cut"
+    if where == "slow":
+        def slow(self, method, url, **kwargs):
+            raise httpx.ReadTimeout("timed out")
+
+        monkeypatch.setattr(httpx.Client, "request", slow)
+    command = [str(tmp_path / "out") if arg == "OUT" else arg for arg in command]
+    assert main([*command, "--url", _with_password(url)]) == status
+    err = one_line(capsys)
+    assert said in err, err
+    assert "s3cr" not in err and "user:***@" in err, err
+    monkeypatch.setenv("MARGIN_URL", _with_password(url))
+    assert main(command) == status
+    assert "s3cr" not in one_line(capsys)
