@@ -73,6 +73,10 @@ class InvalidId(ValueError):
     """An id given to the client that names no resource (empty, or not a string)."""
 
 
+class InvalidLimit(ValueError):
+    """A list's `limit` under 1 (the service answers limit=0 with a 422)."""
+
+
 class InvalidSetting(ValueError):
     """A service URL or an API key that no request can carry (``--url``, ``MARGIN_URL``,
     ``--api-key``, ``MARGIN_API_KEY``)."""
@@ -225,7 +229,10 @@ class Client:
     def paginate(
         self, path: str, params: dict[str, Any] | None = None, limit: int | None = None
     ) -> Iterator[dict[str, Any]]:
-        """The items of a list endpoint, following its cursors (at most `limit` items)."""
+        """The items of a list endpoint, following its cursors (at most `limit` items, at least
+        1: each page asks for one or more, so that 0 listed one)."""
+        if limit is not None and limit < 1:
+            raise InvalidLimit(f"limit must be at least 1, got {limit}")
         query = {k: v for k, v in (params or {}).items() if v is not None}
         count = 0
         while True:

@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         from margin_client._http import (
             Client,
             InvalidId,
+            InvalidLimit,
             InvalidSetting,
             MarginError,
             NotFinite,
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"error: {exc}", file=sys.stderr)
         return 1
-    except (InvalidId, NotFinite) as exc:
+    except (InvalidId, InvalidLimit, NotFinite) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except NotJSON as exc:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from margin_client import Client
 from tests.client.cli_helpers import ESC, as_json, margin
 
@@ -82,3 +84,19 @@ def test_a_number_beyond_a_float_is_one_line_not_a_traceback(service, heart_data
         assert "Traceback" not in result.stderr and "finite" in result.stderr, result.stderr
     with Client(service.url) as client:
         assert len(client.jobs.list()) == before
+
+
+def test_a_limit_under_one_is_refused_in_one_line_as_the_service_refuses_it(service, heart_dataset):
+    """`--limit 0` listed one item (each page asked for at least one); the service answers
+    limit=0 with a 422, so the client refuses it before any request."""
+    for command in (("datasets", "list"), ("jobs", "list"), ("models", "list"),
+                    ("registry", "list")):
+        for limit in ("0", "-3"):
+            result = margin(service, *command, "--limit", limit)
+            assert result.returncode == 2, (command, result)
+            assert result.stdout == ""
+            assert result.stderr == f"error: limit must be at least 1, got {limit}\n"
+    with Client(service.url) as client, pytest.raises(ValueError, match="at least 1, got 0"):
+        client.datasets.list(limit=0)
+    one = as_json(margin(service, "datasets", "list", "--limit", "1", "--json"))
+    assert len(one) == 1
