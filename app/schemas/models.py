@@ -5,9 +5,32 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from app.schemas.common import RequestBody
+
+
+def missing_calibration(
+    kind: str, params: dict[str, Any], status: str, calibration: dict | None
+) -> str | None:
+    """Why a classifier whose job asked for probabilities (a search, or probability=true, with a
+    calibration other than none) has no calibration: its job ran out of time, or was cancelled
+    keeping the model, before the held-out folds were scored. None where there is nothing
+    missing."""
+    asked = params.get("search") is not None or bool(params.get("probability"))
+    if kind == "regressor" or calibration is not None or not asked:
+        return None
+    if params.get("calibration") == "none":
+        return None
+    if status == "stopped":  # cancelled with keep_model=true
+        return (
+            "this model has no probability calibration: its job was cancelled (keeping the "
+            "model) before its held-out folds were scored; train it again to the end"
+        )
+    return (
+        "this model has no probability calibration: its training ran out of time before its "
+        "held-out folds were scored; train it again with a larger time_limit"
+    )
 
 
 class ModelOut(BaseModel):
@@ -50,6 +73,12 @@ class ModelOut(BaseModel):
         None, description="probability calibration ({method, ...parameters}); predict can return "
         "probabilities when present"
     )
+    calibration_missing: str | None = Field(
+        None, description="why a model whose job asked for probabilities (a search, or "
+        "probability=true) has no calibration: the job's time_limit or a cancel came before "
+        "the held-out folds were scored, so predict with probabilities is a 422 saying the "
+        "same; null otherwise"
+    )
     selection: dict[str, Any] | None = Field(
         None, description="the search that chose C: the chosen C, its score, the search's "
         "status (complete, or time_limit where the job's time bound ended the path: C is then "
@@ -60,6 +89,13 @@ class ModelOut(BaseModel):
         "held-out values also fit the calibration)"
     )
     created_at: datetime
+
+    @model_validator(mode="after")
+    def _say_what_calibration_is_missing(self) -> ModelOut:
+        self.calibration_missing = missing_calibration(
+            self.kind, self.params, self.status, self.calibration
+        )
+        return self
 
 
 class DatasetRef(RequestBody):

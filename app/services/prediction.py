@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 import scipy.sparse as sp
 
+from app.schemas.models import missing_calibration
 from app.services.predict_input import InvalidInstances
 from app.services.predict_json import SMALL_JSON, json_rows, large_body_flag
 from app.services.predict_text import text_rows
@@ -175,19 +176,10 @@ def calibrated(model: LinearModel) -> bool:
 
 def why_no_calibration(model: LinearModel) -> str:
     """What a predict asking for probabilities is told by a model that has none."""
+    kind = "regressor" if model.is_regressor else "classifier"
     params = model.info.get("params") or {}
-    asked = params.get("search") is not None or bool(params.get("probability"))
-    if not model.is_regressor and asked and params.get("calibration") != "none":
-        if model.info.get("status") == "stopped":  # cancelled with keep_model=true
-            return (
-                "this model has no probability calibration: its job was cancelled (keeping the "
-                "model) before its held-out folds were scored; train it again to the end"
-            )
-        return (
-            "this model has no probability calibration: its training ran out of time before "
-            "its held-out folds were scored; train it again with a larger time_limit"
-        )
-    return (
+    missing = missing_calibration(kind, params, model.info.get("status"), model.calibration)
+    return missing or (
         "this model has no probability calibration: train it with a search or with "
         "probability=true to get probabilities"
     )

@@ -175,3 +175,36 @@ def test_a_resumed_attempt_is_not_charged_twice_for_the_earlier_seconds():
     segments = checkpoint.Segments(every_s=0, start=start, on_checkpoint=lambda point: None)
     checkpoint.train(trainer, {"time_limit": 10.0}, None, None, None, lambda p: None, 1, segments)
     assert got == [10.0]
+
+
+def test_a_search_out_of_time_before_any_C_says_its_model_has_no_probabilities(
+    app, client, db, heart, monkeypatch
+):
+    # before: the model came back with "calibration": null and nothing else said why; only a
+    # predict asking for probabilities found out
+    settings = app.state.settings
+    settings.max_job_seconds = 1.0
+    Trainer(monkeypatch, sleep_at=(0, 1.5))  # the first C's first fold outlasts the bound
+    job_id = _submit(client, heart, **SEARCH)
+    assert run_job(job_id, RunContext(settings, db, n_jobs=1)) == "succeeded"
+    job = client.get(f"/v1/jobs/{job_id}").json()
+    assert job["stop_reason"] == "time_limit"
+    model = client.get(f"/v1/models/{job['model_id']}").json()
+    assert model["selection"]["search_status"] == "time_limit" and model["calibration"] is None
+    said = model["calibration_missing"]
+    assert "ran out of time" in said and "time_limit" in said
+    listed = client.get("/v1/models").json()["items"]
+    assert [m["calibration_missing"] for m in listed] == [said]
+    predicted = client.post(f"/v1/models/{job['model_id']}/predict?probabilities=true",
+                            content=HEART.read_bytes(), headers={"content-type": "text/plain"})
+    assert predicted.status_code == 422 and predicted.json()["detail"] == said
+
+
+def test_a_model_that_was_not_asked_for_probabilities_misses_nothing(
+    app, client, db, heart, monkeypatch
+):
+    Trainer(monkeypatch)
+    job_id = _submit(client, heart, tol=1e-3)
+    assert run_job(job_id, RunContext(app.state.settings, db)) == "succeeded"
+    model_id = client.get(f"/v1/jobs/{job_id}").json()["model_id"]
+    assert client.get(f"/v1/models/{model_id}").json()["calibration_missing"] is None
