@@ -76,6 +76,9 @@ class Storage(Protocol):
 
     def exists(self, key: str) -> bool: ...
 
+    def size(self, key: str) -> int | None:
+        """The object's size in bytes, None when there is none at `key`."""
+
     def list(self, prefix: str) -> list[StoredObject]:
         """Every object whose key starts with `prefix`."""
 
@@ -127,6 +130,10 @@ class FileStorage:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def size(self, key: str) -> int | None:
+        path = self._path(key)
+        return path.stat().st_size if path.is_file() else None
 
     def list(self, prefix: str) -> list[StoredObject]:
         base = self._path(prefix) if prefix else self.root
@@ -239,12 +246,15 @@ class S3Storage:
             body.close()
 
     def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    def size(self, key: str) -> int | None:
         try:
             with _errors(key):
-                self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+                head = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
         except FileNotFoundError:
-            return False
-        return True
+            return None
+        return int(head["ContentLength"])
 
     def list(self, prefix: str) -> list[StoredObject]:
         out = []

@@ -207,13 +207,17 @@ def _csv_response(settings, run: PredictionRun) -> Response:
     storage = get_storage(settings)
     key = prediction_key(run.id)
     path = storage.local_path(key)
-    if path is None and storage.exists(key):
-        disposition = f'attachment; filename="{run.id}.csv"'
+    size = storage.size(key) if path is None else None
+    if size is not None:  # sized, as a local file is: a client can tell a cut download
+        headers = {
+            "Content-Disposition": f'attachment; filename="{run.id}.csv"',
+            "Content-Length": str(size),
+        }
         return TimedStreamingResponse(
             storage.read(key),
             send_timeout=settings.send_timeout_s,
             media_type="text/csv",
-            headers={"Content-Disposition": disposition},
+            headers=headers,
         )
     try:
         # opened here, not when the response starts: a run deleted meanwhile is then a 410, and

@@ -32,6 +32,7 @@ def _stores(storage, tmp_path):
         ("datasets/ds_1/b.npy", 4000),
     ]
     assert storage.exists("datasets/ds_1/a.npy") and not storage.exists("datasets/ds_1/c.npy")
+    assert storage.size("datasets/ds_1/b.npy") == 4000 and storage.size("datasets/ds_1/c") is None
     storage.fetch("datasets/ds_1/b.npy", tmp_path / "b")
     assert (tmp_path / "b").read_bytes() == b"beta" * 1000
     assert b"".join(storage.read("datasets/ds_1/a.npy")) == b"alpha"
@@ -107,6 +108,7 @@ def test_upload_train_predict_delete_on_s3(s3_client, s3_settings, s3_env, db_ur
     assert server.keys(bucket, "margin/predictions/") == [f"margin/predictions/{status['id']}.csv"]
     body = s3_client.get(run.headers["Location"])
     assert body.status_code == 200 and body.headers["content-type"].startswith("text/csv")
+    assert body.headers["content-length"] == str(len(body.content))  # a client sees it whole
     rows = list(csv.reader(io.StringIO(body.text)))
     assert rows[0] == ["row", "label", "decision_value"] and len(rows) == 271
 
@@ -268,7 +270,7 @@ def test_a_read_while_the_store_is_away_is_503_without_claiming_a_write(
 
     model_id, location = _model_and_runs(s3_client, s3_settings, fake_trainer)[:2]
     with monkeypatch.context() as away:
-        away.setattr(S3Storage, "exists", unavailable)
+        away.setattr(S3Storage, "size", unavailable)
         response = s3_client.get(location)
     assert response.status_code == 503 and response.headers["Retry-After"]
     detail = response.json()["detail"]
