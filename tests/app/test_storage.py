@@ -299,3 +299,30 @@ def test_a_request_reading_a_dataset_while_the_store_hangs_is_503_within_the_tim
     assert response.status_code == 503, response.text
     assert took < 2 * (1 + s3_settings.storage_timeout_s), took
     assert s3_client.get(f"/v1/datasets/{dataset['id']}/stats").status_code == 200
+
+
+def test_a_failed_multipart_upload_leaves_no_parts(s3_env, tmp_path):
+    """A part that fails ends the upload, and the multipart upload is aborted: its parts, which
+    the bucket bills and lists, are not left behind."""
+    from boto3.s3.transfer import TransferConfig
+
+    server, bucket = s3_env
+    storage = open_storage(f"s3://{bucket}/p", timeout_s=5)
+    storage.transfer = TransferConfig(
+        multipart_threshold=5 << 20, multipart_chunksize=5 << 20, max_concurrency=1
+    )
+    parts = []
+
+    def fail_the_second(params, **kwargs):
+        parts.append(params)
+        if len(parts) == 2:
+            raise ConnectionError("the store went away mid-upload")
+
+    storage.client.meta.events.register("before-parameter-build.s3.UploadPart", fail_the_second)
+    big = tmp_path / "big.csv"
+    big.write_bytes(b"0" * (11 << 20))
+    with pytest.raises(Exception) as raised:  # noqa: B017 - what matters is what it leaves
+        storage.store_file(big, "predictions/pred_big.csv")
+    assert len(parts) >= 2, raised.value
+    assert storage.client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    assert server.keys(bucket) == []
