@@ -72,6 +72,7 @@ def create_job(
     spec, params = validate_request(body)
     check_time_limit(params, settings.max_job_seconds)
     check_cache_size(params, settings.max_cache_mb)
+    _check_online_examples(db, settings, body, spec, params)
     key_ttl_hours = settings.idempotency_ttl_hours
     # the job as it will run (params validated, defaults filled in): {"C": 1} and {"C": 1.0}
     # are one request, and a retry matches the first whatever spelling the client used
@@ -109,6 +110,33 @@ def create_job(
         now = session.get(Job, job.id)
     # None: cancelled and deleted by another request since the commit; answer it as created
     return (now if now is not None else job), True
+
+
+def _check_online_examples(
+    db: Database, settings: Settings, body: JobCreate, spec: EstimatorSpec, params: dict
+) -> None:
+    """422 naming the rows of an example (a qid) split into two runs, for an online structural
+    job: its solver reads each run of equal qid as one example, and the job failed at start.
+    The batch solver groups rows by qid, so the upload itself is valid and kept. Read before
+    the job's transaction, which locks the dataset's row."""
+    if spec.kind != "structural" or not params.get("online"):
+        return
+    import numpy as np
+
+    from app.services import stored_chunks
+    from app.services.datasets import dataset_arrays
+
+    with db.session() as session:
+        dataset = named_dataset(session, body.dataset_id)
+    if not dataset.has_qid:  # answered by check_dataset_fits
+        return
+    try:
+        directory = dataset_arrays(settings, dataset, tries=1)  # a 503 within the timeout
+        stored_chunks.check_contiguous(np.load(directory / "qid.npy", mmap_mode="r"))
+    except FileNotFoundError:  # deleted meanwhile: the job's transaction answers 404
+        return
+    except ValueError as exc:
+        raise invalid("params.online", str(exc)) from None
 
 
 def _queued_job(

@@ -162,12 +162,20 @@ def test_online_job_streams_in_chunks_and_reaches_the_batch_optimum(
     assert np.linalg.norm(coef[0] - batch.w) <= np.sqrt(2 * last["gap"]) + 1e-6
 
 
-def test_online_job_fails_clearly_when_an_example_is_split(client, app, qid_file):
+def test_an_online_job_on_a_split_example_is_refused_and_batch_trains(client, app, db):
+    # a split example is valid input for the batch solver (it groups rows by qid) and the
+    # upload is kept; the online solver reads runs of equal qid, and its job failed at start
     split = structural_problem(n_examples=10, seed=1, shuffle=True)
     dataset = upload(client, split, "shuffled.txt").json()
-    job = train(client, app, dataset["id"], "structural", {"online": True})
-    assert job["status"] == "failed"
-    assert "two separate runs" in job["error"] and "online: false" in job["error"]
+    refused = client.post("/v1/jobs", json={
+        "dataset_id": dataset["id"], "estimator": "structural", "params": {"online": True},
+    })  # fmt: skip
+    assert refused.status_code == 422, refused.text
+    detail = refused.json()["detail"]
+    assert detail.startswith("params.online: ") and "two separate runs (rows " in detail
+    assert "online: false" in detail
+    with db.session() as session:
+        assert session.query(Job).count() == 0
     batch = train(client, app, dataset["id"], "structural", {})
     assert batch["status"] == "succeeded", batch["error"]
 
