@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from margin_client import output, predict_io
-from margin_client.cli_datasets import add_datasets, add_upload_options, dataset_ref
+from margin_client.cli_datasets import add_datasets, add_limit, add_upload_options, dataset_ref
 from margin_client.cli_jobs import add_jobs, add_train
 from margin_client.cli_registry import add_registry
 
@@ -63,7 +63,7 @@ def _add_models(commands: argparse._SubParsersAction, command: AddCommand) -> No
     models = commands.add_parser("models", help="list, show, remove, export models")
     sub = models.add_subparsers(dest="models_command", required=True)
     listing = command(sub, "list", cmd_models_list, "list models, newest first")
-    listing.add_argument("--limit", type=int, default=50)
+    add_limit(listing)
     command(sub, "show", cmd_models_show, "show a model").add_argument("id")
     command(sub, "rm", cmd_models_rm, "remove a model").add_argument("id")
     export = command(sub, "export", cmd_models_export, "export a model to a file")
@@ -86,7 +86,7 @@ def _add_runs(commands: argparse._SubParsersAction, command: AddCommand) -> None
                             "search, or trained with probability=true)")
     listing = command(sub, "list", cmd_runs_list, "list a model's runs, newest first")
     listing.add_argument("model")
-    listing.add_argument("--limit", type=int, default=50)
+    add_limit(listing)
     for name, handler, help in (
         ("show", cmd_runs_show, "show a run"),
         ("cancel", cmd_runs_cancel, "cancel a queued or running run"),

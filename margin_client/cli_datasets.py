@@ -27,7 +27,7 @@ def add_datasets(commands: argparse._SubParsersAction, command: AddCommand) -> N
     upload.add_argument("--name", help="the dataset's name (default: the file's)")
     add_upload_options(upload)
     listing = command(sub, "list", cmd_datasets_list, "list datasets, newest first")
-    listing.add_argument("--limit", type=int, default=50)
+    add_limit(listing)
     command(sub, "show", cmd_datasets_show, "show a dataset").add_argument("id")
     command(sub, "rm", cmd_datasets_rm, "remove a dataset").add_argument("id")
 
@@ -86,3 +86,15 @@ def cmd_datasets_show(client, args) -> None:
 def cmd_datasets_rm(client, args) -> None:
     client.datasets.delete(args.id)
     output.emit(args, {"id": args.id, "deleted": True}, lambda _: print(f"removed {args.id}"))
+
+
+def add_limit(parser: argparse.ArgumentParser, help: str = "items listed at most (50)") -> None:
+    """`--limit`, in plain decimal digits as the service reads it (int() also read `5_0` as 50
+    and `+5`, ` 5` or `٥` as 5); 0 is refused by the client's list, in one line."""
+    parser.add_argument("--limit", type=_count, default=50, help=help)
+
+
+def _count(text: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected a whole number in plain digits, got {text!r}")
+    return int(text)

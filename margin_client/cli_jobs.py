@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from margin_client import output
-from margin_client.cli_datasets import add_upload_options, dataset_ref
+from margin_client.cli_datasets import add_limit, add_upload_options, dataset_ref
 
 if TYPE_CHECKING:
     from margin_client.cli import AddCommand
@@ -65,7 +65,7 @@ def add_jobs(commands: argparse._SubParsersAction, command: AddCommand) -> None:
     sub = jobs.add_subparsers(dest="jobs_command", required=True)
     listing = command(sub, "list", cmd_jobs_list, "list jobs, newest first")
     listing.add_argument("--status", action="append", help="only jobs in this status")
-    listing.add_argument("--limit", type=int, default=50)
+    add_limit(listing)
     command(sub, "show", cmd_jobs_show, "show a job").add_argument("id")
     command(sub, "cancel", cmd_jobs_cancel, "cancel a job").add_argument("id")
     command(sub, "follow", cmd_jobs_follow, "draw a job's progress").add_argument("id")

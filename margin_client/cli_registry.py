@@ -7,6 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from margin_client import output
+from margin_client.cli_datasets import add_limit
 
 if TYPE_CHECKING:
     from margin_client.cli import AddCommand
@@ -18,10 +19,10 @@ def add_registry(commands: argparse._SubParsersAction, command: AddCommand) -> N
     sub = registry.add_subparsers(dest="registry_command", required=True)
     listing = command(sub, "list", cmd_registry_list,
                       "list registered names with their latest version and aliases")
-    listing.add_argument("--limit", type=int, default=50)
+    add_limit(listing)
     show = command(sub, "show", cmd_registry_show, "show a name, its versions and aliases")
     show.add_argument("name")
-    show.add_argument("--limit", type=int, default=50, help="versions shown, newest first")
+    add_limit(show, "versions shown at most, newest first (50)")
     create = command(sub, "create", cmd_registry_create, "register a name")
     create.add_argument("name")
     _add_description(create)

@@ -149,3 +149,19 @@ def test_a_password_in_the_url_is_masked_in_every_message(
     monkeypatch.setenv("MARGIN_URL", _with_password(url))
     assert main(command) == status
     assert "s3cr" not in one_line(capsys)
+
+
+@pytest.mark.parametrize("limit", ["5_0", "+5", " 5", "٥"])
+@pytest.mark.parametrize(
+    "command",
+    [["datasets", "list"], ["jobs", "list"], ["models", "list"], ["runs", "list", "m1"],
+     ["registry", "list"], ["registry", "show", "r"]],
+)  # fmt: skip
+def test_a_limit_not_in_plain_digits_is_refused_before_any_request(capsys, command, limit):
+    # before: int() read `--limit 5_0` as 50 (and `+5`, ` 5` or `٥` as 5), as the service did
+    with pytest.raises(SystemExit) as refused:
+        main([*command, "--limit", limit, "--url", "http://127.0.0.1:1"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --limit: expected a whole number in plain digits" in err, err
+    assert "cannot reach" not in err
