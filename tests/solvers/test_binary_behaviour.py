@@ -8,7 +8,15 @@ import solvers
 from solvers import Progress, Status
 from solvers.binary import solve_binary
 from solvers.binary.state import SolveState
-from tests.solvers._binary_helpers import certify, load, synthetic
+from tests.solvers._binary_helpers import (
+    augmented,
+    certify,
+    dual,
+    load,
+    primal,
+    synthetic,
+    w_tilde_of,
+)
 
 
 def test_callback_once_per_iteration_with_non_increasing_dual():
@@ -54,6 +62,31 @@ def test_objectives_only_every_k_passes_of_work():
     assert len(at) >= 3
     assert min(np.diff([0, *at])) >= 5  # a pass counts at most 1
     assert len(at) < shrunk.n_iter / 10  # shrunk passes count less
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+@pytest.mark.parametrize("watched", [False, True])
+def test_a_converged_solve_ends_on_a_record_of_its_objectives(loss, watched):
+    # The last record (the one a callback sees last) describes the returned (w̃, α): with its
+    # primal, dual and duality gap, as the parallel rounds' converged record has them, not only
+    # the result.
+    X, y = synthetic(n=300, d=40, seed=0)
+    seen = []
+    result = solve_binary(X, y, loss=loss, C=0.5, bias=1.0, tol=1e-3, max_iter=10_000,
+                          newton=False, callback=seen.append if watched else None)  # fmt: skip
+    assert result.status is Status.CONVERGED and result.method == "dcd"
+    last = result.history[-1]
+    if watched:
+        assert seen[-1] is last
+    w_tilde = w_tilde_of(result, 1.0)
+    sign = np.where(y >= 0, 1.0, -1.0)
+    np.testing.assert_allclose(w_tilde, augmented(X, 1.0).T @ (sign * result.alpha), atol=1e-9)
+    assert last.primal == pytest.approx(primal(X, y, w_tilde, 0.5, loss, 1.0), rel=1e-9)
+    assert last.dual == pytest.approx(dual(result.alpha, y, w_tilde, np.full(y.shape, 0.5), loss),
+                                      rel=1e-9)  # fmt: skip
+    assert (last.primal, last.dual, last.duality_gap) == (
+        result.primal, result.dual, result.duality_gap
+    )
 
 
 def test_callback_returning_false_stops_cleanly():
