@@ -288,7 +288,8 @@ def _run(
             converged = met
         else:
             converged = met and was_full and active_size == n_kept
-        with_objectives = objective_every == 1 or work >= objective_every - 1e-9
+        # the converged pass's record carries them: the driver then needs no pass of its own
+        with_objectives = converged or objective_every == 1 or work >= objective_every - 1e-9
         if with_objectives:
             work = 0.0
         progress = _progress(monitor, n_iter, M, m, active_size)
