@@ -294,3 +294,30 @@ def test_the_wide_sweep_gives_the_grouped_loops_iterates_to_the_last_bit(monkeyp
         assert wide.n_iter == grouped.n_iter
         for name in ("w", "alpha", "bias"):
             assert np.array_equal(getattr(wide, name), getattr(grouped, name)), name
+
+
+def test_classes_side_by_side_converge_only_when_every_class_does(monkeypatch):
+    """Spare threads inside the classes: a class at a tiny C is solved in two passes while the
+    others run out of passes. The fit must say max_iter, as the projected gradients of the
+    classes left unsolved (measured here with numpy) say, not converged."""
+    from solvers.binary import parallel
+
+    monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs, *mode: n_jobs)
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1, 2], 200)
+    X = sp.csr_matrix(rng.normal(size=(600, 5)))
+    C = np.ones((3, 600))
+    C[0] = 1e-6
+    tol = 1e-3
+    result = solve_ovr(X, y, 3, loss="hinge", C=C, bias=1.0, tol=tol, max_iter=3, n_jobs=6,
+                       newton=False)  # fmt: skip
+    Xt = sp.hstack([X, np.ones((600, 1))]).tocsr()
+    ranges = []
+    for c in range(3):
+        yc = np.where(y == c, 1.0, -1.0)
+        G = yc * (Xt @ np.r_[result.w[c], result.bias[c]]) - 1.0
+        a = result.alpha[c]
+        PG = np.where(a <= 0, np.minimum(G, 0), np.where(a >= C[c], np.maximum(G, 0), G))
+        ranges.append(PG.max() - PG.min())
+    assert ranges[0] <= tol and max(ranges) > 10 * tol  # one class solved, the others not
+    assert result.status is Status.MAX_ITER
