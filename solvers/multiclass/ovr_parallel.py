@@ -64,8 +64,7 @@ def _combine(results, monitor) -> SolveResult:
     primal = np.array([r.primal for r in results])
     dual = np.array([r.dual for r in results])
     gap = np.array([r.gap for r in results])
-    statuses = {r.status for r in results}
-    status = Status.CONVERGED if statuses == {Status.CONVERGED} else sorted(statuses)[0]
+    status = _overall_status({r.status for r in results})
     total_primal, total_dual = float(primal.sum()), float(dual.sum())
     methods = {r.method for r in results}
     method = "newton" if "newton" in methods else "dcd"
@@ -99,3 +98,12 @@ def _combine(results, monitor) -> SolveResult:
         pg_range=final.gap,
         method=method,
     )
+
+
+def _overall_status(statuses) -> Status:
+    """Converged only when every class is; else why the unfinished classes ended, a stop (the
+    callback's or the clock's) before the pass budget, since it ended the others early too."""
+    for reason in (Status.STOPPED, Status.TIME_LIMIT, Status.MAX_ITER):
+        if reason in statuses:
+            return reason
+    return Status.CONVERGED
