@@ -378,3 +378,24 @@ def test_a_run_whose_end_commit_answer_is_lost_keeps_its_csv(service, binary, mo
     r = service.client.get(r.headers["location"])
     assert r.status_code == 200, r.text  # before: 410 "Prediction result gone"
     assert len(r.text.splitlines()) == 21
+
+
+def test_a_stale_runner_ending_late_keeps_the_csv_of_the_attempt_that_succeeded(service, binary):
+    """A runner silent through a database outage is recovered, and a later attempt writes the
+    run's CSV and ends it `succeeded`; the first runner then finishes, finds its claim gone and
+    removed the CSV of the run's one key: a succeeded run whose download was a 410."""
+    from app.services import prediction_runs as runs
+
+    model_id = binary[0]
+    dataset_id = service.add_dataset(rng_problem(n=20), np.ones(20))
+    r = service.client.post(f"/v1/models/{model_id}/predictions", json={"dataset_id": dataset_id})
+    status = finished_run(service.client, r.headers["location"])
+    assert status["status"] == "succeeded"
+    with service.db.session() as session:
+        attempt = session.get(PredictionRun, status["id"]).attempt
+    stale = runs.RunClaim(status["id"], attempt - 1, "gone")  # the claim before the recovery
+    db, settings = service.db, service.app.state.settings
+    assert runs.execute_run(db, settings, stale) == "lost"
+    r = service.client.get(r.headers["location"])
+    assert r.status_code == 200, r.text  # before: 410 "Prediction result gone"
+    assert len(r.text.splitlines()) == 21
