@@ -326,3 +326,26 @@ def test_a_failed_multipart_upload_leaves_no_parts(s3_env, tmp_path):
     assert len(parts) >= 2, raised.value
     assert storage.client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert server.keys(bucket) == []
+
+
+def test_a_prediction_run_checking_its_dataset_while_the_store_hangs_is_503_within_the_timeout(
+    s3_client, s3_settings, s3_env, fake_trainer
+):
+    """`POST /v1/models/{id}/predictions` of a zero-based dataset for a one-based model reads
+    the dataset's indices to check it before queueing the run: with the store not answering,
+    that read was tried with the workers' patience (3 timeouts and 6 s) where the routes that
+    read a dataset fail within about STORAGE_TIMEOUT_S."""
+    server, bucket = s3_env
+    model_id = _model_and_runs(s3_client, s3_settings, fake_trainer, n_runs=0)[0]
+    zero_based = upload(s3_client, b"1 0:1 3:0.5\n-1 1:1 2:0.25\n", "zero.svm").json()
+    assert zero_based["zero_based"] is True, zero_based
+    body = {"dataset_id": zero_based["id"]}
+    server.pause()
+    try:
+        start = time.monotonic()
+        response = s3_client.post(f"/v1/models/{model_id}/predictions", json=body)
+        took = time.monotonic() - start
+    finally:
+        server.resume()
+    assert response.status_code == 503, response.text
+    assert took < 2 * (1 + s3_settings.storage_timeout_s), took
