@@ -228,9 +228,23 @@ def execute_run(db, settings, claim: RunClaim) -> str:
         _end(db, claim, "failed", error=message)
         return "failed"
     if not _end(db, claim, "succeeded", n_rows=n_rows, size_bytes=size):
-        storage.delete(key)  # deleted or taken meanwhile
+        if not _taken_over(db, claim):  # a later attempt writes (or wrote) the same key
+            storage.delete(key)  # deleted or cancelled meanwhile
         return "lost"
     return "succeeded"
+
+
+def _taken_over(db, claim: RunClaim) -> bool:
+    """Whether a later attempt of the claimed run is queued, running or succeeded: its CSV is
+    stored under the run's one key, which this claim's end must then leave alone."""
+    with db.session() as session:
+        now = session.execute(
+            select(PredictionRun.status, PredictionRun.attempt).where(
+                PredictionRun.id == claim.run_id
+            )
+        ).first()
+    later = now is not None and now.attempt != claim.attempt
+    return later and now.status in (*ACTIVE, "succeeded")
 
 
 def until_cancelled(chunks, is_running: Callable[[], bool]):
