@@ -106,7 +106,7 @@ def create_prediction_run(
         raise ProblemError(422, "No probability calibration", why_no_calibration(loaded))
     outputs = len(loaded.intercept) + (len(loaded.classes) if with_probabilities else 0)
     try:
-        source = DatasetSource.of(settings, dataset)
+        source = DatasetSource.of(settings, dataset, tries=1)  # a 503 within the timeout
         source.check(loaded)
         run = runs.create_run(
             db,
