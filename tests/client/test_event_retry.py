@@ -94,3 +94,33 @@ def test_following_gives_up_on_an_api_gone_for_longer(monkeypatch):
     with pytest.raises(httpx.ConnectError):
         Job(client, {"id": "job_1", "status": "running"}).wait()
     assert jobs_module.RECONNECT_S <= clock["now"] <= jobs_module.RECONNECT_S + 2
+
+
+class _CutStream(httpx.SyncByteStream):
+    """A stream body whose connection closes before its first event is whole."""
+
+    def __iter__(self):
+        yield b"event: progress\n"
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete body")
+
+
+def test_wait_asks_the_job_through_streams_cut_mid_body(monkeypatch):
+    """Each stream answers, then its connection is cut before an event (a proxy that cuts
+    idle streams): the cut counted as an unreachable API whose 60 s began again at each
+    answer, so the job was never asked and `wait()` went on for ever on a job long ended."""
+    opened = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            opened.append(1)
+            if len(opened) > 100:
+                raise AssertionError("the job was never asked")
+            return httpx.Response(
+                200, headers={"content-type": "text/event-stream"}, stream=_CutStream()
+            )
+        return httpx.Response(200, json={"id": "job_1", "status": "succeeded"})
+
+    monkeypatch.setattr(jobs_module.time, "sleep", lambda seconds: None)
+    client = Client("http://margin.test", transport=httpx.MockTransport(answer))
+    job = Job(client, {"id": "job_1", "status": "running"}).wait()
+    assert job.status == "succeeded" and len(opened) <= jobs_module.RECONNECTS + 1
