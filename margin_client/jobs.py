@@ -102,11 +102,12 @@ class Job:
         unreachable_since: float | None = None
         while True:
             headers = {"Last-Event-ID": last_id} if last_id else {}
+            answered = False
             try:
                 with connect_sse(
                     self._client.http, "GET", f"/v1/jobs/{self.id}/events", headers=headers
                 ) as source:
-                    unreachable_since = None
+                    unreachable_since, answered = None, True
                     if source.response.status_code in (429, 503):  # streams at a cap: wait
                         time.sleep(retry_after(source.response))
                         continue
@@ -129,11 +130,13 @@ class Job:
                 unreachable_since = now if unreachable_since is None else unreachable_since
                 if now - unreachable_since >= RECONNECT_S:
                     raise
-                failures += 1
-                time.sleep(min(2.0, 0.2 * 2**failures))
-                continue
-            # the stream closed without an `end` event: ask again, paced; now and then ask the
-            # job (returning here made wait() end on a job still queued or running)
+                if not answered:
+                    failures += 1
+                    time.sleep(min(2.0, 0.2 * 2**failures))
+                    continue
+            # the stream closed or was cut without an `end` event: ask again, paced; now and
+            # then ask the job (returning here made wait() end on a job still queued or
+            # running; a stream cut after its answer, each time, had it never asked)
             failures += 1
             if failures > RECONNECTS:
                 if self.refresh().done:
