@@ -112,3 +112,22 @@ def test_a_large_v2_body_is_read_without_python_objects(client, served):
     assert response.status_code == 200, response.text
     expected = predict(client, served["model"], {"instances": rows[:10].tolist()})
     assert response.json()["outputs"][0]["data"][:10] == expected["labels"]
+
+
+def test_an_inference_header_length_sent_twice_is_refused(client, served):
+    """The binary extension's Inference-Header-Content-Length is read by hand (the infer route
+    skips the routers' dependencies and their check): sent twice with different lengths, the
+    first was taken without a word, where a header a route reads sent twice is refused."""
+    import json
+
+    client.post("/v1/registered-models", json={"name": "heart"})
+    client.post("/v1/registered-models/heart/versions", json={"model_id": served["model"]})
+    tensor = {"name": "input", "shape": [1, 13], "datatype": "FP64", "data": [0.0] * 13}
+    body = json.dumps({"inputs": [tensor]}).encode()
+    name = "Inference-Header-Content-Length"
+    once = client.post("/v2/models/heart/infer", content=body, headers={name: str(len(body))})
+    assert once.status_code == 200, once.text
+    twice = [(name, str(len(body))), (name, "7")]
+    response = client.post("/v2/models/heart/infer", content=body, headers=twice)
+    assert response.status_code == 400, response.text  # before: 200, the first length read
+    assert f"{name}: send it once" in response.json()["error"]
