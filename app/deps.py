@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.orm import Session
-from starlette.datastructures import QueryParams
+from starlette.datastructures import Headers, QueryParams
 
 from app.config import Settings
 from app.db import Database
@@ -59,10 +59,15 @@ async def sent_once(request: Request) -> None:
         check_sent_once(query, _single_valued(dependant, "query_params"))
     if repeated_header:
         for name in _single_valued(dependant, "header_params"):
-            header = name.replace("_", "-")
-            if len(request.headers.getlist(header)) > 1:
-                shown = "-".join(part.capitalize() for part in header.split("-"))
-                raise ProblemError(422, "Invalid request", f"{shown}: send it once")
+            check_header_once(request.headers, name.replace("_", "-"))
+
+
+def check_header_once(headers: Headers, header: str) -> None:
+    """422 for `header` sent more than once (routes that read a header by hand, such as v2
+    infer, call it with the header they read)."""
+    if len(headers.getlist(header)) > 1:
+        shown = "-".join(part.capitalize() for part in header.split("-"))
+        raise ProblemError(422, "Invalid request", f"{shown}: send it once")
 
 
 def check_sent_once(query: QueryParams, names: Iterable[str]) -> None:

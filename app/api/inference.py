@@ -24,6 +24,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from app.api.model_lookup import ModelNotFound, load_model
 from app.auth import authenticate
+from app.deps import check_header_once
 from app.errors import ProblemError
 from app.schemas.common import decimal
 from app.schemas.registry import MAX_VERSION
@@ -145,6 +146,10 @@ async def infer(request: Request) -> Response:
     model, version = await _model(request)
     from app.api.models import read_body
 
+    try:  # this route skips the routers' dependencies: their check is called here
+        check_header_once(request.headers, "inference-header-content-length")
+    except ProblemError as exc:
+        raise error(400, exc.detail) from None
     body = bytes(await read_body(request))
     header = request.headers.get("inference-header-content-length")
     max_batch = request.app.state.settings.max_predict_batch
