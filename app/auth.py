@@ -11,6 +11,9 @@ AUTH_MODE:
   off       keys are ignored; everything belongs to the tenant 'local';
   auto      `required` when the service binds a non-loopback address, else `off` — but a key that
             is sent is still checked and used.
+Without a key (off, and auto on loopback), a change (POST, PUT, PATCH, DELETE) that a browser
+says comes from a page of another origin is a 403 (`refuse_cross_site`): any site the user
+visits could otherwise upload, train or cancel through their browser.
 
 Scopes: read (GET), train (upload, create/cancel jobs, delete), predict (predict, background
 predictions, evaluate), admin (everything). A missing or unknown key → 401; a valid key without
@@ -209,6 +212,8 @@ class Authenticator:
         principal = await self.principal_for(
             request.headers.get("authorization"), client_address(request)
         )
+        if principal.key_id is None and request.method.upper() not in READ_METHODS:
+            refuse_cross_site(request)
         if not principal.allows(scope):
             raise ProblemError(
                 403,
@@ -219,6 +224,35 @@ class Authenticator:
         tenancy.set_current(principal)
         request.state.principal = principal
         return principal
+
+
+# What a browser says of where a request comes from (Fetch Metadata; a page cannot forge it):
+# only the service's own pages, or the user typing a URL, may act without a key.
+OWN_SITE = frozenset({"same-origin", "none"})
+
+
+def refuse_cross_site(request: Request) -> None:
+    """403 for a change sent by a page of another origin. Without keys (AUTH_MODE off, or auto
+    on loopback) nothing else tells a user's own request from one a page they merely visit
+    makes their browser send (a form posting a file, a fetch that needs no preflight). A
+    request that names no origin comes from a client that is no browser (the CLI, curl)."""
+    site = request.headers.get("sec-fetch-site")
+    origin = request.headers.get("origin")
+    if site is not None:
+        foreign = site.lower() not in OWN_SITE
+    elif origin is not None:
+        host = request.headers.get("host", "").lower()
+        foreign = origin.lower().partition("://")[2] != host or not host
+    else:
+        return
+    if foreign:
+        raise ProblemError(
+            403,
+            "Forbidden",
+            f"a change sent by a page of another site ({origin or site}) without an API key; "
+            "the service runs without keys, so only its own pages and clients that are no "
+            "browser may change anything",
+        )
 
 
 def client_address(request: Request) -> str | None:

@@ -320,3 +320,35 @@ def test_an_ipv6_client_counts_with_its_64(address, counted_as):
 def test_an_unreadable_failure_rate_stops_the_start(make_service):
     with pytest.raises(InvalidRate, match="often"):
         make_service(auth_failure_rate="often")
+
+
+@pytest.mark.parametrize("mode", ["off", "auto"])
+def test_keyless_modes_refuse_changes_a_page_of_another_site_would_send(make_service, mode):
+    """Without keys, a browser's cookie-less form or fetch from another site is as good as the
+    user's own request: a page the user merely visits must not upload, train or cancel."""
+    client, app = make_service(auth_mode=mode, host="127.0.0.1")
+    foreign = [
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},  # a sandboxed frame, a file:// page
+        {"Origin": "http://testserver:8080"},  # another port is another origin
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site", "Origin": "http://testserver"},
+    ]
+    for headers in foreign:
+        response = upload(client, HEART.read_bytes(), headers=headers)
+        assert response.status_code == 403, (headers, response.text)
+        assert "another site" in response.json()["detail"]
+        response = client.post("/v1/jobs/job_x/cancel", headers=headers)
+        assert response.status_code == 403, (headers, response.text)
+    assert client.get("/v1/datasets", headers=foreign[0]).json()["items"] == []  # reads are open
+    own = [{}, {"Origin": "http://testserver"}, {"Sec-Fetch-Site": "same-origin"}]
+    for i, headers in enumerate(own):  # the dashboard's own requests, and clients without Origin
+        response = upload(client, HEART.read_bytes() + b"#%d\n" % i, headers=headers)
+        assert response.status_code == 201, (headers, response.text)
+
+
+def test_a_request_with_a_key_is_not_judged_by_its_origin(make_service):
+    client, app = make_service(auth_mode="required")
+    acme = new_key(app, "acme", "train", "read")
+    response = upload(client, HEART.read_bytes(), headers={**acme, "Origin": "http://evil.example"})
+    assert response.status_code == 201, response.text
