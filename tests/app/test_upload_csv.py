@@ -61,6 +61,12 @@ def test_empty_cells_are_an_error_or_zero(client, settings):
 BAD_CSV = {
     "a word": (b"label,a,b\n1,2,3\n1,x,3\n", "line 3, column 'a': 'x' is not a number"),
     "an underscore": (b"label,a,b\n1,2,3\n1,2,1_000\n", "line 3, column 'b': '1_000' is not"),
+    # Python's float() reads the digits of every script, numpy's reader ASCII only: the cell
+    # was not found and the message named no column
+    "digits of another script": ("label,a,b\n1,2,3\n1,\u0663,3\n".encode(),
+                                 "line 3, column 'a': '\u0663' is not a number"),
+    "fullwidth digits": ("label,a,b\n1,2,3\n1,2,\uff13\n".encode(),
+                         "line 3, column 'b': '\uff13' is not a number"),
     "a short row": (b"label,a,b\n1,2,3\n1,2\n", "line 3: expected 3 cells"),
     "a long row": (b"label,a,b\n1,2,3,4\n", "line 2: expected 3 cells"),
     "nan": (b"label,a,b\n1,nan,3\n", "line 2, column 'a': 'nan' is not a finite number"),

@@ -254,7 +254,9 @@ class DelimitedChunks:
                 if i == skip:
                     continue
                 try:
-                    if "_" in cell:  # Python's float() takes "1_000", numpy's reader does not
+                    # Python's float() takes "1_000" and the digits of every script (and
+                    # their spaces), numpy's reader neither
+                    if "_" in cell or not cell.isascii():
                         raise ValueError(cell)
                     float(cell)
                 except ValueError:
