@@ -89,6 +89,16 @@ def test_a_page_header_that_disagrees_with_the_footer_is_422(client, settings):
     nothing_stored(client, settings)
 
 
+def test_a_footer_of_no_bytes_is_422_saying_so(client, settings):
+    """The length before the closing magic says 0: pyarrow's refusal of a thrift limit of 0
+    was the message, naming none of the file."""
+    data = parquet_bytes(pa.table({"label": [1.0, 2.0], "a": [3.0, 4.0]}))
+    response = post(client, data[:-8] + bytes(4) + b"PAR1", filename="empty.parquet")
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == "parquet: the footer is empty (0 bytes)"
+    nothing_stored(client, settings)
+
+
 def test_a_corrupt_gzip_page_is_422(client, settings):
     """Bytes of a gzip-compressed page changed (its header intact): pyarrow's OSError while the
     row group was read was a 500."""

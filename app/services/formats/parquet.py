@@ -114,6 +114,8 @@ class ParquetChunks:
         if size < 12 or head != MAGIC or tail[4:] != MAGIC:
             raise ValueError("parquet: not a Parquet file (send it uncompressed, as written)")
         footer = struct.unpack("<I", tail[:4])[0]
+        if footer == 0:
+            raise ValueError("parquet: the footer is empty (0 bytes)")
         limit = self.limits.get("max_line") or 2**62
         if footer > min(limit, size - 12):
             if footer > size - 12:
