@@ -115,6 +115,24 @@ def test_a_parquet_row_group_that_decodes_to_a_gigabyte(service):
     assert response.status_code == 413 and "row group 0" in response.json()["detail"]
 
 
+def test_a_68_kb_parquet_of_eight_million_cells_is_made_dense_a_slice_at_a_time(service):
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ones = pa.array(np.ones(65_536))  # one row group of 63 MB decoded, within its bound
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"label": ones, **{f"c{j}": ones for j in range(120)}}), buffer,
+                   compression="zstd")  # fmt: skip
+    assert len(buffer.getvalue()) < 100_000
+    # 65,536 rows of 120 columns made dense at once, with their non-zeros' coordinates, took
+    # the parser 420 MB
+    response = attack(service, upload(service, buffer.getvalue()))
+    assert response.status_code == 429 and "storage quota" in response.json()["detail"]
+
+
 SMALL_UPLOAD = b"1 1:0.5\n-1 2:0.25\n1 3:0.125\n"
 
 

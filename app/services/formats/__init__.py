@@ -106,7 +106,7 @@ def chunks(fmt: str, stream: BinaryIO, source: str, limits: dict, chunk_rows: in
     if fmt == "parquet":
         from app.services.formats.parquet import ParquetChunks
 
-        return ParquetChunks(stream, source, limits, chunk_rows, **options)
+        return ParquetChunks(stream, source, limits, chunk_rows, chunk_nnz, **options)
     from solvers.io import LibsvmChunks
 
     return LibsvmChunks(

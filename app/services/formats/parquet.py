@@ -60,6 +60,7 @@ class ParquetChunks:
         source: str,
         limits: dict,
         chunk_rows: int,
+        chunk_nnz: int,
         label_column: str | None = None,
         empty_cells: str = "error",
     ):
@@ -67,6 +68,7 @@ class ParquetChunks:
         self.source = source
         self.limits = limits
         self.chunk_rows = chunk_rows
+        self.chunk_nnz = chunk_nnz
         self.label_column = label_column
         self.empty_cells = empty_cells
         self.n_rows = 0
@@ -84,6 +86,7 @@ class ParquetChunks:
         pf = self._text_label_file(pf, label, label_encodings)
         columns = [label, *features] if not sparse else [label, sparse]
         unreadable = (OSError, _arrow_error())
+        step = self._rows_per_chunk(features)
         for group in range(pf.metadata.num_row_groups):
             if pf.metadata.row_group(group).num_rows == 0:
                 continue  # nothing to read (and no pages: `_check_sizes` skipped it)
@@ -91,8 +94,8 @@ class ParquetChunks:
                 table = pf.read_row_group(group, columns=columns, use_threads=False)
             except unreadable as exc:  # a corrupt page (gzip's was a 500), whatever pyarrow says
                 raise ValueError(f"parquet: row group {group} cannot be read: {exc}") from None
-            for start in range(0, table.num_rows, self.chunk_rows):
-                part = table.slice(start, self.chunk_rows)
+            for start in range(0, table.num_rows, step):
+                part = table.slice(start, step)
                 labels = self._labels(part.column(0), start)
                 if sparse:
                     chunk = self._sparse(part.column(1), start)
@@ -103,6 +106,12 @@ class ParquetChunks:
             del table
         if self.n_rows == 0:
             raise ValueError("parquet: the file holds no rows")
+
+    def _rows_per_chunk(self, features: list[str]) -> int:
+        """Rows made dense at a time: at most `chunk_nnz` cells, as the text formats hold. A
+        row group may hold 8 million cells (ROW_GROUP_BYTES), and a slice of `chunk_rows` of
+        them dense, with its non-zeros' coordinates, took six times the row group."""
+        return max(1, min(self.chunk_rows, self.chunk_nnz // max(1, len(features))))
 
     # ------------------------------------------------------------------------------------
     def _open(self):
