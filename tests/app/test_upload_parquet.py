@@ -262,3 +262,32 @@ def test_empty_parquet_row_groups_are_skipped(client, settings):
     empty = post(client, parquet_bytes(tbl.slice(0, 0)), filename="e.parquet")
     assert empty.status_code == 422
     assert empty.json()["detail"] == "parquet: the file holds no rows"
+
+
+@pytest.mark.parametrize("layout", ["dense", "struct", "list"])
+@pytest.mark.parametrize("chunk_nnz", [1, 7, 1000])
+def test_row_groups_are_read_in_slices_of_at_most_chunk_nnz_cells(tmp_path, layout, chunk_nnz):
+    """The bound the attack tests measure (a row group made dense or sorted whole took several
+    times its size), on slices small enough to cut rows of every size: the same rows."""
+    from app.services.formats.parquet import ParquetChunks
+
+    X = sp.random(50, 30, density=0.2, random_state=5, format="csr")
+    rows = [(X.indices[X.indptr[i]:X.indptr[i + 1]].tolist(),
+             X.data[X.indptr[i]:X.indptr[i + 1]].tolist()) for i in range(50)]  # fmt: skip
+    if layout == "dense":
+        columns = {f"x{j}": X[:, j].toarray().ravel() for j in range(30)}
+    elif layout == "struct":
+        columns = {"f": [{"indices": i, "values": v} for i, v in rows]}
+    else:
+        columns = {"f": [[{"index": a, "value": b} for a, b in zip(i, v, strict=True)]
+                         for i, v in rows]}  # fmt: skip
+    path = tmp_path / "t.parquet"
+    path.write_bytes(parquet_bytes(pa.table({"y": np.arange(50), **columns}), row_group_size=17))
+    with open(path, "rb") as stream:
+        chunks = list(ParquetChunks(stream, str(path), {}, 5, chunk_nnz, label_column="y"))
+    for indptr, _, _, _, _ in chunks:
+        cells = (len(indptr) - 1) * 30 if layout == "dense" else indptr[-1]
+        assert len(indptr) == 2 or cells <= chunk_nnz
+    got = sp.vstack([sp.csr_matrix(c[:3][::-1], shape=(len(c[0]) - 1, 30)) for c in chunks])
+    assert abs(got - X).max() == 0
+    assert np.concatenate([c[3] for c in chunks]).tolist() == list(range(50))

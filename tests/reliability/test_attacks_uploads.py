@@ -133,6 +133,29 @@ def test_a_68_kb_parquet_of_eight_million_cells_is_made_dense_a_slice_at_a_time(
     assert response.status_code == 429 and "storage quota" in response.json()["detail"]
 
 
+def test_a_2_kb_parquet_of_four_million_sparse_entries_is_read_a_slice_at_a_time(service):
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows, per_row = 1000, 3900  # one row group of 62 MB decoded, within its bound
+    n = rows * per_row
+    offsets = pa.array(np.arange(0, n + 1, per_row, dtype=np.int32))
+    indices = pa.ListArray.from_arrays(offsets, pa.array(np.zeros(n, dtype=np.int64)))
+    values = pa.ListArray.from_arrays(offsets, pa.array(np.ones(n)))
+    column = pa.StructArray.from_arrays([indices, values], names=["indices", "values"])
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"label": np.ones(rows), "f": column}), buffer, compression="zstd")
+    assert len(buffer.getvalue()) < 10_000
+    beta = service.others[0]  # a tenant without a storage quota: the file is read whole
+    response = attack(service, upload(service, buffer.getvalue(), headers=beta))
+    assert response.status_code == 201, response.text
+    assert response.json()["nnz"] == rows  # each row's entries summed into one
+    remove_dataset(service, response, beta)
+
+
 SMALL_UPLOAD = b"1 1:0.5\n-1 2:0.25\n1 3:0.125\n"
 
 

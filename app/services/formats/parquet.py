@@ -34,7 +34,7 @@ from app.services.formats.delimited import MAX_COLUMNS
 from app.services.formats.labels import LabelColumn, refuse_nul
 from app.services.formats.parquet_labels import is_numeric, is_text, read_as_dictionary, text_cells
 from app.services.formats.parquet_pages import PageCount, column_cost, page_budget
-from app.services.formats.parquet_sparse import sparse_kind, sparse_parts
+from app.services.formats.parquet_sparse import entries_per_row, sparse_kind, sparse_parts
 from solvers.io import LibsvmLimitError
 
 MAGIC = b"PAR1"
@@ -86,7 +86,6 @@ class ParquetChunks:
         pf = self._text_label_file(pf, label, label_encodings)
         columns = [label, *features] if not sparse else [label, sparse]
         unreadable = (OSError, _arrow_error())
-        step = self._rows_per_chunk(features)
         for group in range(pf.metadata.num_row_groups):
             if pf.metadata.row_group(group).num_rows == 0:
                 continue  # nothing to read (and no pages: `_check_sizes` skipped it)
@@ -94,8 +93,8 @@ class ParquetChunks:
                 table = pf.read_row_group(group, columns=columns, use_threads=False)
             except unreadable as exc:  # a corrupt page (gzip's was a 500), whatever pyarrow says
                 raise ValueError(f"parquet: row group {group} cannot be read: {exc}") from None
-            for start in range(0, table.num_rows, step):
-                part = table.slice(start, step)
+            for start, stop in self._slices(table, features, sparse):
+                part = table.slice(start, stop - start)
                 labels = self._labels(part.column(0), start)
                 if sparse:
                     chunk = self._sparse(part.column(1), start)
@@ -107,11 +106,25 @@ class ParquetChunks:
         if self.n_rows == 0:
             raise ValueError("parquet: the file holds no rows")
 
-    def _rows_per_chunk(self, features: list[str]) -> int:
-        """Rows made dense at a time: at most `chunk_nnz` cells, as the text formats hold. A
-        row group may hold 8 million cells (ROW_GROUP_BYTES), and a slice of `chunk_rows` of
-        them dense, with its non-zeros' coordinates, took six times the row group."""
-        return max(1, min(self.chunk_rows, self.chunk_nnz // max(1, len(features))))
+    def _slices(self, table, features: list[str], sparse: str | None):
+        """(start, stop) of the row group's row chunks: at most `chunk_rows` rows and
+        `chunk_nnz` cells or sparse entries each (a row of more entries alone), as the text
+        formats hold. A row group may hold 8 million cells (ROW_GROUP_BYTES); a slice of
+        `chunk_rows` of them made dense, with its non-zeros' coordinates, took six times the
+        row group, and its sparse entries copied and sorted three times."""
+        n = table.num_rows
+        if not sparse:
+            step = max(1, min(self.chunk_rows, self.chunk_nnz // max(1, len(features))))
+            yield from ((start, min(start + step, n)) for start in range(0, n, step))
+            return
+        ends = np.cumsum(entries_per_row(table.column(1)))
+        start = 0
+        while start < n:
+            before = int(ends[start - 1]) if start else 0
+            stop = int(np.searchsorted(ends, before + self.chunk_nnz, side="right"))
+            stop = min(max(stop, start + 1), start + self.chunk_rows, n)
+            yield start, stop
+            start = stop
 
     # ------------------------------------------------------------------------------------
     def _open(self):

@@ -54,3 +54,13 @@ def sparse_parts(column):
         indices.to_numpy(zero_copy_only=False).astype(np.int64),
         values.to_numpy(zero_copy_only=False).astype(np.float64),
     )
+
+
+def entries_per_row(column) -> np.ndarray:
+    """How many (index, value) entries each row of a sparse column holds (0 for a null row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lists = pc.struct_field(column, "indices") if pa.types.is_struct(column.type) else column
+    lengths = pc.fill_null(pc.list_value_length(lists), 0)
+    return lengths.to_numpy().astype(np.int64)
