@@ -54,6 +54,9 @@ FORMAT_VERSION = 1
 MAX_DENSE_EXPORT_ENTRIES = 1 << 23
 
 
+C_INT_MIN, C_INT_MAX = -(2**31), 2**31 - 1  # the range of LIBLINEAR's labels
+
+
 class NotExportable(ValueError):
     """The model cannot be written in the requested format."""
 
@@ -95,6 +98,11 @@ def _integer_labels(classes: list) -> list[int]:
     for c in classes:
         if float(c) != int(c):
             raise NotExportable(f"LIBLINEAR labels are integers; this model's classes include {c}")
+        if not C_INT_MIN <= int(c) <= C_INT_MAX:  # read as another label, silently
+            raise NotExportable(
+                f"LIBLINEAR reads labels as C ints ({C_INT_MIN} to {C_INT_MAX}); this model's "
+                f"classes include {int(c)}. Export format=json, onnx or skops"
+            )
         labels.append(int(c))
     return labels
 

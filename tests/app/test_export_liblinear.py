@@ -188,6 +188,16 @@ def test_non_integer_labels_cannot_be_exported():
         liblinear_text(model([[1.0, 2.0]], [0.0], classes=[0.5, 1]))
 
 
+def test_labels_beyond_a_c_int_cannot_be_exported(tmp_path):
+    """LIBLINEAR reads labels into C ints: 3000000000 was read back as -1294967296."""
+    for big in (2**31, -(2**31) - 1, 3_000_000_000):
+        with pytest.raises(NotExportable, match=f"classes include {big}"):
+            liblinear_text(model([[1.0, 2.0]], [0.0], classes=sorted([0, big])))
+    edge = model([[1.0, 2.0]], [0.0], classes=[-(2**31), 2**31 - 1])
+    m, _, _ = liblinear_predict(liblinear_text(edge), random_problem(d=2), tmp_path)
+    assert m.get_labels() == [2**31 - 1, -(2**31)]
+
+
 def test_json_document_round_trips():
     m = model([[1 / 3, 2.0]], [0.25], classes=[-1, 1], zero_based=True)
     doc = json.loads(dumps(json_document(m)))
