@@ -33,6 +33,8 @@ from app.config import Settings
 
 MULTIPART_SLACK = 1024 * 1024
 MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
+# recognised only to say so: without a decompressor, its frame was read as text with a NUL byte
+UNREAD_MAGIC = {b"\x28\xb5\x2f\xfd": "zstd"}
 
 
 class BodyTooLarge(HTTPException):
@@ -199,6 +201,16 @@ class NestedCompression(ValueError):
         super().__init__(f"the {outer} upload contains {inner} data: nested compression is refused")
 
 
+class UnreadCompression(ValueError):
+    """An upload compressed in a format the service does not decompress."""
+
+    def __init__(self, kind: str):
+        super().__init__(
+            f"a {kind}-compressed upload: send it uncompressed, or compressed with gzip, bzip2 "
+            "or xz"
+        )
+
+
 class _Limited(io.RawIOBase):
     """Counts the bytes read from a decompressing stream; raises past `limit`. Corrupt data
     becomes a ValueError naming the format (the decompressors raise OSError, EOFError, ...)."""
@@ -231,8 +243,8 @@ class _Limited(io.RawIOBase):
         super().close()
 
 
-def compression_of(head: bytes) -> str | None:
-    for magic, name in MAGIC.items():
+def compression_of(head: bytes, magics: dict[bytes, str] = MAGIC) -> str | None:
+    for magic, name in magics.items():
         if head.startswith(magic):
             return name
     return None
@@ -299,10 +311,13 @@ def open_expanded(raw, limit: int) -> io.BufferedReader:
     stream = io.BufferedReader(_Prefixed(head, raw), 1 << 20)
     kind = compression_of(head)
     if kind is None:
+        unread = compression_of(head, UNREAD_MAGIC)
+        if unread is not None:
+            raise UnreadCompression(unread)
         return stream
     plain = _Limited(_decompressor(stream, kind), kind, limit)
     inner_head = _read_head(plain, READ_AHEAD)
-    inner = compression_of(inner_head)
+    inner = compression_of(inner_head) or compression_of(inner_head, UNREAD_MAGIC)
     if inner is not None:
         raise NestedCompression(kind, inner)
     return io.BufferedReader(_Prefixed(inner_head, plain), 1 << 20)

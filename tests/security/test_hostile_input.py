@@ -107,6 +107,25 @@ def test_nested_compression_is_refused(make_service):
     _nothing_stored(app)
 
 
+@pytest.mark.parametrize("fmt", ["libsvm", "csv", None])
+def test_a_zstd_upload_is_a_422_saying_which_compressions_are_read(make_service, fmt):
+    """zstd is not read: its frame was taken for text, "not a text file: NUL byte at column
+    5"; inside a gzip file it is nested compression as any other."""
+    client, app = make_service()
+    frame = b"\x28\xb5\x2f\xfd" + bytes(range(1, 60))  # a zstd frame's magic, then bytes
+    for content, expected in [
+        (frame, "a zstd-compressed upload: send it uncompressed, or compressed with gzip"),
+        (gzip.compress(frame), "the gzip upload contains zstd data: nested compression"),
+    ]:
+        response = client.post(
+            "/v1/datasets", params={"format": fmt} if fmt else None, content=content,
+            headers={"Content-Type": "application/octet-stream"},
+        )  # fmt: skip
+        assert response.status_code == 422, response.text
+        assert expected in response.json()["detail"]
+    _nothing_stored(app)
+
+
 def test_corrupt_compressed_upload_is_a_clear_422(make_service):
     client, app = make_service()
     corrupt = gzip.compress(HEART.read_bytes())[:500]
