@@ -13,7 +13,10 @@ AUTH_MODE:
             is sent is still checked and used.
 Without a key (off, and auto on loopback), a change (POST, PUT, PATCH, DELETE) that a browser
 says comes from a page of another origin is a 403 (`refuse_cross_site`): any site the user
-visits could otherwise upload, train or cancel through their browser.
+visits could otherwise upload, train or cancel through their browser. Without a key on loopback
+(auto), a request must name the service by a loopback address or `localhost` in its Host
+(`refuse_foreign_host`): a site whose name is pointed at 127.0.0.1 (DNS rebinding) is otherwise
+of the service's own origin to the browser.
 
 Scopes: read (GET), train (upload, create/cancel jobs, delete), predict (predict, background
 predictions, evaluate), admin (everything). A missing or unknown key → 401; a valid key without
@@ -212,6 +215,8 @@ class Authenticator:
         principal = await self.principal_for(
             request.headers.get("authorization"), client_address(request)
         )
+        if principal.key_id is None and self.mode == "optional":
+            refuse_foreign_host(request)
         if principal.key_id is None and request.method.upper() not in READ_METHODS:
             refuse_cross_site(request)
         if not principal.allows(scope):
@@ -252,6 +257,24 @@ def refuse_cross_site(request: Request) -> None:
             f"a change sent by a page of another site ({origin or site}) without an API key; "
             "the service runs without keys, so only its own pages and clients that are no "
             "browser may change anything",
+        )
+
+
+def refuse_foreign_host(request: Request) -> None:
+    """403 for a keyless request to a service bound to loopback (AUTH_MODE auto) whose Host is
+    no loopback name. Such a service answers only this machine, but a page of a site whose name
+    the attacker points at 127.0.0.1 after it has loaded (DNS rebinding) is, to the browser, of
+    the same origin as the service under that name: it could read and change everything. A
+    user's own clients name the service by a loopback address or `localhost`."""
+    host = request.headers.get("host", "")
+    name = host.rpartition(":")[0] if host.rpartition(":")[2].isdigit() else host
+    if not is_loopback(name):
+        raise ProblemError(
+            403,
+            "Forbidden",
+            f"a request for the host {host!r} without an API key; the service runs without keys "
+            "on a loopback address, so it answers only requests that name it by a loopback "
+            "address or localhost",
         )
 
 

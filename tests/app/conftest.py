@@ -128,7 +128,7 @@ def app(settings, shared_parser):
 
 @pytest.fixture
 def client(app):
-    with TestClient(app, raise_server_exceptions=False) as test_client:
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as test_client:
         yield test_client
 
 
@@ -154,7 +154,9 @@ def s3_settings(tmp_path, db_url, s3_env):
 def s3_client(s3_settings, shared_parser):
     application = create_app(s3_settings)
     application.state.parser = shared_parser
-    with TestClient(application, raise_server_exceptions=False) as client:
+    with TestClient(
+        application, base_url="http://localhost", raise_server_exceptions=False
+    ) as client:
         yield client
 
 

@@ -62,7 +62,7 @@ def test_metrics_need_admin_or_the_metrics_token_where_keys_are_required(
     )  # fmt: skip
     app = create_app(settings)
     app.state.parser = shared_parser
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         reader = create_key(app.state.db, "acme", "r", ["read"])[1]
         admin = create_key(app.state.db, "ops", "a", ["admin"])[1]
 

@@ -22,7 +22,7 @@ ERRORS = {"401", "403", "404", "409", "410", "413", "415", "422", "429"}
 @pytest.fixture(scope="module")
 def document(tmp_path_factory, sqlite_template):
     app = fuzz_service.build_app(tmp_path_factory.mktemp("openapi"), sqlite_template)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         return client.get("/openapi.json").json()
 
 
@@ -101,7 +101,7 @@ def test_keys_required_drops_the_anonymous_alternative(tmp_path, sqlite_template
 
     shutil.copy(sqlite_template, tmp_path / "margin.db")
     app = create_app(Settings(data_dir=tmp_path, auth_mode="required"))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         doc = client.get("/openapi.json").json()
     assert doc["paths"]["/v1/datasets"]["get"]["security"] == [{"HTTPBearer": []}]
 
@@ -132,7 +132,7 @@ def test_the_event_streams_records_are_documented_with_a_searchs_path(document):
 
 def test_docs_pages_load_only_local_assets(document, tmp_path, sqlite_template):
     app = fuzz_service.build_app(tmp_path / "d", sqlite_template)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         for page in ("/docs", "/redoc"):
             html = client.get(page).text
             assets = re.findall(r'(?:src|href)="([^"]+)"', html)
@@ -158,7 +158,7 @@ def test_every_status_of_every_operation_is_documented(tmp_path, sqlite_template
     app.state.parser = shared_parser
     checks = [not_a_server_error, status_code_conformance, content_type_conformance,
               response_schema_conformance]
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
         fuzz_service.seed(client)
         calls, failures = fuzz_service.fuzz(app, 12, checks=checks)
     assert calls >= 100
@@ -173,7 +173,7 @@ def test_unauthenticated_answers_conform_too(tmp_path, sqlite_template):
 
     shutil.copy(sqlite_template, tmp_path / "margin.db")
     app = create_app(Settings(data_dir=tmp_path, auth_mode="required"))
-    with TestClient(app, raise_server_exceptions=False):
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False):
         calls, failures = fuzz_service.fuzz(
             app, 3, checks=[content_type_conformance, response_schema_conformance]
         )

@@ -146,7 +146,7 @@ def test_the_python_client_starts_lists_and_cancels_runs(service, binary, tmp_pa
     service.app.state.prediction_runner.stop()
     model_id = binary[0]
     dataset_id = service.add_dataset(rng_problem(n=10), np.ones(10))
-    with Client("http://testserver", transport=service.client._transport) as client:
+    with Client("http://localhost", transport=service.client._transport) as client:
         run = client.runs.start(model_id, dataset_id)
         assert client.runs.get(model_id, run["id"])["status"] == "queued"
         assert client.runs.cancel(model_id, run["id"])["status"] == "cancelled"

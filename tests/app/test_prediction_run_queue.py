@@ -173,7 +173,7 @@ def test_starting_the_api_recovers_runs_a_previous_process_left_active(service, 
         )
         queued = PredictionRun(id="pred_wait", model_id=binary[0], dataset_id=dataset_id)
         session.add(queued)
-    with TestClient(create_app(settings)) as restarted:
+    with TestClient(create_app(settings), base_url="http://localhost") as restarted:
         base = f"/v1/models/{binary[0]}/predictions"
         left = finished_run(restarted, f"{base}/pred_left")
         waiting = finished_run(restarted, f"{base}/pred_wait")

@@ -65,7 +65,7 @@ def test_versions_added_at_once_get_distinct_numbers(app, client, service):
     start, answers = threading.Barrier(8), []
 
     def add(model_id: str) -> None:
-        with TestClient(app) as own:
+        with TestClient(app, base_url="http://localhost") as own:
             start.wait()
             answers.append(own.post(f"{R}/m/versions", json={"model_id": model_id}))
 

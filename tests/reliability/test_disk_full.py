@@ -88,7 +88,7 @@ def test_disk_full_while_receiving_an_upload(small_disk, tmp_path, shared_parser
     app = _service(small_disk, shared_parser)
     big = write_classification_file(tmp_path / "big.svm", 800, 100)  # ~0.8 MB per copy
     content = big.read_bytes() * 2
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
         response = client.post("/v1/datasets", files={"file": ("big.svm", content)})
         assert response.status_code == 507, response.text
         detail = response.json()["detail"]
@@ -104,7 +104,7 @@ def test_disk_full_while_storing_the_parsed_arrays(small_disk, tmp_path, shared_
     # the text fits in 1 MB, but its parsed arrays (float64 values + int32 indices) do not
     source = write_classification_file(tmp_path / "dense.svm", 1000, 60)
     assert source.stat().st_size < 700_000
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
         response = client.post("/v1/datasets", files={"file": source.open("rb")})
         assert response.status_code == 507, response.text
         assert "disk is full" in response.json()["detail"]
@@ -116,7 +116,7 @@ def test_job_create_cancel_and_upload_on_a_full_disk_are_507(tmp_path, sqlite_te
     with tmpfs(tmp_path / "data", "8m") as data:
         shutil.copy(sqlite_template, data / "margin.db")  # the default layout: SQLite in DATA_DIR
         app = create_app(Settings(data_dir=data))
-        with TestClient(app, raise_server_exceptions=False) as client:
+        with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
             dataset = client.post("/v1/datasets", files={"file": HEART.open("rb")}).json()["id"]
             queued = client.post("/v1/jobs", json={"dataset_id": dataset}).json()["id"]
             fill(data)

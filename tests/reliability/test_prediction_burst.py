@@ -196,7 +196,7 @@ def _pool_held(data, pool_wait_s):
     """The TestClient of an app on ``data`` whose pool (waiting ``pool_wait_s``) has every
     connection held; on exit they are released and the app serves a read again."""
     app = create_app(Settings(data_dir=data, db_pool_timeout_s=pool_wait_s))
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
         engine = app.state.db.engine
         held = [engine.connect() for _ in range(engine.pool.size() + engine.pool._max_overflow)]
         try:

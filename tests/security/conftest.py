@@ -34,7 +34,7 @@ def make_service(tmp_path, sqlite_template, shared_parser):  # noqa: F811
         values.update(overrides)
         app = create_app(Settings(**values))
         app.state.parser = shared_parser
-        client = TestClient(app, raise_server_exceptions=False)
+        client = TestClient(app, base_url="http://localhost", raise_server_exceptions=False)
         client.__enter__()
         opened.append(client)
         return client, app

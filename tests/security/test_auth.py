@@ -291,7 +291,7 @@ def test_other_addresses_and_unset_rates_are_not_bounded(make_service):
         for i in range(3)
     ]
     assert codes == [401, 401, 429]
-    with TestClient(app, client=("192.0.2.7", 50000)) as other:
+    with TestClient(app, base_url="http://localhost", client=("192.0.2.7", 50000)) as other:
         response = other.get("/v1/datasets", headers={"Authorization": "Bearer mgn_other"})
     assert response.status_code == 401
     client, app = make_service(auth_mode="required", auth_failure_rate="")
@@ -330,9 +330,9 @@ def test_keyless_modes_refuse_changes_a_page_of_another_site_would_send(make_ser
     foreign = [
         {"Origin": "http://evil.example"},
         {"Origin": "null"},  # a sandboxed frame, a file:// page
-        {"Origin": "http://testserver:8080"},  # another port is another origin
+        {"Origin": "http://localhost:8080"},  # another port is another origin
         {"Sec-Fetch-Site": "cross-site"},
-        {"Sec-Fetch-Site": "same-site", "Origin": "http://testserver"},
+        {"Sec-Fetch-Site": "same-site", "Origin": "http://localhost"},
     ]
     for headers in foreign:
         response = upload(client, HEART.read_bytes(), headers=headers)
@@ -341,7 +341,7 @@ def test_keyless_modes_refuse_changes_a_page_of_another_site_would_send(make_ser
         response = client.post("/v1/jobs/job_x/cancel", headers=headers)
         assert response.status_code == 403, (headers, response.text)
     assert client.get("/v1/datasets", headers=foreign[0]).json()["items"] == []  # reads are open
-    own = [{}, {"Origin": "http://testserver"}, {"Sec-Fetch-Site": "same-origin"}]
+    own = [{}, {"Origin": "http://localhost"}, {"Sec-Fetch-Site": "same-origin"}]
     for i, headers in enumerate(own):  # the dashboard's own requests, and clients without Origin
         response = upload(client, HEART.read_bytes() + b"#%d\n" % i, headers=headers)
         assert response.status_code == 201, (headers, response.text)
@@ -352,3 +352,25 @@ def test_a_request_with_a_key_is_not_judged_by_its_origin(make_service):
     acme = new_key(app, "acme", "train", "read")
     response = upload(client, HEART.read_bytes(), headers={**acme, "Origin": "http://evil.example"})
     assert response.status_code == 201, response.text
+
+
+def test_keyless_on_loopback_answers_only_requests_naming_it_by_a_loopback_host(make_service):
+    """DNS rebinding: a page of a site whose name is pointed at 127.0.0.1 after it loaded is,
+    to the browser, of the same origin as the service under that name; without keys it could
+    read and change everything. A key still works under any name; AUTH_MODE=off is left alone
+    (chosen on purpose, as behind a proxy)."""
+    client, app = make_service(auth_mode="auto", host="127.0.0.1")
+    for host in ("rebound.example:8000", "rebound.example", "127.0.0.1.example", "testserver"):
+        response = client.get("/v1/datasets", headers={"Host": host})
+        assert response.status_code == 403, (host, response.text)
+        assert "loopback" in response.json()["detail"]
+        headers = {"Host": host, "Sec-Fetch-Site": "same-origin"}
+        assert upload(client, HEART.read_bytes(), headers=headers).status_code == 403
+    for host in ("localhost", "localhost:8000", "127.0.0.1:8000", "127.0.0.2", "[::1]:8000"):
+        response = client.get("/v1/datasets", headers={"Host": host})
+        assert response.status_code == 200, (host, response.text)
+    acme = new_key(app, "acme", "read")
+    keyed = client.get("/v1/datasets", headers={**acme, "Host": "rebound.example:8000"})
+    assert keyed.status_code == 200, keyed.text
+    off, _ = make_service(auth_mode="off", host="127.0.0.1")
+    assert off.get("/v1/datasets", headers={"Host": "proxy.internal"}).status_code == 200

@@ -61,7 +61,7 @@ def service(tmp_path_factory, sqlite_template, shared_parser):  # noqa: F811
     shutil.copy(sqlite_template, data / "margin.db")
     app = create_app(Settings(data_dir=data, max_upload_mb=1))
     app.state.parser = shared_parser
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
         yield client, app
 
 

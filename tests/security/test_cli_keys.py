@@ -93,7 +93,7 @@ def test_keys_commands(tmp_path, shared_parser):  # noqa: F811
         assert (tenant.max_active_jobs, tenant.rate_limit) == (None, None)
         assert tenant.max_active_prediction_runs == 7
     headers = {"Authorization": f"Bearer {key}"}
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
         assert client.get("/v1/datasets", headers=headers).status_code == 200
         revoked = margin("keys", "revoke", "--data-dir", str(data), key[:12])
         assert revoked.returncode == 0, revoked.stderr

@@ -14,7 +14,7 @@ EXAMPLES = 30
 def test_no_server_errors_and_schema_conformance(tmp_path, sqlite_template, shared_parser):  # noqa: F811
     app = fuzz_service.build_app(tmp_path / "data", sqlite_template)
     app.state.parser = shared_parser
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
         fuzz_service.seed(client)
         calls, failures = fuzz_service.fuzz(app, EXAMPLES)
     assert calls >= 200

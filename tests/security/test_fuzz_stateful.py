@@ -13,7 +13,7 @@ from tests.security import fuzz_service
 def test_stateful_two_tenants(tmp_path, sqlite_template, shared_parser):  # noqa: F811
     app = fuzz_service.build_app(tmp_path / "data", sqlite_template, auth_mode="required")
     app.state.parser = shared_parser
-    with TestClient(app, raise_server_exceptions=False):
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False):
         headers = fuzz_service.two_tenant_headers(app)
         calls, failure = fuzz_service.fuzz_stateful(app, headers, max_examples=25)
     assert failure is None, failure
