@@ -109,7 +109,8 @@ def _add_predict(commands: argparse._SubParsersAction, command: AddCommand) -> N
                          help="default: from the file's extension (.csv, .tsv), else libsvm")
     predict.add_argument("--label-column",
                          help="CSV, TSV: a column to leave out (default: label, if present)")
-    predict.add_argument("-o", "--output", type=Path, help="CSV file (default: stdout)")
+    predict.add_argument("-o", "--output", type=Path,
+                         help="CSV file (default: stdout); with --json, stdout says where it went")
     predict.add_argument("--batch-size", type=int, default=1000)
     predict.add_argument("--probabilities", action="store_true",
                          help="add each class's calibrated probability (a model from a search, "
@@ -265,15 +266,18 @@ def cmd_predict(client, args) -> int | None:
         return 1
     result = client.models.predict(args.model, X, batch_size=args.batch_size,
                                    probabilities=args.probabilities)
-    if args.json:
+    if args.json and not args.output:
         output.emit(args, predict_io.prediction_json(result), print)
         return
     model = model or client.models.get(args.model)
     rows = predict_io.prediction_rows(result, model.get("classes") or [])
     text = predict_io.csv_text(rows)
     if args.output:
+        # -o names the CSV's file with --json too, as export's -o does; stdout then says where
         args.output.write_text(text)
-        print(f"wrote {len(rows) - 1} predictions to {args.output}", file=sys.stderr)
+        written = {"model": args.model, "path": str(args.output), "n_predictions": len(rows) - 1}
+        output.emit(args, written, lambda r: print(
+            f"wrote {r['n_predictions']} predictions to {r['path']}", file=sys.stderr))
     else:
         sys.stdout.write(text)
 

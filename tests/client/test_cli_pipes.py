@@ -161,6 +161,16 @@ def test_predict_writes_a_regressors_values_as_numbers(service, heart_dataset, t
     assert [float(row.split(",")[1]) for row in rows[1:]] == expected.tolist()
 
 
+def test_predict_writes_its_csv_to_the_output_file_with_json_too(service, heart_model, tmp_path):
+    # before: --json printed the predictions as JSON and never wrote the file -o named
+    out = tmp_path / "p.csv"
+    result = margin(service, "predict", heart_model, str(HEART), "-o", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    assert as_json(result) == {"model": heart_model, "path": str(out), "n_predictions": 270}
+    rows = out.read_text().splitlines()
+    assert rows[0] == "row,label,decision_value" and len(rows) == 271
+
+
 def test_a_reader_that_leaves_ends_the_command_quietly(service, heart_model):
     # before: "error: Broken pipe" and exit 1 under `margin predict ... | head`
     for args in (("predict", heart_model, str(HEART)), ("models", "show", heart_model)):
