@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-Instances = Any  # ndarray | scipy sparse | list of {index: value} | LIBSVM lines
+Instances = Any  # ndarray | scipy sparse | list of {index or name: value} | LIBSVM lines
 
 
 def as_csr(X: Any) -> sp.csr_matrix:
@@ -59,6 +59,13 @@ def is_dicts(X: Any) -> bool:
     return isinstance(X, Sequence) and len(X) > 0 and all(isinstance(x, Mapping) for x in X)
 
 
+def by_name(X: Sequence[Mapping]) -> bool:
+    """Whether dict instances are keyed by feature name (a model trained on a table), not by
+    feature index: some key is text that is no integer. The service reads them as records."""
+    return any(isinstance(key, str) and not key.strip().lstrip("+-").isdigit()
+               for row in X for key in row)  # fmt: skip
+
+
 def count(X: Instances) -> int:
     if isinstance(X, str):
         return len(_lines(X))
@@ -78,6 +85,9 @@ def request_for(X: Instances, start: int, stop: int, offset: int) -> dict[str, A
         lines = _lines(X) if isinstance(X, str) else list(X)
         body = "\n".join(line.rstrip("\n") for line in lines[start:stop]) + "\n"
         return {"content": body.encode(), "headers": {"content-type": "text/plain"}}
+    if is_dicts(X) and by_name(X):
+        records = [{str(k): float(v) for k, v in row.items()} for row in X[start:stop]]
+        return {"json": {"records": records}}
     if is_dicts(X):
         instances = []
         for row in X[start:stop]:

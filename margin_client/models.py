@@ -127,7 +127,8 @@ class Models:
     ) -> Prediction:
         """Predict X: a numpy array or scipy sparse matrix (column j is feature j + 1 of a
         model trained on a one-based file, feature j of a zero-based one), a list of
-        ``{feature index: value}`` dicts, or LIBSVM lines (a string or a list of strings, with
+        ``{feature index: value}`` dicts (or ``{feature name: value}`` for a model trained on a
+        table: a name left out reads as 0), or LIBSVM lines (a string or a list of strings, with
         or without labels). Sent in batches of at most `batch_size` instances; a batch over
         the service's limit (413) is split in two and retried. With `probabilities`, the
         calibrated class probabilities too (a model trained with a search or with

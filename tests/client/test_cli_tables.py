@@ -124,3 +124,23 @@ def test_text_labels_through_the_client_and_the_cli(service, tmp_path):
     assert '"ham", "spam"' in margin(service, "models", "show", model).stdout
     export = margin(service, "models", "export", model, "-o", str(tmp_path / "m.model"))
     assert export.returncode == 1 and "integer labels only" in export.stderr
+
+
+def test_the_client_predicts_dicts_keyed_by_a_tables_column_names(service, tmp_path):
+    # before: ValueError "invalid literal for int() with base 10: 'b'": dicts were read as
+    # {feature index: value} only, though the service reads records by name
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    X = np.round(rng.standard_normal((40, 2)), 3)
+    table = tmp_path / "named.csv"
+    lines = [f"{1 if a > b else -1},{a},{b}\n" for a, b in X]
+    table.write_text("label,a,b\n" + "".join(lines))
+    with Client(service.url) as client:
+        dataset = client.datasets.upload(table)
+        model = client.jobs.create(dataset, C=1.0, tol=1e-4).wait(check=True).model_id
+        expected = client.models.predict(model, X[:3]).decision_values
+        by_name = client.models.predict(model, [{"b": b, "a": a} for a, b in X[:3]])
+        only_b = client.models.predict(model, [{"b": 1.5}]).decision_values
+        assert by_name.decision_values.tolist() == expected.tolist()
+        assert only_b.tolist() == client.models.predict(model, [[0, 1.5]]).decision_values.tolist()
