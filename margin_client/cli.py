@@ -224,7 +224,7 @@ def _run_summary(run: dict) -> None:
 
 
 def cmd_runs_start(client, args) -> None:
-    dataset = dataset_ref(client, args, args.dataset)
+    dataset = dataset_ref(client, args, args.dataset, args.model)
     run = client.runs.start(args.model, dataset, probabilities=args.probabilities)
     output.emit(args, run, _run_summary)
 
@@ -283,7 +283,7 @@ def cmd_predict(client, args) -> int | None:
 
 
 def cmd_evaluate(client, args) -> None:
-    dataset = dataset_ref(client, args, args.dataset)
+    dataset = dataset_ref(client, args, args.dataset, args.model)
     report = client.models.evaluate(args.model, dataset)
     output.emit(args, report, output.fields)
 

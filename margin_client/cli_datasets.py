@@ -51,8 +51,9 @@ def _upload(client, path: Path, **options: Any) -> dict:
         return client.datasets.upload(path, on_bytes=on_bytes, **options)
 
 
-def dataset_ref(client, args, ref: str) -> str:
-    """A dataset id as given, or the id of the file `ref` once uploaded."""
+def dataset_ref(client, args, ref: str, model: str | None = None) -> str:
+    """A dataset id as given, or the id of the file `ref` once uploaded. With the `model` the
+    dataset is for, a table lacking some of its features is named on stderr."""
     path = Path(ref)
     options = {"format": args.format, "label_column": args.label_column,
                "empty_cells": args.empty_cells}  # fmt: skip
@@ -65,7 +66,25 @@ def dataset_ref(client, args, ref: str) -> str:
         raise FileNotFoundError(errno.ENOENT, "No such file (nor a dataset id)", ref)
     dataset = _upload(client, path, **options)
     print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
+    if model is not None:
+        _warn_missing_features(path, dataset, client.models.get(model))
     return dataset["id"]
+
+
+def _warn_missing_features(path: Path, dataset: dict, model: dict) -> None:
+    """The service reads a table by name when all its columns are the model's features, and
+    a feature it lacks as 0: the mistake this catches is the first column of an unlabelled
+    file taken as the label, which the service would then leave out as silently."""
+    columns, features = dataset.get("feature_names"), model.get("feature_names")
+    if not columns or not features or not set(columns) <= set(features):
+        return
+    missing = [name for name in features if name not in set(columns)]
+    if missing:
+        shown = ", ".join(repr(name) for name in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        print(f"warning: {path} has no feature column for the model's {shown}{more}, read as 0 "
+              f"(its label is the column --label-column names, else 'label', else the first)",
+              file=sys.stderr)
 
 
 def cmd_datasets_upload(client, args) -> None:

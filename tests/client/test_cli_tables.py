@@ -144,3 +144,24 @@ def test_the_client_predicts_dicts_keyed_by_a_tables_column_names(service, tmp_p
         only_b = client.models.predict(model, [{"b": 1.5}]).decision_values
         assert by_name.decision_values.tolist() == expected.tolist()
         assert only_b.tolist() == client.models.predict(model, [[0, 1.5]]).decision_values.tolist()
+
+
+def test_runs_start_names_a_feature_the_uploaded_table_lacks(service, tmp_path):
+    # before: an unlabelled table's first column was taken as its label without a word, and
+    # the run predicted every row with that feature read as 0
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    X = np.round(rng.standard_normal((30, 2)), 3)
+    labelled, unlabelled = tmp_path / "labelled.csv", tmp_path / "unlabelled.csv"
+    labelled.write_text("label,a,b\n" + "".join(f"{1 if a > b else -1},{a},{b}\n" for a, b in X))
+    unlabelled.write_text("a,b\n" + "".join(f"{a},{b}\n" for a, b in X))
+    with Client(service.url) as client:
+        model = client.jobs.create(client.datasets.upload(labelled), tol=1e-3).wait(
+            check=True).model_id  # fmt: skip
+    warned = margin(service, "runs", "start", model, str(unlabelled))
+    assert warned.returncode == 0, warned.stderr
+    assert f"warning: {unlabelled} has no feature column for the model's 'a', read as 0" in (
+        warned.stderr)  # fmt: skip
+    quiet = margin(service, "runs", "start", model, str(labelled))
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
