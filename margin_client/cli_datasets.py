@@ -90,6 +90,11 @@ def _warn_missing_features(path: Path, dataset: dict, model: dict) -> None:
 def cmd_datasets_upload(client, args) -> None:
     dataset = _upload(client, args.file, name=args.name, format=args.format,
                       label_column=args.label_column, empty_cells=args.empty_cells)
+    asked = args.name or args.file.name
+    if dataset["name"] != asked:  # the same bytes and options again answer the stored dataset
+        print(f"note: {args.file} was already stored as {dataset['id']}, named "
+              f"{dataset['name']!r}: that dataset is shown, not one named {asked!r}",
+              file=sys.stderr)
     output.emit(args, dataset, output.fields)
 
 

@@ -161,6 +161,19 @@ def test_predict_writes_a_regressors_values_as_numbers(service, heart_dataset, t
     assert [float(row.split(",")[1]) for row in rows[1:]] == expected.tolist()
 
 
+def test_upload_of_stored_bytes_under_another_name_says_which_dataset_it_is(service, tmp_path):
+    # before: the stored dataset came back under its first name without a word, as though
+    # --name had been ignored
+    own = tmp_path / "heart_named"
+    own.write_bytes(HEART.read_bytes() + b"\n\n")
+    first = as_json(margin(service, "datasets", "upload", str(own), "--name", "one", "--json"))
+    again = margin(service, "datasets", "upload", str(own), "--name", "two", "--json")
+    assert again.returncode == 0 and as_json(again)["id"] == first["id"]
+    assert f"already stored as {first['id']}, named 'one'" in again.stderr
+    same = margin(service, "datasets", "upload", str(own), "--name", "one", "--json")
+    assert same.returncode == 0 and "note" not in same.stderr, same.stderr
+
+
 def test_predict_writes_its_csv_to_the_output_file_with_json_too(service, heart_model, tmp_path):
     # before: --json printed the predictions as JSON and never wrote the file -o named
     out = tmp_path / "p.csv"
