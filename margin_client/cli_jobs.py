@@ -29,6 +29,11 @@ TRAIN_FLAGS = {  # flag -> (parameter, type, help); the defaults are the service
                      "service's MAX_JOB_SECONDS)"),
 }
 LOOSE_CERTIFICATE = 0.01  # a model's relative duality gap above which its summary says so
+# what a loose model stopped by a bound (its status) needs, rather than a lower tol
+CUT_SHORT_ADVICE = {
+    "max_iter": "raise --max-iter (or scale the features)",
+    "time_limit": "raise --time-limit (or scale the features)",
+}
 
 
 def add_train(commands: argparse._SubParsersAction, command: AddCommand) -> None:
@@ -144,9 +149,11 @@ def _certificate_note(model: dict) -> None:
     unscaled features while the objective is still far from the optimum."""
     gap = model.get("duality_gap")
     if gap is not None and gap > LOOSE_CERTIFICATE:
+        # a solve cut short by its bound is loose for that reason: a lower tol would not help
+        advice = CUT_SHORT_ADVICE.get(model.get("status"), "scale the features or lower --tol")
         print(f"note: the model's duality gap is {output.text(gap)}: its objective is within "
-              f"{output.text(100 * gap)}% of the optimum; scale the features or lower --tol "
-              "for a tighter model", file=sys.stderr)
+              f"{output.text(100 * gap)}% of the optimum; {advice} for a tighter model",
+              file=sys.stderr)
 
 
 def _job_summary(job: dict) -> None:

@@ -69,3 +69,12 @@ def test_a_followed_job_says_when_its_models_certificate_is_loose(service, tmp_p
     assert "scale the features" in loose.stderr
     tight = margin(service, "train", dataset, "--C", "0.001", "--tol", "1e-6", "--follow")
     assert tight.returncode == 0 and "note:" not in tight.stderr, tight.stderr
+
+
+def test_a_loose_model_cut_short_by_max_iter_is_told_to_raise_it(service, heart_dataset):
+    # before: "scale the features or lower --tol", though the solve stopped at --max-iter and
+    # a lower tol changes nothing
+    cut = margin(service, "train", heart_dataset, "--tol", "1e-12", "--max-iter", "1", "--follow")
+    assert cut.returncode == 0, cut.stderr
+    assert "note: the model's duality gap is" in cut.stderr
+    assert "raise --max-iter" in cut.stderr and "lower --tol" not in cut.stderr
