@@ -8,7 +8,9 @@ content share one copy.
 - Atomic: a download goes to a `part-<host>-<pid>-<random>` directory that is renamed into place
   when every array is there, so a job sees a whole copy or none; a download killed half-way
   leaves only its part directory, which no job reads and the next cache start removes.
-- One download at a time per key, across the processes sharing the directory (`flock`).
+- One download at a time per key, across the processes sharing the directory (`flock`) and
+  the threads of one (a lock per key): a download that waits on a hanging store holds up only
+  the readers of its own dataset.
 - Bounded: after each download the least recently used copies go until the cache is under
   CACHE_MAX_MB (the copy just fetched stays). Removing a copy that a job has mapped is safe: the
   mapping keeps the file's pages until the job ends.
@@ -40,7 +42,8 @@ class ArrayCache:
         self.max_bytes = max_bytes
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / ".locks").mkdir(exist_ok=True)
-        self._lock = Lock()
+        self._locks: dict[str, Lock] = {}  # one per key, made on first use
+        self._locks_lock = Lock()
         self.sweep_parts()
 
     def directory(
@@ -58,11 +61,15 @@ class ArrayCache:
             if not final.is_dir():  # another process may have fetched it while we waited
                 self._download(storage, prefix, names, final)
 
-        with self._lock, _file_lock(self.root / ".locks" / f"{_safe(key)}.lock"):
+        with self._key_lock(key), _file_lock(self.root / ".locks" / f"{_safe(key)}.lock"):
             retry_unavailable(download, f"downloading {prefix}", tries, DOWNLOAD_DELAY_S)
         _touch(final)
         self.evict(keep=final)
         return final
+
+    def _key_lock(self, key: str) -> Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(key, Lock())
 
     def _download(self, storage: Storage, prefix: str, names: list[str], final: Path) -> None:
         part = self.root / temp_name("part")

@@ -142,3 +142,45 @@ def test_a_download_killed_half_way_is_never_read(tmp_path):
         assert (directory / f"{name}.npy").read_bytes() == (
             storage.root / "datasets" / "ds_1" / f"{name}.npy"
         ).read_bytes()
+
+
+class HangingStorage(FileStorage):
+    """A store whose reads of one dataset hang until released (an S3 endpoint that stopped
+    answering for one prefix)."""
+
+    def __init__(self, root: Path, hanging_prefix: str):
+        super().__init__(root)
+        self.hanging_prefix = hanging_prefix
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def fetch(self, key: str, path: Path) -> None:
+        if key.startswith(self.hanging_prefix):
+            self.entered.set()
+            self.release.wait(30)
+        super().fetch(key, path)
+
+
+def test_a_download_hanging_on_the_store_holds_up_only_its_own_dataset(tmp_path):
+    # before: one lock of the process covered every download, so every reader of any dataset
+    # waited behind the one the store did not answer
+    storage = HangingStorage(tmp_path / "store", "datasets/ds_slow/")
+    _store(storage.root, "ds_slow", 100)
+    _store(storage.root, "ds_quick", 100)
+    cache = ArrayCache(tmp_path / "cache", 10**6)
+    slow = threading.Thread(
+        target=cache.directory, args=(storage, "datasets/ds_slow", "k_slow", ["a", "b"])
+    )
+    slow.start()
+    try:
+        assert storage.entered.wait(10)
+        done = []
+        quick = threading.Thread(target=lambda: done.append(
+            cache.directory(storage, "datasets/ds_quick", "k_quick", ["a", "b"])
+        ))  # fmt: skip
+        quick.start()
+        quick.join(5)
+        assert done and (done[0] / "a.npy").exists(), "the other dataset waited on the hang"
+    finally:
+        storage.release.set()
+        slow.join(10)
+    assert (tmp_path / "cache" / "k_slow" / "b.npy").exists()
