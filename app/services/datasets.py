@@ -58,6 +58,20 @@ def dataset_arrays(settings: Settings, dataset: Dataset, tries: int = DOWNLOAD_T
     return array_cache(settings).directory(storage, prefix, key, names, tries=tries)
 
 
+def dataset_array(settings: Settings, dataset: Dataset, name: str, tries: int = 1) -> Path:
+    """The path of one of the dataset's arrays (``<name>.npy``), for a request that checks it:
+    with an object store only that array is fetched into this machine's cache (under its own
+    key), not the whole dataset, which may be many times larger."""
+    storage = get_storage(settings)
+    prefix = dataset_prefix(dataset.id)
+    local = storage.local_path(prefix)
+    if local is not None:
+        return local / f"{name}.npy"
+    key = f"{dataset.content_key or f'id-{dataset.id}'}.{name}"
+    directory = array_cache(settings).directory(storage, prefix, key, [name], tries=tries)
+    return directory / f"{name}.npy"
+
+
 def remove_objects(storage: Storage, prefix: str) -> None:
     """Best effort: objects left behind (the store is away) are removed by the next sweep."""
     try:

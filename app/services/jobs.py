@@ -124,15 +124,15 @@ def _check_online_examples(
     import numpy as np
 
     from app.services import stored_chunks
-    from app.services.datasets import dataset_arrays
+    from app.services.datasets import dataset_array
 
     with db.session() as session:
         dataset = named_dataset(session, body.dataset_id)
     if not dataset.has_qid:  # answered by check_dataset_fits
         return
     try:
-        directory = dataset_arrays(settings, dataset, tries=1)  # a 503 within the timeout
-        stored_chunks.check_contiguous(np.load(directory / "qid.npy", mmap_mode="r"))
+        qid = dataset_array(settings, dataset, "qid", tries=1)  # a 503 within the timeout
+        stored_chunks.check_contiguous(np.load(qid, mmap_mode="r"))
     except FileNotFoundError:  # deleted meanwhile: the job's transaction answers 404
         return
     except ValueError as exc:

@@ -180,6 +180,22 @@ def test_an_online_job_on_a_split_example_is_refused_and_batch_trains(client, ap
     assert batch["status"] == "succeeded", batch["error"]
 
 
+def test_the_split_example_check_reads_only_the_qid_from_an_object_store(
+    s3_client, s3_settings
+):
+    # the check ran on the whole dataset downloaded into the API's copy (data, indices, y:
+    # many times the qid, and the online mode is for sets larger than memory)
+    split = structural_problem(n_examples=10, seed=1, shuffle=True)
+    dataset = upload(s3_client, split, "shuffled.txt").json()
+    refused = s3_client.post("/v1/jobs", json={
+        "dataset_id": dataset["id"], "estimator": "structural", "params": {"online": True},
+    })  # fmt: skip
+    assert refused.status_code == 422, refused.text
+    assert "two separate runs (rows " in refused.json()["detail"]
+    fetched = sorted(p.name for p in s3_settings.cache_path.rglob("*.npy"))
+    assert fetched == ["qid.npy"], fetched
+
+
 @pytest.mark.parametrize("cut", [1, 3, 7, 1000])
 def test_chunk_source_yields_the_stored_rows(tmp_path, cut):
     X = sp.random(20, 6, density=0.5, random_state=3, format="csr", dtype=np.float32)
