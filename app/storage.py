@@ -68,6 +68,9 @@ class Storage(Protocol):
     def store_dir(self, directory: Path, prefix: str) -> None:
         """Put each file of `directory` at `prefix/<name>` (the directory is consumed)."""
 
+    def put(self, key: str, data: bytes) -> None:
+        """Put a few bytes at `key` (replacing what is there)."""
+
     def fetch(self, key: str, path: Path) -> None:
         """Write the object at `key` to the local file `path` (FileNotFoundError if absent)."""
 
@@ -119,6 +122,11 @@ class FileStorage:
         target = self._path(prefix)
         target.parent.mkdir(parents=True, exist_ok=True)
         _move(Path(directory), target)  # one rename: the dataset appears whole or not at all
+
+    def put(self, key: str, data: bytes) -> None:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
 
     def fetch(self, key: str, path: Path) -> None:
         shutil.copyfile(self._path(key), path)
@@ -231,6 +239,10 @@ class S3Storage:
                     Config=self.transfer,
                 )  # fmt: skip
         shutil.rmtree(directory, ignore_errors=True)
+
+    def put(self, key: str, data: bytes) -> None:
+        with _errors(key):
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
     def fetch(self, key: str, path: Path) -> None:
         with _errors(key):

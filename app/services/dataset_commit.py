@@ -5,7 +5,11 @@ with the default file storage, an upload to the bucket otherwise) and the row co
 everything succeeded, so a failed commit leaves neither row nor arrays. A crash between storing
 and committing leaves arrays without a row; a commit whose answer was lost (the connection dropped
 during it) keeps the arrays, since its row may exist. `app.services.sweep.sweep_partial_uploads`
-removes arrays without a row at start.
+removes arrays without a row at start, once nothing under their prefix has changed for its grace.
+An upload to object storage may take longer than that grace (a big array on a slow link), so
+while it stores and commits it rewrites a marker object among its arrays (`IN_PROGRESS`) every
+`MARKER_EVERY_S`, and removes it when done: another API process starting meanwhile sees the
+prefix as fresh. A process that dies leaves a marker that ages like the arrays.
 
 A dataset is stored once per tenant and content (`content_key`: the bytes received and how they
 are parsed) and once per Idempotency-Key: a commit that meets either, committed meanwhile, returns
@@ -19,6 +23,8 @@ import json
 import logging
 import shutil
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from sqlalchemy import select
@@ -29,10 +35,14 @@ from app.db import Database, is_unavailable
 from app.services import dataset_files, idempotency, quotas
 from app.services.datasets import remove_objects
 from app.services.uploads import temp_name
-from app.storage import dataset_prefix, get_storage
+from app.storage import Storage, dataset_prefix, get_storage
 from app.tables import Dataset, new_id
 
 log = logging.getLogger("margin.datasets")
+IN_PROGRESS = ".uploading"  # no array's name: arrays are <name>.npy
+# well within the sweep's grace (ORPHAN_GRACE_S, 300 s), so that a slow put or two still lands
+# in time
+MARKER_EVERY_S = 60.0
 
 
 def content_key(sha256: str, options: dict | None = None) -> str:
@@ -77,6 +87,16 @@ def commit_dataset(
     times out is a 503 with nothing stored) and removes them again if the row is not made."""
     storage = get_storage(settings)
     prefix = dataset_prefix(dataset.id)
+    local = storage.local_path(prefix) is not None  # a rename within the transaction: no marker
+    with nullcontext() if local else _marked_in_progress(storage, prefix):
+        return _store_and_commit(db, settings, dataset, out_dir, key)
+
+
+def _store_and_commit(
+    db: Database, settings: Settings, dataset: Dataset, out_dir: Path, key: str | None
+) -> tuple[Dataset, str]:
+    storage = get_storage(settings)
+    prefix = dataset_prefix(dataset.id)
     local = storage.local_path(prefix) is not None
     if not local:
         try:
@@ -118,6 +138,40 @@ def commit_dataset(
         remove_objects(storage, prefix)
         raise
     return dataset, "created"
+
+
+@contextmanager
+def _marked_in_progress(storage: Storage, prefix: str) -> Iterator[None]:
+    """Keep `prefix/IN_PROGRESS` fresh while the block runs, then remove it: waiting for the
+    removal when the block succeeded (the dataset's objects are then its arrays alone), not when
+    it failed (the store may be away, and the answer must not wait for it)."""
+    stop = threading.Event()
+    marker = f"{prefix}/{IN_PROGRESS}"
+    keeper = threading.Thread(target=_keep_fresh, args=(storage, marker, stop), daemon=True)
+    keeper.start()
+    try:
+        yield
+    except BaseException:
+        stop.set()
+        raise
+    stop.set()
+    keeper.join()
+
+
+def _keep_fresh(storage: Storage, marker: str, stop: threading.Event) -> None:
+    """Rewrite `marker` until `stop`, then remove it; the only writer of the marker, so that no
+    rewrite can land after the removal."""
+    while True:
+        try:
+            storage.put(marker, b"")
+        except Exception as exc:  # the arrays' own puts answer for the store
+            log.warning("could not refresh %s (%s)", marker, exc)
+        if stop.wait(MARKER_EVERY_S):
+            break
+    try:
+        storage.delete(marker)
+    except Exception as exc:
+        log.warning("could not remove %s (%s); the sweep will", marker, exc)
 
 
 def import_file(db: Database, settings: Settings, path: Path, name: str) -> tuple[Dataset, str]:

@@ -104,7 +104,9 @@ def _sweep_temp(settings: Settings, abandoned) -> list[str]:
 
 def _sweep_orphan_objects(storage: Storage, db: Database, now: float) -> list[str]:
     """Remove stored datasets without a row (a crash or storage outage between storing the
-    arrays and committing the row, or a delete whose objects could not be removed)."""
+    arrays and committing the row, or a delete whose objects could not be removed), judged by
+    when their objects last changed: an upload still storing in another process keeps its marker
+    among them fresh (`dataset_commit.IN_PROGRESS`), however long its arrays take."""
     root = storage.local_path("datasets")
     newest: dict[str, float] = {}
     if root is not None:  # a directory per dataset, possibly empty

@@ -349,3 +349,51 @@ def test_a_prediction_run_checking_its_dataset_while_the_store_hangs_is_503_with
         server.resume()
     assert response.status_code == 503, response.text
     assert took < 2 * (1 + s3_settings.storage_timeout_s), took
+
+
+def test_the_sweep_keeps_an_upload_still_storing_its_arrays_in_another_process(
+    s3_client, s3_settings, s3_env, monkeypatch
+):
+    """Several API processes share one bucket. One is storing an upload whose big array takes
+    longer than the sweep's grace (5 minutes) to send, its small arrays already stored; another
+    starting meanwhile judged the dataset by when its objects last changed, found no row, and
+    removed the small arrays from under the upload, whose row then pointed at missing arrays.
+    An upload in progress keeps a marker among its objects fresh, so the sweep keeps it."""
+    import threading
+
+    from app.services import dataset_commit, sweep
+    from app.storage import get_storage
+
+    server, bucket = s3_env
+    monkeypatch.setattr(sweep, "ORPHAN_GRACE_S", 1.0)
+    monkeypatch.setattr(dataset_commit, "MARKER_EVERY_S", 0.2)
+    storage = get_storage(s3_settings)
+    send = storage.client.upload_file
+    sent, storing, release = [], threading.Event(), threading.Event()
+
+    def slow_after_the_first(path, *args, **kwargs):
+        if sent:  # the arrays after the first take "longer than the grace"
+            storing.set()
+            assert release.wait(30)
+        sent.append(path)
+        return send(path, *args, **kwargs)
+
+    monkeypatch.setattr(storage.client, "upload_file", slow_after_the_first)
+    answers = []
+    uploading = threading.Thread(
+        target=lambda: answers.append(upload(s3_client, HEART.read_bytes(), "heart_scale"))
+    )
+    uploading.start()
+    try:
+        assert storing.wait(30)
+        time.sleep(2.5)  # the first array is older than the grace (S3 keeps whole seconds)
+        removed = sweep.sweep_partial_uploads(s3_settings, s3_client.app.state.db)
+    finally:
+        release.set()
+        uploading.join(30)
+    assert removed == []  # before: the upload's first array
+    assert answers[0].status_code == 201, answers[0].text
+    dataset_id = answers[0].json()["id"]
+    names = [k.rsplit("/", 1)[1] for k in server.keys(bucket, f"margin/datasets/{dataset_id}/")]
+    assert names == ["data.npy", "indices.npy", "indptr.npy", "y.npy"]  # no marker left
+    assert s3_client.get(f"/v1/datasets/{dataset_id}/stats").status_code == 200
