@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {service} did not answer within {waited:g} s; the request may still "
               "complete there (check before sending it again)", file=sys.stderr)
         return 1
-    except httpx.RemoteProtocolError as exc:  # a download's connection closed mid-body
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:  # closed or reset mid-answer
         print(f"error: the answer from {service} was cut short or malformed: {exc}",
               file=sys.stderr)
         return 1

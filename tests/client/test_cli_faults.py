@@ -5,7 +5,10 @@ no file left half-written."""
 from __future__ import annotations
 
 import http.server
+import socket
+import struct
 import threading
+import time
 
 import pytest
 
@@ -14,10 +17,11 @@ from margin_client.cli import main
 
 class Answers(http.server.BaseHTTPRequestHandler):
     """`/html/...`: a 200 that is an HTML page (a proxy's login page, another service);
-    `/cut/...`: a 200 whose body stops after 400 of its 100,000 bytes."""
+    `/cut/...`: a 200 whose body stops after 400 of its 100,000 bytes; `/reset/...`: the same,
+    its connection then reset (a TCP RST, as a proxy or a killed process's kernel sends)."""
 
     def do_GET(self):
-        if self.path.startswith("/cut/"):
+        if self.path.startswith(("/cut/", "/reset/")):
             self.send_response(200)
             self.send_header("Content-Type", "text/csv")
             self.send_header("Content-Length", "100000")
@@ -25,6 +29,12 @@ class Answers(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"a,b\n" * 100)
             self.wfile.flush()
             self.close_connection = True
+            if self.path.startswith("/reset/"):
+                time.sleep(0.2)  # the client has read the head and the first bytes
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.connection.close()  # closed with no lingering: an RST, not a FIN
             return
         body = b"<html>sign in</html>"
         self.send_response(200)
@@ -89,6 +99,20 @@ def test_a_download_cut_short_leaves_no_file(capsys, monkeypatch, answers, tmp_p
     target = tmp_path / "out"
     assert main([*command, "-o", str(target), "--url", f"{answers}/cut"]) == 1
     assert "cut short" in one_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["models", "export", "m1"], ["runs", "download", "m1", "r1"]])
+def test_a_download_whose_connection_is_reset_says_so_and_leaves_no_file(
+    capsys, monkeypatch, answers, tmp_path, command
+):
+    # before: "cannot reach <url>: [Errno 104] Connection reset by peer", for a service that
+    # had answered and sent part of the file
+    monkeypatch.delenv("MARGIN_API_KEY", raising=False)
+    target = tmp_path / "out"
+    assert main([*command, "-o", str(target), "--url", f"{answers}/reset"]) == 1
+    err = one_line(capsys)
+    assert "cut short" in err and "cannot reach" not in err, err
     assert list(tmp_path.iterdir()) == []
 
 
