@@ -126,9 +126,8 @@ class Job:
                             return
             except (httpx.TransportError, httpx.RemoteProtocolError):
                 # 6 tries (about 7 s) gave up on an API restarting while the job ran on
-                now = time.monotonic()
-                unreachable_since = now if unreachable_since is None else unreachable_since
-                if now - unreachable_since >= RECONNECT_S:
+                unreachable_since = _outage_began(unreachable_since)
+                if time.monotonic() - unreachable_since >= RECONNECT_S:
                     raise
                 if not answered:
                     failures += 1
@@ -139,9 +138,15 @@ class Job:
             # running; a stream cut after its answer, each time, had it never asked)
             failures += 1
             if failures > RECONNECTS:
-                if self.refresh().done:
-                    return
                 failures = 0
+                try:  # the API may go down just then, as during a stream: ridden out alike
+                    if self.refresh().done:
+                        return
+                    unreachable_since = None
+                except httpx.TransportError:
+                    unreachable_since = _outage_began(unreachable_since)
+                    if time.monotonic() - unreachable_since >= RECONNECT_S:
+                        raise
             time.sleep(min(2.0, 0.2 * 2**failures))
 
     def wait(self, progress: bool = False, check: bool = False) -> Job:
@@ -169,6 +174,11 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job({self.id!r}, status={self.status!r})"
+
+
+def _outage_began(since: float | None) -> float:
+    """When the API became unreachable: ``since``, or now if it just did."""
+    return time.monotonic() if since is None else since
 
 
 class Jobs:

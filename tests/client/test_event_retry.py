@@ -124,3 +124,55 @@ def test_wait_asks_the_job_through_streams_cut_mid_body(monkeypatch):
     client = Client("http://margin.test", transport=httpx.MockTransport(answer))
     job = Job(client, {"id": "job_1", "status": "running"}).wait()
     assert job.status == "succeeded" and len(opened) <= jobs_module.RECONNECTS + 1
+
+
+def test_asking_the_job_rides_out_an_api_gone_at_that_moment(monkeypatch):
+    """Streams keep closing without an `end`, so the job itself is asked, just as the API goes
+    down for 20 s: that question was outside the reconnect handler and raised
+    httpx.ConnectError at once, where a stream opened then waited the outage out."""
+    clock = {"now": 0.0}
+    asked = []
+
+    def sleep(seconds):
+        clock["now"] += seconds
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            if asked and clock["now"] < 20:
+                raise httpx.ConnectError("connection refused", request=request)
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, text="")
+        asked.append(clock["now"])
+        if clock["now"] < 20:  # the API went away as the job was asked
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"id": "job_1", "status": "succeeded"})
+
+    monkeypatch.setattr(jobs_module.time, "sleep", sleep)
+    monkeypatch.setattr(jobs_module.time, "monotonic", lambda: clock["now"])
+    client = Client("http://margin.test", transport=httpx.MockTransport(answer))
+    job = Job(client, {"id": "job_1", "status": "running"}).wait()
+    assert job.status == "succeeded" and clock["now"] >= 20
+    assert clock["now"] < jobs_module.RECONNECT_S
+
+
+def test_asking_the_job_gives_up_on_an_api_gone_for_longer(monkeypatch):
+    clock = {"now": 0.0}
+
+    def sleep(seconds):
+        clock["now"] += seconds
+
+    asked = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events") and not asked:
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, text="")
+        if not request.url.path.endswith("/events"):
+            asked.append(clock["now"])
+        raise httpx.ConnectError("connection refused", request=request)  # gone from then on
+
+    monkeypatch.setattr(jobs_module.time, "sleep", sleep)
+    monkeypatch.setattr(jobs_module.time, "monotonic", lambda: clock["now"])
+    client = Client("http://margin.test", transport=httpx.MockTransport(answer))
+    with pytest.raises(httpx.ConnectError):
+        Job(client, {"id": "job_1", "status": "running"}).wait()
+    gone_for = clock["now"] - asked[0]
+    assert jobs_module.RECONNECT_S <= gone_for <= jobs_module.RECONNECT_S + 3, gone_for
