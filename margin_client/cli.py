@@ -21,7 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from margin_client import output, predict_io
-from margin_client.cli_datasets import add_datasets, add_limit, add_upload_options, dataset_ref
+from margin_client.cli_datasets import (
+    add_datasets,
+    add_limit,
+    add_upload_options,
+    dataset_ref,
+    plain_int,
+)
 from margin_client.cli_jobs import add_jobs, add_train
 from margin_client.cli_registry import add_registry
 
@@ -111,7 +117,7 @@ def _add_predict(commands: argparse._SubParsersAction, command: AddCommand) -> N
                          help="CSV, TSV: a column to leave out (default: label, if present)")
     predict.add_argument("-o", "--output", type=Path,
                          help="CSV file (default: stdout); with --json, stdout says where it went")
-    predict.add_argument("--batch-size", type=int, default=1000)
+    predict.add_argument("--batch-size", type=plain_int, default=1000)
     predict.add_argument("--probabilities", action="store_true",
                          help="add each class's calibrated probability (a model from a search, "
                               "or trained with probability=true)")

@@ -113,12 +113,13 @@ def cmd_datasets_rm(client, args) -> None:
 
 
 def add_limit(parser: argparse.ArgumentParser, help: str = "items listed at most (50)") -> None:
-    """`--limit`, in plain decimal digits as the service reads it (int() also read `5_0` as 50
-    and `+5`, ` 5` or `٥` as 5); 0 is refused by the client's list, in one line."""
-    parser.add_argument("--limit", type=_count, default=50, help=help)
+    """`--limit`, in plain decimal digits; 0 is refused by the client's list, in one line."""
+    parser.add_argument("--limit", type=plain_int, default=50, help=help)
 
 
-def _count(text: str) -> int:
+def plain_int(text: str) -> int:
+    """The type of every integer option: plain decimal digits, as the service reads them
+    (int() also read `5_0` as 50, and `+5`, ` 5` or `٥` as 5)."""
     if not (text.isascii() and text.isdigit()):
         raise argparse.ArgumentTypeError(f"expected a whole number in plain digits, got {text!r}")
     return int(text)

@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from margin_client import output
-from margin_client.cli_datasets import add_limit, add_upload_options, dataset_ref
+from margin_client.cli_datasets import add_limit, add_upload_options, dataset_ref, plain_int
 
 if TYPE_CHECKING:
     from margin_client.cli import AddCommand
@@ -23,7 +23,7 @@ TRAIN_FLAGS = {  # flag -> (parameter, type, help); the defaults are the service
     "--multi-class": ("multi_class", str, "ovr (default), crammer_singer, weston_watkins"),
     "--tol": ("tol", float, "stopping tolerance (default 0.1, LIBLINEAR's; LinearSVR 0.0001) "
               "on the solver's gap, which the job reports; the model also has its duality gap"),
-    "--max-iter": ("max_iter", int, "passes over the data at most (default 1000)"),
+    "--max-iter": ("max_iter", plain_int, "passes over the data at most (default 1000)"),
     "--epsilon": ("epsilon", float, "LinearSVR: width of the insensitive zone (default 0)"),
     "--time-limit": ("time_limit", float, "seconds the whole job may take (default: the "
                      "service's MAX_JOB_SECONDS)"),
@@ -53,7 +53,7 @@ def add_train(commands: argparse._SubParsersAction, command: AddCommand) -> None
                         help="search C on the default grid (from LIBLINEAR's start value upward)")
     search.add_argument("--Cs", type=_positive_floats, metavar="C1,C2,...",
                         help="the values of C to try")
-    search.add_argument("--cv", type=int, metavar="K", help="folds (default 5)")
+    search.add_argument("--cv", type=plain_int, metavar="K", help="folds (default 5)")
     search.add_argument("--scoring",
                         choices=("accuracy", "balanced_accuracy", "f1_macro", "roc_auc"))
     train.add_argument("--probability", action="store_true",

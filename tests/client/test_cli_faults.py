@@ -189,3 +189,24 @@ def test_a_limit_not_in_plain_digits_is_refused_before_any_request(capsys, comma
     err = capsys.readouterr().err
     assert "argument --limit: expected a whole number in plain digits" in err, err
     assert "cannot reach" not in err
+
+
+
+@pytest.mark.parametrize("value", ["5_0", "+5", " 5", "٥"])
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [(["predict", "m1", "FILE"], "--batch-size"), (["train", "ds_1"], "--cv"),
+     (["train", "ds_1"], "--max-iter")],
+)  # fmt: skip
+def test_an_integer_option_not_in_plain_digits_is_refused_before_any_request(
+    capsys, tmp_path, command, option, value
+):
+    # before: int() read `5_0` as 50 (and `+5`, ` 5` or `٥` as 5), as --limit once did
+    file = tmp_path / "rows.txt"
+    file.write_text("1 1:0.5\n")
+    argv = [str(file) if word == "FILE" else word for word in command]
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, option, value, "--url", "http://127.0.0.1:1"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: expected a whole number in plain digits" in err, err
