@@ -268,10 +268,30 @@ async def _while_key_lives(events, alive, every_s: float):
         finally:
             # a read still running was cancelled again while waited on (anyio cancels at every
             # await of a stream whose client left, and the feed's wait takes more than one turn
-            # to end): its own cancellation ends the events and runs their cleanup; closing
-            # them under it raised "aclose(): asynchronous generator is already running"
+            # to end): closing the events under it raised "aclose(): asynchronous generator is
+            # already running", so they are closed once it ends (it may end with an event,
+            # which left them open)
             if pending is None or pending.done():
                 await events.aclose()
+            else:
+                _close_after(pending, events)
+
+
+_closing: set[asyncio.Task] = set()  # closes of events whose read outlived its stream
+
+
+def _close_after(read: asyncio.Future, events) -> None:
+    """Close `events` once `read`, its pending `anext`, has ended (and retrieve its error, so
+    that an ended stream's is not logged)."""
+
+    def close(_) -> None:
+        if not read.cancelled():
+            read.exception()
+        task = asyncio.ensure_future(events.aclose())
+        _closing.add(task)  # held until it runs: the loop keeps only a weak reference
+        task.add_done_callback(_closing.discard)
+
+    read.add_done_callback(close)
 
 
 def _resume_after(last_event_id: str | None) -> int:

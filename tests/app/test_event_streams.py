@@ -216,3 +216,46 @@ def test_a_stream_whose_client_leaves_mid_read_ends_without_an_error():
 
     asyncio.run(watch())
     assert closed == [True]  # the feed's cleanup ran: the events were closed once
+
+
+def test_a_stream_whose_read_outlives_its_cancellation_still_closes_its_events():
+    """As above, but the read, cancelled, still ends with an event (asyncio's `wait_for`
+    returns its inner result when that arrived with the cancellation) a few turns later: the
+    stream's cleanup, cancelled again while it waited for the read, left the events unclosed,
+    their own cleanup (the feed's subscription) waiting for the garbage collector."""
+    import anyio
+
+    from app.api.jobs import _while_key_lives
+
+    closed = []
+
+    async def events():
+        try:
+            while True:
+                try:
+                    await asyncio.sleep(60)
+                except asyncio.CancelledError:  # the inner wait's result came with it
+                    for _ in range(3):
+                        await asyncio.sleep(0)
+                yield {"event": "progress"}
+        finally:
+            closed.append(True)
+
+    async def alive():
+        return True
+
+    async def watch():
+        source = events()  # held, as a reference cycle would hold it
+
+        async def read():
+            async for _ in _while_key_lives(source, alive, 60):
+                pass
+
+        async with anyio.create_task_group() as group:  # as sse_starlette serves a stream
+            group.start_soon(read)
+            await asyncio.sleep(0.05)
+            group.cancel_scope.cancel()  # the client left
+        await asyncio.sleep(0.05)  # the read ends with its event
+        return list(closed), source  # seen before asyncio.run closes what is left
+
+    assert asyncio.run(watch())[0] == [True]  # before: [] (closed only when collected)
