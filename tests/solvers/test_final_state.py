@@ -186,3 +186,43 @@ def test_crammer_singer_stopped_after_a_shrunk_pass_reports_the_returned_state()
     shrunk = [p for p in seen[:-1] if p.active < len(Y3)]
     assert shrunk, "expected shrunk passes before the stop"
     assert r.gap == seen[-1].gap == pytest.approx(cs_violation(r), rel=1e-10)
+
+
+def _margin_primal(name, r):
+    """The primal at the returned (w, bias), from numpy alone (the bias weight regularized)."""
+    W = np.c_[r.w, r.bias]
+    scores = XB @ W.T
+    own = scores[np.arange(len(Y3)), Y3][:, None]
+    other = np.arange(3)[None, :] != Y3[:, None]
+    if name == "Crammer-Singer":
+        loss = np.max(other + scores - own, axis=1)
+    elif name == "Weston-Watkins":
+        loss = np.sum(np.where(other, np.maximum(0.0, 1.0 - own + scores), 0.0), axis=1)
+    else:  # one-vs-rest, squared hinge per class
+        sign = np.where(other, -1.0, 1.0)
+        loss = np.sum(np.maximum(0.0, 1.0 - sign * scores) ** 2, axis=1)
+    return 0.5 * float(np.sum(W * W)) + C * float(loss.sum())
+
+
+class _Quiet(list):
+    """A callback that asks for no objective pass mid-solve."""
+
+    objective_every = None
+
+    def __call__(self, progress):
+        self.append(progress)
+
+
+@pytest.mark.parametrize("watched", [False, True])
+@pytest.mark.parametrize("name", ["one-vs-rest", "Crammer-Singer", "Weston-Watkins"])
+def test_a_converged_multiclass_solve_ends_on_a_record_of_its_objectives(name, watched):
+    # The last record (the last one a callback sees) describes the returned state: its primal,
+    # dual and duality gap, as a converged binary solve's last record does, not only the result.
+    seen = _Quiet()
+    r = SOLVERS[name](X, **({"callback": seen} if watched else {}))
+    assert r.status is Status.CONVERGED, name
+    last = r.history[-1]
+    if watched:
+        assert seen[-1] is last
+    assert r.primal == pytest.approx(_margin_primal(name, r), rel=1e-9), name
+    assert (last.primal, last.dual, last.duality_gap) == (r.primal, r.dual, r.duality_gap), name
