@@ -260,7 +260,10 @@ def _run_passes(problem, blocks, hinge, rules: _PassRules, rng, stalls, monitor)
             for b in running:
                 met_any |= end_of_pass(b, rules.tol, rules.shrink, full, iteration)
             verify = rules.order == "random" and met_any and not verify
-            report = _pass_progress(problem, blocks, running, hinge, rules, iteration, monitor)
+            done = not any(b.n_live for b in blocks)
+            report = _pass_progress(
+                problem, blocks, running, hinge, rules, iteration, monitor, done
+            )
             stop = monitor.report(report)
             if stalls is not None and iteration < rules.max_iter and stop is None:
                 for b in running:
@@ -275,12 +278,14 @@ def _run_passes(problem, blocks, hinge, rules: _PassRules, rng, stalls, monitor)
     return status, iteration
 
 
-def _pass_progress(problem, blocks, running, hinge, rules, iteration, monitor) -> Progress:
+def _pass_progress(problem, blocks, running, hinge, rules, iteration, monitor, done) -> Progress:
     """The pass's report: the largest M − m of the running classes, and the summed objectives
-    when they are due."""
+    when they are due or every class has converged (``done``: the record of the returned
+    state, which ends the history)."""
     gap, M, m, kept = summary_of_pass(running)
     primal = dual = None
-    if rules.objective_every and iteration % rules.objective_every == 0:
+    due = rules.objective_every and iteration % rules.objective_every == 0
+    if due or done:
         measures = [block_measures(problem, b, hinge) for b in blocks]
         primal = sum(float(mb[0].sum()) for mb in measures)
         dual = sum(float(mb[1].sum()) for mb in measures)

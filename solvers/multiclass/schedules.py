@@ -51,17 +51,20 @@ class Passes:
 
 @dataclass
 class Reporter:
-    """Progress records of a schedule, with the objectives every ``objective_every`` full passes."""
+    """Progress records of a schedule, with the objectives every ``objective_every`` full passes
+    and on the full pass that meets ``tol`` (the returned state, whose record ends the history)."""
 
     passes: Passes
     monitor: Monitor
     objective_every: int
+    tol: float
     last_objective: int = 0
 
     def __call__(self, iteration: int, violation: float, active: int, full: bool):
         primal = dual = None
         every = self.objective_every
-        if every and full and iteration - self.last_objective >= every:
+        due = every and iteration - self.last_objective >= every
+        if full and (due or violation < self.tol):
             primal, dual = self.passes.objectives()
             self.last_objective = iteration
         return self.monitor.report(

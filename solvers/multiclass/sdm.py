@@ -114,7 +114,7 @@ def solve_sdm(
     rows = usable_rows(problem)
     formulation.place_zero_rows(problem, alpha)
     passes = formulation.passes(problem, alpha, W, wb)
-    report = Reporter(passes, monitor, objective_every)
+    report = Reporter(passes, monitor, objective_every, tol)
     rng = np.random.default_rng(random_state)
     status, n_iter = formulation.schedule(
         passes, rows, problem, tol=tol, max_iter=max_iter, shrinking=shrinking, rng=rng,
