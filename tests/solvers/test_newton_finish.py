@@ -234,3 +234,32 @@ def test_newton_tol_reaches_classes_solved_side_by_side(monkeypatch):
     monkeypatch.setattr(by_class.parallel, "threads_for", lambda *args, **kwargs: 2)
     result = solve_ovr(X, classes, 3, C=1.0, tol=0.1, n_jobs=6, newton_tol=0.01)
     assert asked == [0.01] * 3 and result.status is Status.CONVERGED
+
+
+@pytest.mark.parametrize("solver", ["binary", "SVR"])
+def test_a_newton_finish_ends_on_a_record_of_the_returned_certificate(solver):
+    # The last record (the last one the callback sees) describes the returned (w̃, α): the dual
+    # objective of the returned α and its duality gap, not only the primal of the Newton step.
+    from tests.solvers._every_solver import TARGET, Y_PM, dense_problem
+
+    X = sp.csr_matrix(dense_problem()[0] * 30)
+    XB = sp.hstack([X, np.ones((X.shape[0], 1))]).tocsr()
+    seen = []
+    if solver == "binary":
+        C = 10.0
+        r = solve_binary(X, Y_PM, loss="squared_hinge", C=C, bias=1.0, tol=1e-8,
+                         max_iter=100_000, newton_after=3, callback=seen.append)  # fmt: skip
+        w = XB.T @ (Y_PM * r.alpha)
+        dual = 0.5 * w @ w - r.alpha.sum() + (r.alpha**2).sum() / (4 * C)
+    else:
+        C = 100.0
+        r = solve_svr(X, TARGET, loss="squared_epsilon_insensitive", epsilon=0.1, C=C,
+                      bias=1.0, tol=1e-8, max_iter=100_000, callback=seen.append)  # fmt: skip
+        w = XB.T @ r.alpha
+        dual = (0.5 * w @ w - TARGET @ r.alpha + 0.1 * np.abs(r.alpha).sum()
+                + (r.alpha**2).sum() / (4 * C))  # fmt: skip
+    assert r.status is Status.CONVERGED and r.method == "newton"
+    assert r.dual == pytest.approx(dual, rel=1e-9)
+    last = r.history[-1]
+    assert seen[-1] is last and last.iteration == r.n_iter
+    assert (last.primal, last.dual, last.duality_gap) == (r.primal, r.dual, r.duality_gap)
