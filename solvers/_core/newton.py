@@ -318,8 +318,9 @@ def _line_search(objective, w, z, f, grad, s):
 
 
 def newton_finish(
-    csr, bias, loss: L2Loss, w, *, eps, max_iter, monitor, first_iteration, min_steps=0
-) -> NewtonOutcome:
+    csr, bias, loss: L2Loss, w, *, eps, max_iter, monitor, first_iteration, min_steps=0,
+    dual_before=None,
+) -> NewtonOutcome:  # fmt: skip
     """Minimise P from w̃ (``w``, n_features + 1 entries, not modified) until
     ‖∇P‖ ≤ eps ‖∇P(0)‖ after at least ``min_steps`` steps (fewer when no step along the Newton
     direction decreases P and the rule holds), ``max_iter`` Newton steps, or the monitor says
@@ -327,7 +328,10 @@ def newton_finish(
 
     Each step is reported to
     ``monitor`` as a `Progress` numbered from ``first_iteration`` with ``gap`` = ‖∇P‖/‖∇P(0)‖,
-    the primal objective and ``method="newton"``.
+    the primal objective and ``method="newton"``. With ``dual_before`` (the dual objective of
+    the caller's other candidate dual point; inf when there is none) the record also carries the
+    dual objective of the better of that point and β(w̃), and their duality gap: the
+    certificate the caller returns should the solve end at that step.
     """
     objective = _Objective(csr, bias, loss)
     grad0 = objective.gradient(np.zeros_like(w), np.zeros(csr.n_samples))
@@ -352,6 +356,9 @@ def newton_finish(
         steps += 1
         _, w, z, f = found
         f, grad, rows = objective.at(w, z)
+        dual = None
+        if dual_before is not None:
+            dual = min(loss.dual(loss.beta(z), w - grad), dual_before)
         stop = monitor.report(
             Progress(
                 iteration=first_iteration + steps,
@@ -359,6 +366,8 @@ def newton_finish(
                 gap=np.sqrt(dot(grad, grad)) / scale,
                 active=int(rows.shape[0]),
                 primal=f,
+                dual=dual,
+                duality_gap=relative_duality_gap(f, None if dual is None else -dual),
                 method=METHOD,
             )
         )

@@ -40,6 +40,8 @@ Its result is certified by the duality gap of (w̃, α(w̃)); it measures no pro
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from solvers._core.newton import METHOD, L2Loss, StallDetector, newton_finish
@@ -82,7 +84,7 @@ def finish(state, y, tol, n_iter, max_iter, monitor, loss: str, newton_tol=None)
     dual_before = state.dual_objective()
     outcome = newton_finish(
         csr, state.bias, l2, state.w, eps=eps, max_iter=max(max_iter - n_iter, 1),
-        monitor=monitor, first_iteration=n_iter,
+        monitor=monitor, first_iteration=n_iter, dual_before=dual_before,
     )  # fmt: skip
     if outcome.dual <= dual_before:
         record_alpha = state.record.values[0 :: state.record.width]
@@ -117,7 +119,7 @@ def solve_from_primal(
     outcome = newton_finish(
         csr, bias, l2, np.asarray(w_start, dtype=np.float64),
         eps=primal_tolerance(l2.y, C, tol, regression, newton_tol), max_iter=max_iter,
-        monitor=monitor, first_iteration=0, min_steps=1,
+        monitor=monitor, first_iteration=0, min_steps=1, dual_before=math.inf,
     )  # fmt: skip
     nan = float("nan")
     final = monitor.conclude(_final_progress(monitor, outcome.n_iter, outcome, nan, nan, 0))

@@ -35,7 +35,7 @@ def finish(X, y, c, epsilon, bias, beta, w, tol, n_iter, max_iter, monitor, dual
     loss = L2Loss(np.asarray(y, dtype=np.float64), c, regression=True, epsilon=float(epsilon))
     outcome = newton_finish(
         X, bias, loss, w, eps=0.01 * tol, max_iter=max(max_iter - n_iter, 1), monitor=monitor,
-        first_iteration=n_iter,
+        first_iteration=n_iter, dual_before=dual_before,
     )  # fmt: skip
     if outcome.dual <= dual_before:
         beta = outcome.beta
