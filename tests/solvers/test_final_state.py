@@ -226,3 +226,22 @@ def test_a_converged_multiclass_solve_ends_on_a_record_of_its_objectives(name, w
         assert seen[-1] is last
     assert r.primal == pytest.approx(_margin_primal(name, r), rel=1e-9), name
     assert (last.primal, last.dual, last.duality_gap) == (r.primal, r.dual, r.duality_gap), name
+
+
+@pytest.mark.parametrize("stop", [None, "max_iter", "callback"])
+def test_an_svr_solve_ends_on_a_record_of_its_objectives(stop):
+    # Converged or stopped early, the last record describes the returned (w, β) with its primal,
+    # dual and duality gap, as the result does.
+    options, expected = {
+        None: ({}, Status.CONVERGED),
+        "max_iter": ({"max_iter": 2, "tol": 1e-12}, Status.MAX_ITER),
+        "callback": ({"callback": lambda p: p.iteration < 2, "tol": 1e-12}, Status.STOPPED),
+    }[stop]
+    r = SOLVERS["SVR"](X, **options)
+    assert r.status is expected
+    w = np.r_[r.w, r.bias]
+    residual = np.maximum(np.abs(TARGET - XB @ w) - 0.1, 0.0)
+    assert r.primal == pytest.approx(0.5 * w @ w + C * residual.sum(), rel=1e-9)
+    last = r.history[-1]
+    assert last.iteration == r.n_iter and last.gap == r.gap
+    assert (last.primal, last.dual, last.duality_gap) == (r.primal, r.dual, r.duality_gap)
