@@ -198,11 +198,15 @@ class Monitor:
         already measured that state (the same iteration and gap, and with ``same_range`` the
         same projected-gradient range: a record whose round was undone can share the gap of the
         state measured after it but not its range); the callback sees it too (its answer no
-        longer matters)."""
+        longer matters). A last record of that state without the objectives ``progress`` has is
+        replaced by ``progress``, so the history ends on the returned state's objectives."""
         last = self.history[-1] if self.history else None
         same = last is not None and (last.iteration, last.gap) == (progress.iteration, progress.gap)
         if same and same_range:
             same = (last.pg_max, last.pg_min) == (progress.pg_max, progress.pg_min)
+        if same and last.primal is None and progress.primal is not None:
+            self.history.pop()
+            same = False
         if not same:
             self.history.append(progress)
             if self.callback is not None:

@@ -145,7 +145,11 @@ def solve_svr(
     scale = None
     if warm_start is not None:
         scale = float(np.maximum(np.abs(y[index]) - epsilon, 0.0).sum())
-    run = _Run(X, bias, terms, beta, w, index, monitor, scale)
+
+    def objectives():
+        return svr_objectives(X, y, w, beta, loss=loss, epsilon=epsilon, C=c, bias=bias)
+
+    run = _Run(X, bias, terms, beta, w, index, monitor, scale, objectives)
     stall = svr_newton.stall_detector(loss, newton)
     status = run.passes(tol, max_iter, shrinking, np.random.default_rng(random_state), stall)
     if status is None:  # stalled: the primal Newton method finishes
@@ -156,8 +160,8 @@ def solve_svr(
         return subset_alpha(result, rows)
     if status is not Status.CONVERGED:
         status = run.measure_returned_state(tol, status)
-    primal, dual = svr_objectives(X, y, w, beta, loss=loss, epsilon=epsilon, C=c, bias=bias)
-    final = monitor.history[-1]
+    final = monitor.history[-1]  # the returned state's, with its objectives
+    primal, dual = final.primal, final.dual
     d = X.n_features
     return SolveResult(
         w=w[:d].copy(),
@@ -169,7 +173,7 @@ def solve_svr(
         primal=primal,
         dual=dual,
         history=monitor.history,
-        duality_gap=relative_duality_gap(primal, -dual),
+        duality_gap=final.duality_gap,
         max_violation=final.max_violation,
         method="dcd",
     )
@@ -222,11 +226,15 @@ def _to_ray_optimum(beta, w, terms):
 
 
 class _Run:
-    """The passes of one solve: shrinking, LIBLINEAR's relative stopping rule, the progress."""
+    """The passes of one solve: shrinking, LIBLINEAR's relative stopping rule, the progress.
 
-    def __init__(self, X, bias, terms, beta, w, index, monitor, scale):
+    ``objectives()`` gives (primal, dual) at the current β; the record of the returned state
+    (the pass that converged, or the measure after an early stop) carries them."""
+
+    def __init__(self, X, bias, terms, beta, w, index, monitor, scale, objectives):
         self.X, self.bias, self.terms, self.beta, self.w = X, bias, terms, beta, w
         self.index, self.monitor, self.scale = index, monitor, scale
+        self.objectives = objectives
         self.n_iter = 0
 
     def passes(self, tol, max_iter, shrinking, rng, stall=None) -> Status | None:
@@ -242,9 +250,13 @@ class _Run:
             )  # fmt: skip
             if self.scale is None:
                 self.scale = violation_sum
-            stop = self.monitor.report(self._progress(gmax_new, violation_sum, active))
-            if self._relative(violation_sum) <= tol:
-                if active == total:
+            met = self._relative(violation_sum) <= tol
+            converged = met and active == total
+            stop = self.monitor.report(
+                self._progress(gmax_new, violation_sum, active, with_objectives=converged)
+            )
+            if met:
+                if converged:
                     return Status.CONVERGED
                 active = total
                 gmax_old = np.inf
@@ -262,18 +274,24 @@ class _Run:
         largest, total = K.violations(self.X, self.bias, self.terms, self.beta, self.w, self.index)
         if self.scale is None:  # no pass ran
             self.scale = total
-        self.monitor.conclude(self._progress(largest, total, len(self.index)))
+        self.monitor.conclude(self._progress(largest, total, len(self.index), with_objectives=True))
         return Status.CONVERGED if self._relative(total) <= tol else status
 
     def _relative(self, violation_sum):
         return violation_sum / self.scale if self.scale > 0 else 0.0
 
-    def _progress(self, largest, violation_sum, active):
+    def _progress(self, largest, violation_sum, active, with_objectives=False):
         relative = self._relative(violation_sum)
+        primal = dual = None
+        if with_objectives:
+            primal, dual = self.objectives()
         return Progress(
             self.n_iter,
             self.monitor.elapsed(),
             relative,
             max_violation=float(largest),
             active=int(active),
+            primal=primal,
+            dual=dual,
+            duality_gap=relative_duality_gap(primal, None if dual is None else -dual),
         )
