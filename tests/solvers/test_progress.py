@@ -6,7 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers import solve_binary
-from solvers._core.progress import objective_interval
+from solvers._core.progress import Monitor, Progress, objective_interval
 
 
 class Recorder:
@@ -63,3 +63,16 @@ def test_multiclass_solvers_honour_the_callbacks_objective_interval():
         assert all(p.primal is None for p in never.records if p.iteration < a.n_iter)
         assert never.records[-1].primal == a.primal and never.records[-1].iteration == a.n_iter
         assert any(p.primal is not None for p in every.records), solve.__name__
+
+
+def test_a_conclusion_on_the_last_records_state_completes_its_objectives():
+    # The returned state was measured by the last pass, whose record lacks the objectives: the
+    # history ends on the record that has them, and the callback sees it.
+    seen = []
+    monitor = Monitor(seen.append)
+    monitor.report(Progress(iteration=3, elapsed_s=0.0, gap=0.5))
+    final = monitor.conclude(
+        Progress(iteration=3, elapsed_s=0.1, gap=0.5, primal=2.0, dual=-1.5, duality_gap=0.25)
+    )
+    assert len(monitor.history) == 1 and monitor.history[-1] is final is seen[-1]
+    assert (final.primal, final.dual, final.duality_gap) == (2.0, -1.5, 0.25)
