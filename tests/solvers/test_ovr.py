@@ -321,3 +321,22 @@ def test_classes_side_by_side_converge_only_when_every_class_does(monkeypatch):
         ranges.append(PG.max() - PG.min())
     assert ranges[0] <= tol and max(ranges) > 10 * tol  # one class solved, the others not
     assert result.status is Status.MAX_ITER
+
+
+def test_classes_side_by_side_stopped_by_the_clock_say_time_limit(monkeypatch):
+    """Spare threads inside the classes: the fit's wall-clock budget reaches each class through
+    its callback, but the fit was not stopped by the caller's callback: it says time_limit, as
+    the fused pass does; a callback's stop still says stopped."""
+    from solvers.binary import parallel
+
+    monkeypatch.setattr(parallel, "threads_for", lambda csr, n_kept, n_jobs, *mode: n_jobs)
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1, 2], 200)
+    X = sp.csr_matrix(rng.normal(size=(600, 5)))
+    options = dict(loss="hinge", bias=1.0, tol=1e-12, max_iter=1000, n_jobs=6, newton=False)
+    timed = solve_ovr(X, y, 3, time_limit=1e-9, **options)
+    assert timed.status is Status.TIME_LIMIT
+    fused = solve_ovr(X, y, 3, time_limit=1e-9, **{**options, "n_jobs": 1})
+    assert fused.status is Status.TIME_LIMIT
+    stopped = solve_ovr(X, y, 3, callback=lambda p: p.iteration < 2, **options)
+    assert stopped.status is Status.STOPPED
