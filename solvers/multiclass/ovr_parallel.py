@@ -33,6 +33,9 @@ def solve_by_class(problem, Cfull, k, inner, monitor, options) -> SolveResult:
     lock = threading.Lock()
     latest = np.full(k, np.inf)
     count = [0]
+    # why the monitor stopped the classes: they see its clock and the caller's callback as their
+    # own callback's False, and would all say "stopped"
+    reasons = set()
 
     def forward(c):
         def callback(p: Progress):
@@ -43,7 +46,10 @@ def solve_by_class(problem, Cfull, k, inner, monitor, options) -> SolveResult:
                     iteration=count[0], elapsed_s=monitor.elapsed(), gap=float(latest.max()),
                     method=p.method,
                 )  # fmt: skip
-                return monitor.report(record) is None
+                reason = monitor.report(record)
+                if reason is not None:
+                    reasons.add(reason)
+                return reason is None
 
         return callback
 
@@ -56,15 +62,18 @@ def solve_by_class(problem, Cfull, k, inner, monitor, options) -> SolveResult:
 
     with ThreadPoolExecutor(max_workers=k) as pool:
         results = list(pool.map(one, range(k)))
-    return _combine(results, monitor)
+    return _combine(results, monitor, reasons)
 
 
-def _combine(results, monitor) -> SolveResult:
+def _combine(results, monitor, reasons) -> SolveResult:
     w = np.stack([r.w for r in results])
     primal = np.array([r.primal for r in results])
     dual = np.array([r.dual for r in results])
     gap = np.array([r.gap for r in results])
-    status = _overall_status({r.status for r in results})
+    # a class stopped by the monitor stopped for the monitor's reason (the caller's callback
+    # first: the clock may have run out after it)
+    stop = Status.STOPPED if Status.STOPPED in reasons or not reasons else Status.TIME_LIMIT
+    status = _overall_status({stop if r.status is Status.STOPPED else r.status for r in results})
     total_primal, total_dual = float(primal.sum()), float(dual.sum())
     methods = {r.method for r in results}
     method = "newton" if "newton" in methods else "dcd"
