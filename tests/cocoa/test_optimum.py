@@ -161,3 +161,24 @@ def test_a_one_vs_rest_stopped_in_its_first_class_certifies_the_weights_it_retur
                            "squared_hinge")  # fmt: skip
     gap = (total_primal + total_dual) / max(1.0, abs(total_primal))
     assert result.duality_gap == pytest.approx(gap, rel=1e-6)
+
+
+def test_a_converged_solve_reports_the_projected_gradient_range_of_the_returned_alpha(client):
+    """The result's pg_max, pg_min and pg_range, and its last record's, are those of the α it
+    returns (recomputed here with numpy), not those the blocks saw during the last round."""
+    X, y = synthetic_sparse(1500, 800, 15, seed=6)
+    parts = split_rows(X, y, 2)
+    result = solve_binary(
+        [p.X for p in parts], [p.y for p in parts], client=client, C=1.0, bias=1.0, tol=1e-3,
+        max_rounds=3000,
+    )  # fmt: skip
+    assert result.converged
+    Xt, sign = augmented(X, 1.0), np.where(y >= 0, 1.0, -1.0)
+    G = sign * (Xt @ (Xt.T @ (sign * result.alpha))) - 1.0 + result.alpha / 2.0  # D_ii = 1/(2C)
+    PG = np.where(result.alpha <= 0, np.minimum(G, 0), G)
+    assert result.pg_max == pytest.approx(PG.max(), rel=1e-6, abs=1e-12)
+    assert result.pg_min == pytest.approx(PG.min(), rel=1e-6, abs=1e-12)
+    assert result.pg_range == pytest.approx(PG.max() - PG.min(), rel=1e-6, abs=1e-12)
+    last = result.history[-1]
+    reported = (result.pg_max, result.pg_min, result.pg_range)
+    assert (last.pg_max, last.pg_min, last.pg_range) == reported
