@@ -273,10 +273,12 @@ def run_rounds(blocks, spec, options, rng, monitor, first_round) -> SolveResult:
         if with_alpha:
             blocks.set_checkpoint([r["alpha"] for r in results])
         iteration = first_round + n_rounds - 1
-        stop = monitor.report(_progress(monitor, iteration, measured, K, round_bytes))
-        if measured["met"] and with_alpha:
-            status = Status.CONVERGED
+        converged = measured["met"] and with_alpha
+        if converged:  # the round's record is then the returned state's, with its own range
             measured = _with_range(blocks, w, measured)
+        stop = monitor.report(_progress(monitor, iteration, measured, K, round_bytes))
+        if converged:
+            status = Status.CONVERGED
             break
         w = _take_step(blocks, control, w, results)
         measured = None  # the blocks have moved on: the returned state is measured below
@@ -372,7 +374,10 @@ def _progress(monitor, iteration, measured, K, round_bytes=None) -> Progress:
 def _result(blocks, spec, w, measured, status, n_rounds, monitor, sent, first_round, extra):
     d = blocks.n_features
     last = first_round + n_rounds - 1
-    final = monitor.conclude(_progress(monitor, last, measured, len(blocks.sources)))
+    # a converged round is measured before its report; a later measure may share its gap only
+    final = monitor.conclude(
+        _progress(monitor, last, measured, len(blocks.sources)), same_range=True
+    )
     return SolveResult(
         w=w[:d].copy(),
         bias=float(spec["bias"] * w[d]),
