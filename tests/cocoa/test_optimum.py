@@ -182,3 +182,30 @@ def test_a_converged_solve_reports_the_projected_gradient_range_of_the_returned_
     last = result.history[-1]
     reported = (result.pg_max, result.pg_min, result.pg_range)
     assert (last.pg_max, last.pg_min, last.pg_range) == reported
+
+
+def test_a_one_vs_rest_stopped_early_reports_the_largest_class_gap_of_what_it_returns(client):
+    """Stopped in class 0 of 3: the gap, the largest per-class relative duality gap, counts the
+    classes returned at w = 0, α = 0 (recomputed here with numpy), and the last record says
+    what the result says."""
+    X, _ = synthetic_sparse(1200, 500, 12, seed=5)
+    y = (X @ np.random.default_rng(1).standard_normal((500, 3))).argmax(axis=1)
+    parts = split_rows(X, y, 2)
+    C, bias = 0.05, 1.0
+    result = solve_ovr(
+        [p.X for p in parts], [p.y for p in parts], 3, client=client, loss="squared_hinge",
+        C=C, bias=bias, tol=1e-9, callback=lambda p: p.iteration < 3,
+    )  # fmt: skip
+    assert result.status == "stopped"
+    Xt, gaps = augmented(X, bias), []
+    for c in range(3):
+        sign = np.where(y == c, 1.0, -1.0)
+        w_tilde = np.append(result.w[c], result.bias[c] / bias)
+        p = primal(X, sign, w_tilde, C, "squared_hinge", bias)
+        f = dual(result.alpha[c], sign, Xt.T @ (sign * result.alpha[c]), C, "squared_hinge")
+        gaps.append((p + f) / max(1.0, abs(p)))
+    assert result.gap == pytest.approx(max(gaps), rel=1e-6)
+    last = result.history[-1]
+    assert (last.gap, last.primal, last.dual, last.duality_gap) == (
+        result.gap, result.primal, result.dual, result.duality_gap
+    )  # fmt: skip
