@@ -193,14 +193,18 @@ class Monitor:
             return Status.TIME_LIMIT
         return None
 
-    def conclude(self, progress: Progress, same_range: bool = False) -> Progress:
+    def conclude(
+        self, progress: Progress, same_range: bool = False, combined: bool = False
+    ) -> Progress:
         """Make ``progress`` (the returned state) the last record, unless the last report
         already measured that state (the same iteration and gap, and with ``same_range`` the
         same projected-gradient range: a record whose round was undone can share the gap of the
         state measured after it but not its range); the callback sees it too (its answer no
         longer matters). A last record of that state without the objectives ``progress`` has is
-        replaced by ``progress``, so the history ends on the returned state's objectives."""
-        last = self.history[-1] if self.history else None
+        replaced by ``progress``, so the history ends on the returned state's objectives. A
+        ``combined`` record (of solves put together, as the classes of a one-vs-rest) is never
+        the state of the last report."""
+        last = None if combined or not self.history else self.history[-1]
         same = last is not None and (last.iteration, last.gap) == (progress.iteration, progress.gap)
         if same and same_range:
             same = (last.pg_max, last.pg_min) == (progress.pg_max, progress.pg_min)

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers._core.progress import Callback, Monitor, SolveResult, Status, relative_duality_gap
+from solvers._core.progress import (
+    Callback,
+    Monitor,
+    Progress,
+    SolveResult,
+    Status,
+    relative_duality_gap,
+)
 from solvers.distributed.cluster import BlockSet
 from solvers.distributed.cocoa import _options, make_sources, problem_spec, run_rounds
 
@@ -89,23 +96,42 @@ def _combine(results, k, rounds, monitor, blocks) -> SolveResult:
     # a class not started is stored at w = 0, α = 0: its primal, not 0, with a dual of 0
     unstarted = k - len(results)
     primal = float(sum(r.primal for r in results))
-    primal += unstarted * _primal_at_zero(blocks) if unstarted else 0.0
     dual = float(sum(r.dual for r in results))
     gaps = [r.duality_gap for r in results]
+    pg_max = max(r.pg_max for r in results)
+    pg_min = min(r.pg_min for r in results)
+    if unstarted:
+        at_zero = _primal_at_zero(blocks)
+        primal += unstarted * at_zero
+        # and the gap of each: (P(0) − 0) / max(1, P(0)); every projected gradient is −1 at α = 0
+        gaps_at_zero = [relative_duality_gap(at_zero, 0.0)] * unstarted
+        pg_max, pg_min = max(pg_max, -1.0), min(pg_min, -1.0)
+    else:
+        gaps_at_zero = []
+    duality_gap = relative_duality_gap(primal, -dual)
+    final = monitor.conclude(
+        Progress(
+            iteration=rounds, elapsed_s=monitor.elapsed(), gap=float(max(gaps + gaps_at_zero)),
+            pg_max=float(pg_max), pg_min=float(pg_min),
+            pg_range=float(max(r.pg_range for r in results)), active=len(blocks.sources),
+            primal=primal, dual=dual, duality_gap=duality_gap,
+        ),
+        combined=True,
+    )  # fmt: skip
     return SolveResult(
         w=w,
         bias=bias,
         alpha=alpha,
         n_iter=rounds,
         status=status,
-        gap=float(max(gaps)),
+        gap=final.gap,
         primal=primal,
         dual=dual,
         history=monitor.history,
-        duality_gap=relative_duality_gap(primal, -dual),
-        pg_max=float(max(r.pg_max for r in results)),
-        pg_min=float(min(r.pg_min for r in results)),
-        pg_range=float(max(r.pg_range for r in results)),
+        duality_gap=duality_gap,
+        pg_max=final.pg_max,
+        pg_min=final.pg_min,
+        pg_range=final.pg_range,
         extra={
             "partitions": blocks.bounds,
             "class_duality_gap": gaps,
