@@ -263,3 +263,18 @@ def test_a_newton_finish_ends_on_a_record_of_the_returned_certificate(solver):
     last = r.history[-1]
     assert seen[-1] is last and last.iteration == r.n_iter
     assert (last.primal, last.dual, last.duality_gap) == (r.primal, r.dual, r.duality_gap)
+
+
+def test_one_vs_rest_counts_the_newton_steps_of_its_finish_as_the_binary_solver_does():
+    # A class whose finish runs out of its steps ends the fit at max_iter: n_iter then says the
+    # budget was spent (passes and Newton steps), per class and overall, as for two classes.
+    from tests.solvers._every_solver import Y3, Y_PM, dense_problem
+
+    X = sp.csr_matrix(dense_problem()[0] * 30)
+    options = dict(C=10.0, bias=1.0, tol=1e-14, max_iter=40, newton_after=3)
+    binary = solve_binary(X, Y_PM, loss="squared_hinge", **options)
+    assert binary.status is Status.MAX_ITER and binary.n_iter == 40
+    r = solve_ovr(X, Y3, 3, n_jobs=1, **options)
+    assert r.status is Status.MAX_ITER and r.method == "newton"
+    assert r.n_iter == 40 and max(r.extra["n_iter"]) == 40
+    assert r.history[-1].iteration == r.n_iter
