@@ -382,7 +382,8 @@ def _result(problem, blocks, storage, hinge, status, n_iter, monitor, tol, finis
     """The result, measured on the returned state: a class that converged keeps the M − m of the
     pass that converged it (it has not moved since); any other class is measured anew. A class
     the Newton method finished (``finished``) reports its own objectives and, as gap,
-    ‖∇P‖/‖∇P(0)‖ (its M and m count as 0 in pg_max and pg_min)."""
+    ‖∇P‖/‖∇P(0)‖ (its M and m count as 0 in pg_max and pg_min), and counts its Newton steps
+    after its passes, as the binary solver does; ``n_iter`` is then the most of any class."""
     k = problem.n_classes
     intercept, primal, dual = np.empty(k), np.empty(k), np.empty(k)
     M, m, gap = np.empty(k), np.empty(k), np.empty(k)
@@ -398,6 +399,9 @@ def _result(problem, blocks, storage, hinge, status, n_iter, monitor, tol, finis
         class_iter[b.classes] = b.n_iter
     for c, f in finished.items():
         primal[c], dual[c], gap[c], M[c], m[c] = f.primal, f.dual, f.ratio, 0.0, 0.0
+        class_iter[c] += f.n_iter
+    if finished:
+        n_iter = max(n_iter, int(class_iter.max()))
     M[~np.isfinite(M)], m[~np.isfinite(m)], gap[~np.isfinite(gap)] = 0.0, 0.0, 0.0
     if (
         status is not Status.CONVERGED

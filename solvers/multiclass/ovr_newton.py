@@ -34,6 +34,7 @@ class Finished:
     ratio: float  # ‖∇P‖ / ‖∇P(0)‖
     converged: bool
     status: Status | None = None  # the monitor's, when it stopped the finish
+    n_iter: int = 0  # Newton steps taken
 
 
 def stall_detectors(
@@ -103,7 +104,7 @@ def finish_class(problem, block, j, C_class, tols, max_iter, monitor, dual_befor
         dual = outcome.dual
     converged = outcome.status is Status.CONVERGED
     stop = outcome.status if outcome.status in (Status.STOPPED, Status.TIME_LIMIT) else None
-    return Finished(outcome.primal, dual, outcome.grad_ratio, converged, stop)
+    return Finished(outcome.primal, dual, outcome.grad_ratio, converged, stop, outcome.n_iter)
 
 
 def finish_stalled_classes(problem, blocks, Cfull, tols, max_iter, monitor, pool, measures):
