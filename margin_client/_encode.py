@@ -78,16 +78,22 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
-def request_for(X: Instances, start: int, stop: int, offset: int) -> dict[str, Any]:
+def request_for(
+    X: Instances, start: int, stop: int, offset: int, records: bool | None = None
+) -> dict[str, Any]:
     """httpx keyword arguments of a predict request for rows [start, stop) of X. Matrix
-    columns are sent as feature indices ``column + offset`` (1 for a one-based model)."""
+    columns are sent as feature indices ``column + offset`` (1 for a one-based model).
+    `records`: whether dicts of X are keyed by name (`by_name`), decided once by a caller that
+    sends X in many batches (else each batch walked every row's keys again)."""
     if is_libsvm_lines(X):
         lines = _lines(X) if isinstance(X, str) else list(X)
         body = "\n".join(line.rstrip("\n") for line in lines[start:stop]) + "\n"
         return {"content": body.encode(), "headers": {"content-type": "text/plain"}}
-    if is_dicts(X) and by_name(X):
-        records = [{str(k): float(v) for k, v in row.items()} for row in X[start:stop]]
-        return {"json": {"records": records}}
+    if records is None:
+        records = is_dicts(X) and by_name(X)
+    if records:
+        named = [{str(k): float(v) for k, v in row.items()} for row in X[start:stop]]
+        return {"json": {"records": named}}
     if is_dicts(X):
         instances = []
         for row in X[start:stop]:

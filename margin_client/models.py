@@ -136,6 +136,7 @@ class Models:
         ident = model_id(model)
         offset = self._offset(ident) if not self._raw(X) else 0
         n = _encode.count(X)
+        records = _encode.is_dicts(X) and _encode.by_name(X)
         parts: list[dict[str, Any]] = []
         start, size = 0, max(1, batch_size)
         while start < n:
@@ -145,7 +146,7 @@ class Models:
                     "POST",
                     f"/v1/models/{segment(ident)}/predict",
                     params={"probabilities": "true"} if probabilities else None,
-                    **_encode.request_for(X, start, stop, offset),
+                    **_encode.request_for(X, start, stop, offset, records),
                 )
             except MarginError as exc:
                 if exc.status == 413 and stop - start > 1:
