@@ -196,6 +196,22 @@ def test_the_split_example_check_reads_only_the_qid_from_an_object_store(
     assert fetched == ["qid.npy"], fetched
 
 
+def test_a_retry_of_an_online_job_replays_after_its_dataset_is_removed(client, app):
+    # before: the check of the examples read the dataset before the key was looked up, so
+    # the retry of a job that had finished, its dataset removed since, was a 404
+    dataset = upload(client, structural_problem(n_examples=10), "grouped.txt").json()
+    body = {"dataset_id": dataset["id"], "estimator": "structural", "params": {"online": True}}
+    key = {"Idempotency-Key": "online-1"}
+    first = client.post("/v1/jobs", json=body, headers=key)
+    assert first.status_code == 202, first.text
+    run_job(first.json()["id"], context(app))
+    assert client.delete(f"/v1/datasets/{dataset['id']}").status_code == 204
+    again = client.post("/v1/jobs", json=body, headers=key)
+    assert again.status_code == 202, again.text
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers["idempotent-replayed"] == "true"
+
+
 @pytest.mark.parametrize("cut", [1, 3, 7, 1000])
 def test_chunk_source_yields_the_stored_rows(tmp_path, cut):
     X = sp.random(20, 6, density=0.5, random_state=3, format="csr", dtype=np.float32)
