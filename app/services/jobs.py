@@ -72,7 +72,6 @@ def create_job(
     spec, params = validate_request(body)
     check_time_limit(params, settings.max_job_seconds)
     check_cache_size(params, settings.max_cache_mb)
-    _check_online_examples(db, settings, body, spec, params)
     key_ttl_hours = settings.idempotency_ttl_hours
     # the job as it will run (params validated, defaults filled in): {"C": 1} and {"C": 1.0}
     # are one request, and a retry matches the first whatever spelling the client used
@@ -90,6 +89,8 @@ def create_job(
             )
             if existing:
                 return _replayed(session, existing), False
+    # after the key: a retry replays its job, whatever became of the dataset since
+    _check_online_examples(db, settings, body, spec, params)
     try:
         with db.write() as session:
             job = _queued_job(session, queue, body, spec, params, settings)
