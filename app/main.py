@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager
-from datetime import timedelta
 
 from fastapi import Depends, FastAPI, Request
-from sqlalchemy import func, select
 
 from app import auth, limits, logs, metrics, openapi, ui
 from app.config import Settings, get_settings
 from app.db import Database
 from app.errors import install_handlers, problem_response
 from app.jobs.queue import get_queue
-from app.tables import Worker, utcnow
 
 log = logging.getLogger("margin.api")
 WORKER_ALIVE_S = 15.0
@@ -145,8 +142,7 @@ def readyz(request: Request):
 
 def _workers_alive(db: Database) -> int:
     """Workers whose heartbeat is at most WORKER_ALIVE_S old."""
-    since = utcnow() - timedelta(seconds=WORKER_ALIVE_S)
+    from app.jobs.workers import ready_count
+
     with db.session() as session:
-        return session.scalar(
-            select(func.count()).select_from(Worker).where(Worker.heartbeat_at >= since)
-        )
+        return ready_count(session, WORKER_ALIVE_S)

@@ -160,6 +160,8 @@ def follow(job: Job, console: Console | None = None) -> None:
     """Draw `job`'s progress until it ends. Ctrl-C asks (on a terminal) whether to cancel it:
     yes cancels and waits for the end; no stops following and re-raises KeyboardInterrupt."""
     console = console or Console(stderr=True)
+    if job.info.get("status") == "queued" and job.info.get("waiting"):
+        console.print(f"{job.id} is queued: {job.info['waiting']}", markup=False)
     if is_path(job.info):
         bar, tracker = _path_bar(console), _PathTracker()
         blank = {"solves": "-", "where": "", "gap": "-"}

@@ -66,7 +66,9 @@ def create_job(
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:
         response.headers["Idempotent-Replayed"] = "true"
-    return job_views.job_view(job, settings.max_job_seconds)
+    with db.session() as session:
+        waiting = job_views.waiting_reason(session, job)
+    return job_views.job_view(job, settings.max_job_seconds, waiting)
 
 
 @router.get("/jobs", response_model=Page[JobOut])
@@ -84,8 +86,9 @@ def list_jobs(
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
-def get_job(job: JobDep, settings: SettingsDep):
-    return job_views.job_view(job, settings.max_job_seconds)
+def get_job(job: JobDep, session: SessionDep, settings: SettingsDep):
+    waiting = job_views.waiting_reason(session, job)
+    return job_views.job_view(job, settings.max_job_seconds, waiting)
 
 
 @router.get("/jobs/{job_id}/progress", response_model=ProgressPage)

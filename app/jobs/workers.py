@@ -15,14 +15,17 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
-from sqlalchemy import delete, update
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
 
 from app.db import Database
 from app.tables import Worker, utcnow
 
 log = logging.getLogger("margin.worker")
 BEAT_INTERVAL_S = 3.0
+ALIVE_S = 15.0  # a worker whose heartbeat is at most this old counts as ready
 
 
 def new_nonce() -> str:
@@ -90,6 +93,15 @@ def register(db: Database, worker_id: str, backend: str) -> None:
         session.merge(
             Worker(id=worker_id, backend=backend, started_at=utcnow(), heartbeat_at=utcnow())
         )
+
+
+def ready_count(session: Session, max_age_s: float = ALIVE_S) -> int:
+    """Workers whose heartbeat is at most `max_age_s` old: a worker registers only once its
+    kernels are warm, so one still compiling them is not counted."""
+    since = utcnow() - timedelta(seconds=max_age_s)
+    return session.scalar(
+        select(func.count()).select_from(Worker).where(Worker.heartbeat_at >= since)
+    )
 
 
 def beat(db: Database, worker_id: str, backend: str, job_id: str | None = None) -> None:

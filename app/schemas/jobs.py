@@ -147,6 +147,12 @@ class JobOut(BaseModel):
         None, description="the checkpoint's iteration this attempt resumed from (null: it started"
         " from scratch)",
     )
+    waiting: str | None = Field(
+        None,
+        description="why a queued job has not started, where the service can tell (no worker "
+        "has reported ready: workers warm their solver kernels before taking jobs); null "
+        "otherwise",
+    )
 
 
 class ProgressPage(BaseModel):

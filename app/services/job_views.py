@@ -8,11 +8,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.errors import ProblemError
-from app.jobs import budget
+from app.jobs import budget, workers
 from app.schemas.common import decimal, keyset_page, sized_page
-from app.tables import Job, JobProgress, utcnow
+from app.tables import Job, JobProgress, JobStatus, utcnow
 
 MAX_PROGRESS_ID = 2**63 - 1  # progress ids are 64-bit integers (migration 0012)
+NO_WORKER_READY = (
+    "no worker is ready yet: workers compile (or load) the solver kernels when they start, "
+    "which can take minutes on a small machine; the job starts once one is ready (GET /readyz)"
+)
 
 
 def list_jobs(
@@ -57,8 +61,18 @@ def progress_id(text: str) -> int | None:
 
 
 
-def job_view(job: Job, max_job_seconds: float | None = None) -> dict[str, Any]:
-    """The job as the API shows it; ``max_job_seconds`` (MAX_JOB_SECONDS) for its time bound."""
+def waiting_reason(session: Session, job: Job) -> str | None:
+    """Why a queued job has not started, where the service can tell: no worker is ready."""
+    if job.status != JobStatus.QUEUED.value or workers.ready_count(session) > 0:
+        return None
+    return NO_WORKER_READY
+
+
+def job_view(
+    job: Job, max_job_seconds: float | None = None, waiting: str | None = None
+) -> dict[str, Any]:
+    """The job as the API shows it; ``max_job_seconds`` (MAX_JOB_SECONDS) for its time bound,
+    ``waiting`` for why a queued job waits (`waiting_reason`)."""
     end = job.finished_at or (utcnow() if job.started_at else None)
     elapsed = (end - job.started_at).total_seconds() if job.started_at and end else None
     return {
@@ -86,4 +100,5 @@ def job_view(job: Job, max_job_seconds: float | None = None) -> dict[str, Any]:
         "error": job.error,
         "checkpoint_iteration": job.checkpoint_iteration,
         "resumed_from": job.resumed_from,
+        "waiting": waiting,
     }

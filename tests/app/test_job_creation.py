@@ -381,3 +381,16 @@ def test_c_times_a_class_weight_up_to_the_largest_float_is_accepted(client, hear
     assert accepted.status_code == 202, accepted.text  # 1e308: finite
     body["params"]["C"] = 1.8e299  # 1.8e308: beyond the largest float (1.797...e308)
     assert client.post("/v1/jobs", json=body).status_code == 422
+
+
+def test_a_queued_job_says_it_waits_while_no_worker_is_ready(client, db, heart, fake_trainer):
+    """A worker registers only once its kernels are warm (minutes of compiling on a busy small
+    machine); meanwhile a queued job sat with no hint why, and /readyz alone said 503."""
+    from app.jobs import workers
+
+    fake_trainer()
+    created = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()
+    assert created["status"] == "queued" and "no worker is ready" in created["waiting"]
+    assert "no worker is ready" in client.get(f"/v1/jobs/{created['id']}").json()["waiting"]
+    workers.register(db, workers.new_worker_id(), "local")
+    assert client.get(f"/v1/jobs/{created['id']}").json()["waiting"] is None

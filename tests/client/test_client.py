@@ -306,3 +306,19 @@ def test_downloads_are_streamed_into_their_file(client, heart_model, heart_datas
     with pytest.raises(MarginError) as refused:
         client.models.export(heart_model, format="pickle", path=tmp_path / "x")
     assert refused.value.status == 422 and not list(tmp_path.glob("x*"))
+
+
+def test_following_a_queued_job_says_why_it_waits():
+    """A job queued while no worker was warm yet drew an empty bar with no hint why."""
+
+    class QueuedJob:
+        id, status = "job_1", "queued"
+        info = {"id": "job_1", "status": "queued", "params": {"tol": 0.1},
+                "waiting": "no worker is ready yet: workers compile the kernels"}
+
+        def events(self):
+            return iter(())
+
+    out = io.StringIO()
+    follow(QueuedJob(), Console(file=out, width=140))
+    assert "job_1 is queued: no worker is ready yet" in out.getvalue()
