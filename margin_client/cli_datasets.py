@@ -51,14 +51,18 @@ def _upload(client, path: Path, **options: Any) -> dict:
         return client.datasets.upload(path, on_bytes=on_bytes, **options)
 
 
-def dataset_ref(client, args, ref: str, model: str | None = None) -> str:
+def dataset_ref(
+    client, args, ref: str, model: str | None = None, options_read_another: bool = False
+) -> str:
     """A dataset id as given, or the id of the file `ref` once uploaded. With the `model` the
-    dataset is for, a table lacking some of its features is named on stderr."""
+    dataset is for, a table lacking some of its features is named on stderr. The read options
+    given with a stored dataset are refused, unless another file of the same command
+    (`options_read_another`) takes them."""
     path = Path(ref)
     options = {"format": args.format, "label_column": args.label_column,
                "empty_cells": args.empty_cells}  # fmt: skip
     if ref.startswith("ds_"):
-        if any(value is not None for value in options.values()):
+        if not options_read_another and any(value is not None for value in options.values()):
             raise SystemExit(f"margin: --format, --label-column and --empty-cells read a file to "
                              f"upload; {ref} is a stored dataset, read when it was uploaded")
         return ref

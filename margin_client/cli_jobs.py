@@ -60,9 +60,11 @@ def add_train(commands: argparse._SubParsersAction, command: AddCommand) -> None
                        help="calibrate probabilities by an internal 5-fold at this C")
     train.add_argument("--calibration",
                        choices=("auto", "sigmoid", "softmax", "isotonic", "none"))
-    train.add_argument("--validation", help="a classifier's validation dataset id")
+    train.add_argument("--validation", metavar="DATASET",
+                       help="a classifier's validation dataset: an id, or a file to upload "
+                       "first, read by the same options as DATASET's file")
     train.add_argument("--follow", action="store_true", help="draw the progress until it ends")
-    add_upload_options(train, " (when DATASET is a file)")
+    add_upload_options(train, " (when DATASET or --validation is a file)")
 
 
 def add_jobs(commands: argparse._SubParsersAction, command: AddCommand) -> None:
@@ -119,9 +121,14 @@ def _train_params(args) -> dict[str, Any]:
 
 
 def cmd_train(client, args) -> int:
-    dataset = dataset_ref(client, args, args.dataset)
+    refs = [args.dataset, args.validation] if args.validation else [args.dataset]
+    # the read options apply to each file given; an id beside a file is not refused for them
+    any_file = any(not ref.startswith("ds_") for ref in refs)
+    dataset, *validation = [dataset_ref(client, args, ref, options_read_another=any_file)
+                            for ref in refs]  # fmt: skip
     job = client.jobs.create(
-        dataset, args.estimator, _train_params(args), validation_dataset=args.validation
+        dataset, args.estimator, _train_params(args),
+        validation_dataset=validation[0] if validation else None,
     )
     if not args.follow:
         output.emit(args, job.info, output.fields)

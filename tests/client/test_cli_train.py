@@ -82,3 +82,27 @@ def test_train_flags_state_the_services_defaults():
     assert f"{svr['loss']} (default)" in helps["loss"]
     assert f"{svc['multi_class']} (default)" in helps["multi_class"]
     assert f"default {svr['epsilon']:g}" in helps["epsilon"]
+
+
+def _labelled_table(path, seed: int) -> None:
+    rows = [(i / 10 + seed, (i % 3) / 3, "yes" if i % 2 else "no") for i in range(20)]
+    path.write_text("x1,x2,target\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows))
+
+
+def test_a_validation_file_is_uploaded_first_by_the_same_read_options(service, tmp_path):
+    # before: --validation took an id only, and a file answered "404 no dataset with id"
+    train, held_out = tmp_path / "train.csv", tmp_path / "held_out.csv"
+    _labelled_table(train, 0)
+    _labelled_table(held_out, 1)
+    job = as_json(margin(service, "train", str(train), "--validation", str(held_out),
+                         "--label-column", "target", "--json"))
+    assert job["validation_dataset_id"].startswith("ds_")
+    assert job["validation_dataset_id"] != job["dataset_id"]
+    with Client(service.url) as client:
+        stored = client.datasets.get(job["validation_dataset_id"])
+    assert stored["filename"] == "held_out.csv" and stored["n_rows"] == 20
+    # the options read the validation file beside a stored DATASET, not refused for the id
+    beside_id = margin(service, "train", job["dataset_id"], "--validation", str(held_out),
+                       "--label-column", "target", "--json")
+    assert as_json(beside_id)["validation_dataset_id"] == job["validation_dataset_id"]
+
