@@ -69,7 +69,11 @@ def dataset_ref(
     if not path.is_file():  # every dataset id starts with ds_: this was meant as a file
         raise FileNotFoundError(errno.ENOENT, "No such file (nor a dataset id)", ref)
     dataset = _upload(client, path, **options)
-    print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
+    if dataset.created:
+        print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
+    else:  # the same bytes, read the same way, were stored before: no second copy
+        print(f"{path} was already stored as {dataset['id']} (named {dataset['name']!r}); "
+              f"using it", file=sys.stderr)
     if model is not None:
         _warn_missing_features(path, dataset, client.models.get(model))
     return dataset["id"]

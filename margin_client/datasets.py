@@ -33,6 +33,18 @@ class DatasetInfo(TypedDict, total=False):
     created_at: str
 
 
+class UploadedDataset(dict):
+    """The dataset an upload answers (a `DatasetInfo` dict), with `created`: True when the
+    upload stored it (201), False when the same bytes read the same way were stored already
+    and that dataset is answered (200)."""
+
+    created: bool
+
+    def __init__(self, info: DatasetInfo, created: bool):
+        super().__init__(info)
+        self.created = created
+
+
 def _file_chunks(path: Path, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
     with open(path, "rb") as handle:
         while chunk := handle.read(CHUNK):
@@ -59,14 +71,15 @@ class Datasets:
         empty_cells: str | None = None,
         idempotency_key: str | None = None,
         on_bytes: Callable[[int], None] | None = None,
-    ) -> DatasetInfo:
+    ) -> UploadedDataset:
         """Store a dataset: a file (streamed as it is on disk: LIBSVM/SVMlight, CSV or TSV with
         a header row, compressed or not, Parquet or npz; `format` is "libsvm", "csv", "tsv",
         "parquet" or "npz", by default recognised) or an in-memory ``(X, y)`` (numpy or scipy
         sparse X, sent as npz: column j is feature j of a zero-based dataset). For tables,
         `label_column` names the label (default "label", else the first column) and
         `empty_cells="zero"` reads empty cells as 0 (default: an error). `on_bytes(n)` is
-        called as file bytes are sent."""
+        called as file bytes are sent. The answer's `created` says whether this upload
+        stored it or found it stored already."""
         headers = {"content-type": "application/octet-stream"}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
@@ -87,7 +100,7 @@ class Datasets:
         response = self._client.request(
             "POST", "/v1/datasets", content=content, params=params, headers=headers
         )
-        return answer_json(response)
+        return UploadedDataset(answer_json(response), response.status_code == 201)
 
     def list(self, limit: int | None = None) -> list[DatasetInfo]:
         """Stored datasets, newest first (all of them, or the first `limit`)."""

@@ -106,3 +106,19 @@ def test_a_validation_file_is_uploaded_first_by_the_same_read_options(service, t
                        "--label-column", "target", "--json")
     assert as_json(beside_id)["validation_dataset_id"] == job["validation_dataset_id"]
 
+
+def test_a_file_argument_stored_before_is_not_said_to_be_uploaded(service, tmp_path):
+    # before: "uploaded X as ds_..." whether the upload stored it or answered the stored one
+    table = tmp_path / "again.csv"
+    _labelled_table(table, 7)
+    first = margin(service, "train", str(table), "--label-column", "target", "--follow",
+                   "--json")
+    assert f"uploaded {table} as ds_" in first.stderr, first.stderr
+    model = as_json(first)["model_id"]
+    for command in (("evaluate", model), ("runs", "start", model)):
+        again = margin(service, *command, str(table), "--label-column", "target", "--json")
+        assert again.returncode == 0, again.stderr
+        assert f"{table} was already stored as ds_" in again.stderr, again.stderr
+        assert "uploaded" not in again.stderr
+    with Client(service.url) as client:
+        assert client.datasets.upload(table, label_column="target").created is False
