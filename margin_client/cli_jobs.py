@@ -131,7 +131,7 @@ def cmd_train(client, args) -> int:
         validation_dataset=validation[0] if validation else None,
     )
     if not args.follow:
-        output.emit(args, job.info, output.fields)
+        output.emit(args, job.info, job_fields)
         return 0
     return _follow(client, args, job)
 
@@ -188,8 +188,21 @@ def cmd_jobs_list(client, args) -> None:
     output.emit(args, items, lambda rows: output.table(rows, output.JOB_COLUMNS))
 
 
+def job_fields(job: dict) -> None:
+    """A job as name and value lines. A search's params.C is the service's default (or the C
+    asked), which the search does not train: C shows as the search's, with the C it chose once
+    the refit at it has begun (the API's params stay as stored)."""
+    params = job.get("params") or {}
+    if params.get("search") is not None:
+        progress = job.get("progress") or {}
+        chosen = progress.get("C") if progress.get("stage") == "refit" else None
+        C = "chosen by the search" + ("" if chosen is None else f": {output.text(chosen)}")
+        job = {**job, "params": {**params, "C": C}}
+    output.fields(job)
+
+
 def cmd_jobs_show(client, args) -> None:
-    output.emit(args, client.jobs.get(args.id).info, output.fields)
+    output.emit(args, client.jobs.get(args.id).info, job_fields)
 
 
 def cmd_jobs_cancel(client, args) -> None:

@@ -78,3 +78,22 @@ def test_a_loose_model_cut_short_by_max_iter_is_told_to_raise_it(service, heart_
     assert cut.returncode == 0, cut.stderr
     assert "note: the model's duality gap is" in cut.stderr
     assert "raise --max-iter" in cut.stderr and "lower --tol" not in cut.stderr
+
+
+def test_a_search_jobs_view_shows_C_as_the_searchs(capsys):
+    """A search job's params.C is the default 1.0, which the search never trains: `jobs show`
+    printed it beside the chosen C as if it had been."""
+    from margin_client.cli_jobs import job_fields
+
+    params = {"C": 1.0, "tol": 0.1, "search": {"Cs": [0.5, 2.0], "cv": 3}}
+    job = {"id": "job_1", "status": "running", "params": params,
+           "progress": {"stage": "path", "C": 0.5, "iteration": 3}}
+    job_fields(job)
+    queued = capsys.readouterr().out
+    assert '"C": "chosen by the search"' in queued and '"C": 1.0' not in queued, queued
+    job_fields({**job, "progress": {"stage": "refit", "C": 2.0, "iteration": 4}})
+    refit = capsys.readouterr().out
+    assert '"C": "chosen by the search: 2"' in refit, refit
+    assert params["C"] == 1.0  # the job's own params are left as the API gave them
+    job_fields({**job, "params": {"C": 1.0, "tol": 0.1}})
+    assert '"C": 1.0' in capsys.readouterr().out
