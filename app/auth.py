@@ -268,7 +268,7 @@ def refuse_foreign_host(request: Request) -> None:
     user's own clients name the service by a loopback address or `localhost`."""
     host = request.headers.get("host", "")
     name = host.rpartition(":")[0] if host.rpartition(":")[2].isdigit() else host
-    if not is_loopback(name):
+    if not is_loopback(name.rstrip(".")):  # `localhost.`: the same name, fully qualified
         raise ProblemError(
             403,
             "Forbidden",

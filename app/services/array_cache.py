@@ -24,6 +24,8 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from threading import Lock
 
@@ -42,7 +44,8 @@ class ArrayCache:
         self.max_bytes = max_bytes
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / ".locks").mkdir(exist_ok=True)
-        self._locks: dict[str, Lock] = {}  # one per key, made on first use
+        # one lock per key while any thread holds or waits for it: [lock, users]
+        self._locks: dict[str, list] = {}
         self._locks_lock = Lock()
         self.sweep_parts()
 
@@ -67,9 +70,21 @@ class ArrayCache:
         self.evict(keep=final)
         return final
 
-    def _key_lock(self, key: str) -> Lock:
+    @contextmanager
+    def _key_lock(self, key: str) -> Iterator[None]:
+        """Hold the key's lock; the entry goes when its last user leaves, so a long-lived
+        process keeps no lock per dataset it ever read."""
         with self._locks_lock:
-            return self._locks.setdefault(key, Lock())
+            entry = self._locks.setdefault(key, [Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._locks_lock:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._locks[key]
 
     def _download(self, storage: Storage, prefix: str, names: list[str], final: Path) -> None:
         part = self.root / temp_name("part")

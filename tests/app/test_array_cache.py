@@ -184,3 +184,4 @@ def test_a_download_hanging_on_the_store_holds_up_only_its_own_dataset(tmp_path)
         storage.release.set()
         slow.join(10)
     assert (tmp_path / "cache" / "k_slow" / "b.npy").exists()
+    assert cache._locks == {}  # no lock kept per dataset once its downloads are done

@@ -366,7 +366,8 @@ def test_keyless_on_loopback_answers_only_requests_naming_it_by_a_loopback_host(
         assert "loopback" in response.json()["detail"]
         headers = {"Host": host, "Sec-Fetch-Site": "same-origin"}
         assert upload(client, HEART.read_bytes(), headers=headers).status_code == 403
-    for host in ("localhost", "localhost:8000", "127.0.0.1:8000", "127.0.0.2", "[::1]:8000"):
+    for host in ("localhost", "localhost:8000", "localhost.:8000", "127.0.0.1:8000", "127.0.0.2",
+                 "[::1]:8000"):  # fmt: skip
         response = client.get("/v1/datasets", headers={"Host": host})
         assert response.status_code == 200, (host, response.text)
     acme = new_key(app, "acme", "read")
