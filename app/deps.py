@@ -122,24 +122,28 @@ def integer_params(dependant: Dependant) -> list[tuple[str, str]]:
     return found
 
 
-def _integer(annotation) -> bool:
+def _plain_types(annotation) -> list:
+    """The types a parameter's annotation admits, `Annotated` and unions taken apart
+    (`Annotated[int | None, ...]` → [int, NoneType])."""
     origin = get_origin(annotation)
     if origin is Annotated:
-        return _integer(get_args(annotation)[0])
+        return _plain_types(get_args(annotation)[0])
     if origin is Union or origin is UnionType:
-        return any(_integer(arg) for arg in get_args(annotation))
-    return annotation is int
+        return [kind for arg in get_args(annotation) for kind in _plain_types(arg)]
+    return [annotation]
+
+
+def _integer(annotation) -> bool:
+    return any(kind is int for kind in _plain_types(annotation))
 
 
 def _repeatable(annotation) -> bool:
     """Whether a query parameter's type takes a list of values (`list[str] | None`)."""
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        return _repeatable(get_args(annotation)[0])
-    if origin is Union or origin is UnionType:
-        return any(_repeatable(arg) for arg in get_args(annotation))
-    kind = origin or annotation
-    return isinstance(kind, type) and issubclass(kind, list | tuple | set | frozenset)
+    return any(
+        isinstance(get_origin(kind) or kind, type)
+        and issubclass(get_origin(kind) or kind, list | tuple | set | frozenset)
+        for kind in _plain_types(annotation)
+    )
 
 
 def not_found(kind: str, ident: str) -> ProblemError:
