@@ -137,11 +137,8 @@ def test_a_stopped_solve_returns_the_state_it_measured(client):
     assert result.history[-1].duality_gap == result.duality_gap
 
 
-def test_a_one_vs_rest_stopped_in_its_first_class_certifies_the_weights_it_returns(client):
-    """Stopped (a cancel keeping the model) in class 0 of 3, the classes not started are
-    returned at w = 0, α = 0, but the gap summed the objectives of the started class alone:
-    0.0008 reported where the weights returned have a relative gap of 0.75. Each class
-    not started now adds its primal at w = 0 (Σ C_i) with a dual of 0."""
+def _ovr_stopped_in_its_first_class(client):
+    """(X, y, C, bias, result) of a 3-class one-vs-rest stopped by its callback in class 0."""
     X, _ = synthetic_sparse(1200, 500, 12, seed=5)
     y = (X @ np.random.default_rng(1).standard_normal((500, 3))).argmax(axis=1)
     parts = split_rows(X, y, 2)
@@ -150,6 +147,15 @@ def test_a_one_vs_rest_stopped_in_its_first_class_certifies_the_weights_it_retur
         [p.X for p in parts], [p.y for p in parts], 3, client=client, loss="squared_hinge",
         C=C, bias=bias, tol=1e-9, callback=lambda p: p.iteration < 3,
     )  # fmt: skip
+    return X, y, C, bias, result
+
+
+def test_a_one_vs_rest_stopped_in_its_first_class_certifies_the_weights_it_returns(client):
+    """Stopped (a cancel keeping the model) in class 0 of 3, the classes not started are
+    returned at w = 0, α = 0, but the gap summed the objectives of the started class alone:
+    0.0008 reported where the weights returned have a relative gap of 0.75. Each class
+    not started now adds its primal at w = 0 (Σ C_i) with a dual of 0."""
+    X, y, C, bias, result = _ovr_stopped_in_its_first_class(client)
     assert result.status == "stopped" and len(result.extra["class_duality_gap"]) == 1
     assert not result.w[1:].any() and not result.alpha[1:].any()
     Xt, total_primal, total_dual = augmented(X, bias), 0.0, 0.0
@@ -188,14 +194,7 @@ def test_a_one_vs_rest_stopped_early_reports_the_largest_class_gap_of_what_it_re
     """Stopped in class 0 of 3: the gap, the largest per-class relative duality gap, counts the
     classes returned at w = 0, α = 0 (recomputed here with numpy), and the last record says
     what the result says."""
-    X, _ = synthetic_sparse(1200, 500, 12, seed=5)
-    y = (X @ np.random.default_rng(1).standard_normal((500, 3))).argmax(axis=1)
-    parts = split_rows(X, y, 2)
-    C, bias = 0.05, 1.0
-    result = solve_ovr(
-        [p.X for p in parts], [p.y for p in parts], 3, client=client, loss="squared_hinge",
-        C=C, bias=bias, tol=1e-9, callback=lambda p: p.iteration < 3,
-    )  # fmt: skip
+    X, y, C, bias, result = _ovr_stopped_in_its_first_class(client)
     assert result.status == "stopped"
     Xt, gaps = augmented(X, bias), []
     for c in range(3):
