@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,16 @@ def _http(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="port to bind (PORT; 8000)")
 
 
+def _service_installed() -> bool:
+    """Whether the service's stack is installed (a client-only install, margin[client], has
+    none), found without importing it: every command builds the parser, and the client
+    commands would otherwise wait for SQLAlchemy and pydantic to load."""
+    try:
+        return all(find_spec(name) is not None for name in ("sqlalchemy", "pydantic_settings"))
+    except ImportError:  # a finder that refuses the name
+        return False
+
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import version
 
@@ -95,11 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     copy.add_argument(
         "--from", dest="source", required=True, help="the old storage, e.g. file:///old/dir"
     )
-    try:
+    if _service_installed():
         from app import cli_keys
-    except ImportError:  # a client-only install (margin[client]) has no service stack
-        pass
-    else:
+
         cli_keys.add_parser(commands, _common)
     try:
         from margin_client import cli as client_cli

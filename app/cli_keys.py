@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
-from app.config import Settings
-from app.tenancy import SCOPES
+from app.scopes import SCOPES
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 
 def add_parser(commands, common) -> None:

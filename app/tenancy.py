@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session, with_loader_criteria
 
+from app.scopes import SCOPES
 from app.tables import (
     LOCAL_TENANT,
     Dataset,
@@ -28,7 +29,6 @@ from app.tables import (
 )
 
 __all__ = ["LOCAL_TENANT", "OWNED", "SCOPES", "Principal", "current", "current_tenant", "install"]
-SCOPES = ("read", "train", "predict", "admin")
 OWNED = (Dataset, Job, Model, PredictionRun, RegisteredModel, ModelVersion, ModelAlias)
 
 

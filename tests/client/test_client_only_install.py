@@ -125,3 +125,16 @@ def test_base_install_help_and_the_extra_each_command_needs():
         failed = run(*args)
         assert failed.returncode != 0 and extra in failed.stderr, (command, failed.stderr)
         assert "Traceback" not in failed.stderr
+
+
+def test_client_commands_leave_the_installed_service_stack_unloaded(service):
+    """Where the service is installed too, a client command loads none of its stack: every
+    `margin` command builds the whole parser, and `keys`'s part of it once imported SQLAlchemy
+    and pydantic (seconds of every client command's start on a busy machine)."""
+    env = {**service.env, "MARGIN_URL": service.url}
+    code = f"import sys\nBLOCKED = {SERVICE_STACK!r}\n" + CLI  # the check, not the blocker
+    listed = subprocess.run([sys.executable, "-c", code, "datasets", "list"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=180, env=env)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert "keys" in subprocess.run([sys.executable, "-m", "app.cli", "--help"], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=180).stdout  # fmt: skip
