@@ -15,6 +15,8 @@ from app.services.uploads import MAX_FIELDS
 from tests.app.conftest import HEART, heart_csv
 from tests.app.serving_helpers import train
 
+pytestmark = pytest.mark.one_database
+
 ROW = [0.5] * 13  # heart_scale's 13 features
 
 

@@ -3,8 +3,12 @@ two lines, a column named twice, a header opened by a UTF-8 byte order mark."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.app.conftest import NAMES
 from tests.app.serving_helpers import predict
+
+pytestmark = pytest.mark.one_database
 
 
 def post_csv(client, model, text):

@@ -1,4 +1,4 @@
-"""Creating jobs over HTTP, on SQLite and PostgreSQL: defaults and listing, and the requests
+"""Creating jobs over HTTP: defaults and listing, and the requests
 refused at creation (422 naming the field, nothing stored): bad parameters, datasets that do not
 fit, folds that cannot split the dataset, models beyond the weight limit. A stand-in trainer plays
 the solver here."""
@@ -11,7 +11,7 @@ from app.tables import Job
 from tests.app.conftest import upload
 from tests.app.job_helpers import STRUCTURAL, count
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.one_database]
 
 
 @pytest.mark.parametrize(

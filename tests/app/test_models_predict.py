@@ -19,6 +19,8 @@ from tests.app.model_rows import (
     sparse_instances,
 )
 
+pytestmark = pytest.mark.one_database
+
 
 def test_predict_forms_agree_with_the_reference(service, binary):
     model_id, coef, intercept = binary

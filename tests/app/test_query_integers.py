@@ -9,6 +9,8 @@ from urllib.parse import quote
 import pytest
 from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 
+pytestmark = pytest.mark.one_database
+
 NOT_PLAIN = ["5_0", "+5", " 5", "5 ", "5.0", "٥", "-5", "0x5", "1e1"]
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from app.tables import Dataset
 
+pytestmark = pytest.mark.one_database
+
 INSTANCES = {"instances": [{"indices": [1], "values": [1.0]}]}
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from tests.app.serving_helpers import predict
 
+pytestmark = pytest.mark.one_database
+
 
 def test_v2_server_and_model_metadata(client, served):
     assert client.get("/v2").json()["name"] == "margin"

@@ -9,6 +9,8 @@ from sqlalchemy import func, select
 
 from app.tables import Job
 
+pytestmark = pytest.mark.one_database
+
 
 @pytest.fixture
 def alias_target(client, binary) -> str:

@@ -13,6 +13,8 @@ import pytest
 
 from tests.app.table_helpers import csv_bytes, nothing_stored, post, stored, table
 
+pytestmark = pytest.mark.one_database
+
 CSV_FIELD = csv.field_size_limit()  # the csv module's bound on a cell: 131072 characters
 
 

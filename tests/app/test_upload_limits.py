@@ -16,6 +16,8 @@ from app.services import dataset_files
 from solvers.io import load_libsvm
 from tests.app.conftest import upload
 
+pytestmark = pytest.mark.one_database
+
 
 def nothing_stored(app) -> None:
     data = app.state.settings.data_dir

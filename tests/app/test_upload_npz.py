@@ -18,6 +18,8 @@ from margin_client._encode import npz_bytes
 from solvers.io import read_libsvm
 from tests.app.conftest import HEART
 
+pytestmark = pytest.mark.one_database
+
 
 def post(client, body: bytes, **params):
     return client.post(

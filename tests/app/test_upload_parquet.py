@@ -15,6 +15,8 @@ import scipy.sparse as sp
 
 from tests.app.table_helpers import nothing_stored, parquet_bytes, post, stored, table
 
+pytestmark = pytest.mark.one_database
+
 
 def test_dense_parquet_in_several_row_groups(client, settings):
     X, y = table(4, n=300)

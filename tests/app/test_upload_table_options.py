@@ -14,6 +14,8 @@ import pytest
 from app.tables import Dataset
 from tests.app.table_helpers import csv_bytes, nothing_stored, post, stored, table
 
+pytestmark = pytest.mark.one_database
+
 
 def test_label_column_by_query_or_by_a_field_before_the_file(client, settings):
     X, y = table(2)
