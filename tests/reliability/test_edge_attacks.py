@@ -105,17 +105,18 @@ def test_upload_form_fields_are_counted(service):  # noqa: F811
 def test_references_that_name_nothing_are_not_kept(service):  # noqa: F811
     """Before: each reference asked about (`name@alias`, or a bare name to the inference
     protocol) was kept in the alias cache, found or not, up to 4,096 of them: 4,000 references
-    of 60 KB held 214 MB after their requests ended. A reference that cannot name a model (its
-    name or alias is not a usable one) is now a 404 without a lookup."""
+    of 60 KB held 214 MB after their requests ended (so the 1,000 sent here would hold about
+    53 MB). A reference that cannot name a model (its name or alias is not a usable one) is now
+    a 404 without a lookup."""
     pid = service.process.pid
     before = sum(memory._status(p).get("VmRSS", 0) for p in memory.tree(pid))
-    for i in range(2000):
+    for i in range(1000):
         name = f"{i:05d}" + "a" * 60_000
         answer = service.http.post(f"/v1/models/{name}@prod/predict", json={"instances": []})
         assert answer.status_code == 404, answer.text[:300]
     after = sum(memory._status(p).get("VmRSS", 0) for p in memory.tree(pid))
     print(f"held after the requests: {(after - before) / memory.MB:.1f} MB")
-    assert after - before < 50 * memory.MB, (after - before) / memory.MB
+    assert after - before < 35 * memory.MB, (after - before) / memory.MB
 
 
 def test_the_same_name_registered_at_once_is_201_and_409(service):  # noqa: F811
