@@ -27,9 +27,12 @@ from app.services.jobs import cancel_job, create_job
 from app.tables import Job, JobProgress, Model, Worker, utcnow
 from tests.deploy.cluster import FreshDatabase, Processes, wait_for, write_regression_file
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(420)]
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+# Seconds to wait for started workers to register: each imports the stack and loads every kernel
+# from the cache first, several seconds of CPU apiece, longer on a busy machine.
+REGISTER_S = 150
 # A job that keeps the solver busy until its time limit (an unreachable tolerance).
 LONG = {"tol": 1e-12, "max_iter": 10_000_000, "time_limit": 30.0}
 
@@ -97,7 +100,7 @@ class Cluster:
                 ids = session.scalars(select(Worker.id))
                 return pids <= {WorkerId.parse(w).pid for w in ids}
 
-        wait_for(registered, 60, f"{n} workers to register")
+        wait_for(registered, REGISTER_S, f"{n} workers to register", every=0.2)
         return started
 
     def job(self, job_id: str) -> Job:
@@ -245,7 +248,7 @@ def test_forty_mixed_jobs_on_four_workers_run_exactly_once(cluster):
     started = cluster.workers(4)
     sizes = ["large" if i % 5 == 0 else "small" for i in range(40)]
     job_ids = [cluster.submit(size, max_iter=200) for size in sizes]
-    cluster.wait_terminal(job_ids, timeout=150)
+    cluster.wait_terminal(job_ids, timeout=240)
     with cluster.db.session() as session:
         jobs = session.scalars(select(Job).where(Job.id.in_(job_ids))).all()
         models = session.execute(
@@ -277,7 +280,7 @@ def test_sigkill_mid_job_is_retried_on_another_worker(cluster):
         job = cluster.job(job_id)
         return job.status == "running" and job.progress is not None and job
 
-    victim_id = wait_for(first_progress, 60, "the job to report progress").worker
+    victim_id = wait_for(first_progress, 120, "the job to report progress").worker
     victim = next(p for p in started if WorkerId.parse(victim_id).pid == p.pid)
     Processes.stop(victim, signal.SIGKILL)
     cluster.wait_terminal([job_id], timeout=90)
@@ -300,7 +303,7 @@ def test_sigkill_mid_job_is_retried_on_another_worker(cluster):
 def test_cancel_queued_and_running(cluster):
     (worker,) = cluster.workers(1)
     running = cluster.submit("long", **LONG)
-    wait_for(lambda: cluster.job(running).status == "running", 60, "the first job to start")
+    wait_for(lambda: cluster.job(running).status == "running", 120, "the first job to start")
     queued = cluster.submit("small")  # the only worker is busy: this one waits in the queue
     assert cluster.job(queued).status == "queued"
 
@@ -326,7 +329,7 @@ def test_sigterm_releases_the_running_job_for_another_worker(cluster):
     job_id = cluster.submit("long", **{**LONG, "time_limit": 3.0})
     holder_id = wait_for(
         lambda: cluster.job(job_id).progress is not None and cluster.job(job_id).worker,
-        60,
+        120,
         "the job to run",
     )
     holder = next(p for p in started if WorkerId.parse(holder_id).pid == p.pid)
@@ -370,7 +373,7 @@ def test_a_worker_whose_rows_were_pruned_registers_again(cluster):
             )
         return [WorkerId.parse(w).pid for w in ours] == [worker.pid] and fresh == 1
 
-    wait_for(registered_again, 30, "the worker to register again")
+    wait_for(registered_again, 60, "the worker to register again")
     job_id = cluster.submit("small", max_iter=50)
     cluster.wait_terminal([job_id], timeout=60)
     job = cluster.job(job_id)
