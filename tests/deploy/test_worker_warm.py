@@ -9,6 +9,7 @@ and the sparse row helpers); those the worker must compile before it reports rea
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -79,7 +80,9 @@ def test_a_fresh_worker_is_ready_only_when_warm_and_its_first_job_pays_no_compil
     dataset = import_file(db, settings, ROOT / "app" / "demo" / "heart_scale", "heart")[0]
     cache_root = tmp_path / "numba-cache"
     _cache_without_first_job_kernels(cache_root)
-    env = {"DATA_DIR": str(data), "NUMBA_CACHE_DIR": str(cache_root)}
+    # the worker imports the solvers whose cache was prepared (not another installed copy)
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {"DATA_DIR": str(data), "NUMBA_CACHE_DIR": str(cache_root), "PYTHONPATH": pythonpath}
     procs = Processes(tmp_path, env)
     try:
         worker = procs.start("worker", "--workers", "1", name="worker")
