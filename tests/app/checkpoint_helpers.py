@@ -1,6 +1,7 @@
 """Helpers of the checkpoint tests (tests/app/test_checkpoint_*.py, test_local_pool_recovery.py):
-a job on the heart data, the keys of its stored checkpoints, its model's weights, a shutdown
-signal that stops a worker mid-solve, and temporary files of a dead process and of this one."""
+a job on the heart data, settings that checkpoint at every segment, the keys of its stored
+checkpoints, its model's weights, a shutdown signal that stops a worker mid-solve, and temporary
+files of a dead process and of this one."""
 
 from __future__ import annotations
 
@@ -15,6 +16,15 @@ from app.storage import get_storage, job_checkpoints
 from app.tables import Model
 
 PARAMS = {"C": 4.0, "tol": 1e-6, "max_iter": 100000}
+
+
+def checkpoint_every_segment(settings) -> None:
+    """Checkpoint as often as the segments allow (every MIN_SEGMENT_PASSES passes: the heart
+    job makes about 300 segments), and write progress records once a second, not at the
+    tests' 0.01 s: a write at nearly every pass was most of these tests' time. The records
+    are buffered, and all written when the attempt ends."""
+    settings.checkpoint_s = 1e-4
+    settings.progress_interval_s = 1.0
 
 
 class StopAfter(threading.Event):

@@ -15,7 +15,13 @@ from app.jobs.runner import RunContext, run_job
 from app.services import prediction_csv
 from app.storage import checkpoint_key, get_storage
 from app.tables import Job
-from tests.app.checkpoint_helpers import in_flight, left_by_a_dead_process, new_job, stored_keys
+from tests.app.checkpoint_helpers import (
+    checkpoint_every_segment,
+    in_flight,
+    left_by_a_dead_process,
+    new_job,
+    stored_keys,
+)
 
 
 def test_a_job_that_fails_after_checkpointing_leaves_no_checkpoint(
@@ -25,8 +31,8 @@ def test_a_job_that_fails_after_checkpointing_leaves_no_checkpoint(
     from app.jobs import runner
 
     settings = app.state.settings
-    settings.checkpoint_s = 1e-4
-    job_id = new_job(client, heart)
+    checkpoint_every_segment(settings)
+    job_id = new_job(client, heart, max_iter=20)  # a few checkpoints, not the ~1,800 passes
 
     def scoring_fails(*args):
         raise RuntimeError("scoring failed")
@@ -46,7 +52,7 @@ def test_a_job_cancelled_while_checkpointing_leaves_no_checkpoint(
     from app.services import trainers
 
     settings = app.state.settings
-    settings.checkpoint_s = 1e-4
+    checkpoint_every_segment(settings)
     job_id = new_job(client, heart)
     train = trainers.TRAINERS["LinearSVC"]
     calls = []

@@ -15,13 +15,20 @@ from app.jobs.runner import RunContext, run_job
 from app.storage import StorageUnavailable, checkpoint_key, get_storage
 from app.tables import Job, Model
 from solvers import LinearSVC, read_libsvm
-from tests.app.checkpoint_helpers import PARAMS, StopAfter, model_coef, new_job, stored_keys
+from tests.app.checkpoint_helpers import (
+    PARAMS,
+    StopAfter,
+    checkpoint_every_segment,
+    model_coef,
+    new_job,
+    stored_keys,
+)
 from tests.app.conftest import HEART
 
 
 def test_a_job_checkpoints_and_ends_at_the_uninterrupted_optimum(app, client, db, heart):
     settings = app.state.settings
-    settings.checkpoint_s = 1e-4  # a checkpoint at (nearly) every iteration
+    checkpoint_every_segment(settings)  # a checkpoint every few passes, all the solve long
     job_id = new_job(client, heart)
     assert run_job(job_id, RunContext(settings, db)) == "succeeded"
     with db.session() as session:
@@ -37,7 +44,7 @@ def test_a_job_checkpoints_and_ends_at_the_uninterrupted_optimum(app, client, db
 
 def test_a_retried_job_resumes_from_its_checkpoint(app, client, db, heart):
     settings = app.state.settings
-    settings.checkpoint_s = 1e-4
+    checkpoint_every_segment(settings)
     job_id = new_job(client, heart)
     first = RunContext(settings, db, shutdown=StopAfter(6))
     assert run_job(job_id, first) == "queued"  # stopped at shutdown: handed back
@@ -45,6 +52,7 @@ def test_a_retried_job_resumes_from_its_checkpoint(app, client, db, heart):
         job = session.get(Job, job_id)
     stored = job.checkpoint_iteration
     assert stored and stored_keys(settings, job_id) == [checkpoint_key(job_id, 1)]
+    settings.checkpoint_s = 60.0  # the resumed attempt runs uncut (the first test cuts one)
     assert run_job(job_id, RunContext(settings, db)) == "succeeded"
     view = client.get(f"/v1/jobs/{job_id}").json()
     assert view["resumed_from"] == stored
@@ -100,7 +108,7 @@ def test_jobs_of_many_solves_are_not_cut_into_segments(app, client, db, heart, e
     """A search or a calibrated fit runs many solves and has no one dual point to resume: with
     checkpoints due at every pass it still trains to the end, uncut."""
     settings = app.state.settings
-    settings.checkpoint_s = 1e-4
+    checkpoint_every_segment(settings)
     params = {"tol": 1e-3, **extra}
     body = {"dataset_id": heart["id"], "params": params}
     job_id = client.post("/v1/jobs", json=body).json()["id"]
@@ -179,11 +187,12 @@ def test_a_resume_rides_out_a_storage_hiccup_but_not_an_outage_or_a_bad_file(
 
     assert checkpoint.READ_TRIES == 3  # the always-failing store is fetched that often
     settings = app.state.settings
-    settings.checkpoint_s = 1e-4
+    checkpoint_every_segment(settings)
     job_id = new_job(client, heart)
     assert run_job(job_id, RunContext(settings, db, shutdown=StopAfter(6))) == "queued"
     with db.session() as session:
         stored = session.get(Job, job_id).checkpoint_iteration
+    settings.checkpoint_s = 60.0  # the resumed attempt runs uncut: what it starts from is tested
     if corrupt:  # a file cut short: no retry reads it whole
         path = get_storage(settings).local_path(checkpoint_key(job_id, 1))
         path.write_bytes(path.read_bytes()[:100])
