@@ -17,7 +17,7 @@ from app.jobs.workers import WorkerId
 from app.tables import Job
 from tests.app import pool_process
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(300)
 # WORKER_ORPHAN_EXIT_S of the test's pool: under the default (10 s) by more than SLACK_S, so that
 # a worker that kept the default fails the test.
 ORPHAN_EXIT_S = 3.0
@@ -26,7 +26,7 @@ ORPHAN_EXIT_S = 3.0
 SLACK_S = 5.0
 
 
-def _running_job(db, job_id: str, pool, log_path, timeout: float = 90.0) -> Job:
+def _running_job(db, job_id: str, pool, log_path, timeout: float = 180.0) -> Job:
     deadline = time.monotonic() + timeout
     while True:
         with db.session() as session:
