@@ -115,6 +115,15 @@ def a9a(server):
     return body
 
 
+@pytest.fixture(scope="module")
+def a9a_arrays():
+    """a9a's training and test sets, read once for the tests that train on them directly."""
+    from solvers.io import load_libsvm
+
+    train = load_libsvm(shared_file("a9a", "a9a.bz2"))
+    return train, load_libsvm(shared_file("a9a", "a9a.t"), n_features=123)
+
+
 def wait_for(server, job_id, predicate, timeout=120.0, every=0.05) -> list[dict]:
     """Poll the job until predicate(job) holds; returns every state seen."""
     seen = []
@@ -139,9 +148,8 @@ def model_weights(server, model_id):
 
 
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
-def test_train_through_the_service_equals_direct_training(server, a9a, loss):
+def test_train_through_the_service_equals_direct_training(server, a9a, a9a_arrays, loss):
     from solvers import LinearSVC
-    from solvers.io import load_libsvm
 
     params = {"loss": loss, "C": 1.0, "tol": 0.05}
     response = server.http.post("/v1/jobs", json={"dataset_id": a9a["id"], "params": params})
@@ -158,8 +166,7 @@ def test_train_through_the_service_equals_direct_training(server, a9a, loss):
     # the model's gap and status are those of the last progress record
     assert model.gap == records[-1]["gap"] and model.n_iter == records[-1]["iteration"]
     assert model.status == "converged" and records[-1]["pg_range"] == records[-1]["gap"]
-    train = load_libsvm(shared_file("a9a", "a9a.bz2"))
-    test = load_libsvm(shared_file("a9a", "a9a.t"), n_features=123)
+    train, test = a9a_arrays
     direct = LinearSVC(**params).fit(train.X, train.y)
     np.testing.assert_allclose(coef, np.atleast_2d(direct.coef_), rtol=1e-8, atol=1e-10)
     ours = np.where(test.X @ coef[0] + intercept[0] > 0, model.classes[1], model.classes[0])
@@ -354,12 +361,12 @@ def test_a_killed_service_releases_its_jobs_and_a_restart_runs_them(tmp_path):
         second.stop()
 
 
-def test_a_search_job_reports_its_path_stores_its_table_and_predicts_probabilities(server, a9a):
+def test_a_search_job_reports_its_path_stores_its_table_and_predicts_probabilities(
+    server, a9a, a9a_arrays
+):
     """A search job over HTTP: live progress along the path, the CV table and chosen C on the
     model, calibrated probabilities at predict (JSON and text), log loss at evaluate, the
     calibration in the JSON export, and a 422 for probabilities of an uncalibrated model."""
-    from sklearn.datasets import load_svmlight_file
-
     from solvers import LinearSVCCV
 
     search = {"Cs": [0.01, 0.1, 1.0], "cv": 3, "scoring": "accuracy"}
@@ -384,14 +391,13 @@ def test_a_search_job_reports_its_path_stores_its_table_and_predicts_probabiliti
     model = server.http.get(f"/v1/models/{job['model_id']}").json()
     selection = model["selection"]
     assert [row["C"] for row in selection["table"]] == [0.01, 0.1, 1.0]
-    X, y = load_svmlight_file(str(shared_file("a9a", "a9a.bz2")), n_features=123)
+    (X, y), (Xt, yt) = ((data.X, data.y) for data in a9a_arrays)
     direct = LinearSVCCV(Cs=[0.01, 0.1, 1.0], cv=3, tol=0.01).fit(X, y)
     assert selection["C"] == direct.C_
     np.testing.assert_allclose([r["mean_score"] for r in selection["table"]],
                                direct.cv_results_["mean_test_score"], atol=2e-3)  # fmt: skip
     assert model["calibration"]["method"] == "sigmoid"
 
-    Xt, yt = load_svmlight_file(str(shared_file("a9a", "a9a.t")), n_features=123)
     lines = "".join(
         "1 " + " ".join(f"{j + 1}:{v:g}" for j, v in zip(row.indices, row.data, strict=True))
         + "\n" for row in Xt[:50]
