@@ -203,21 +203,26 @@ def solve_ovr(
     # runs passes while it waits for the slowest one
     stalls = ovr_newton.stall_detectors(loss, newton, k, newton_after)
     rules = _PassRules(tol, max_iter, order, shrinking and order != "random", objective_every)
-    status, iteration = _run_passes(
+    status, iteration, measured = _run_passes(
         problem, blocks, hinge, rules, np.random.default_rng(random_state), stalls, monitor
     )
     finished = {}
     if status in (Status.CONVERGED, Status.MAX_ITER) and any(b.stalled.any() for b in blocks):
+        if measured is None:
+            measured = [block_measures(problem, b, hinge) for b in blocks]
         finished = _finish_by_newton(
             problem, blocks, Cfull, (tol, newton_tol), max_iter - iteration, monitor, n_threads,
-            hinge,
+            measured,
         )  # fmt: skip
         if status is Status.CONVERGED and not all(f.converged for f in finished.values()):
             status = Status.MAX_ITER
         stops = {f.status for f in finished.values()}  # a cancel, or the time, ended the finish
         if stops & {Status.STOPPED, Status.TIME_LIMIT}:
             status = Status.STOPPED if Status.STOPPED in stops else Status.TIME_LIMIT
-    result = _result(problem, blocks, storage, hinge, status, iteration, monitor, tol, finished)
+    # the Newton method moved only the classes it finished, whose measures it replaces
+    result = _result(
+        problem, blocks, storage, hinge, status, iteration, monitor, tol, finished, measured
+    )
     return subset_alpha(result, rows)
 
 
@@ -235,11 +240,12 @@ class _PassRules:
 
 def _run_passes(problem, blocks, hinge, rules: _PassRules, rng, stalls, monitor):
     """Fused passes until every class has converged or left for Newton, the budget is spent or
-    the monitor stops; returns (status, passes run)."""
+    the monitor stops; returns (status, passes run, the blocks' measures of the returned state
+    where the last pass's report took them, else None)."""
     n = problem.n_samples
     order_buffer = np.empty(n, dtype=np.int64)
     long_rows = problem.X.data.shape[0] >= LONG_ROW_ENTRIES * max(n, 1)
-    status, iteration, verify = Status.MAX_ITER, 0, False
+    status, iteration, verify, measured = Status.MAX_ITER, 0, False, None
     # the calling thread runs the first block of each pass itself: n_blocks − 1 workers
     pool = ThreadPoolExecutor(max_workers=len(blocks) - 1) if len(blocks) > 1 else None
     try:
@@ -261,7 +267,7 @@ def _run_passes(problem, blocks, hinge, rules: _PassRules, rng, stalls, monitor)
                 met_any |= end_of_pass(b, rules.tol, rules.shrink, full, iteration)
             verify = rules.order == "random" and met_any and not verify
             done = not any(b.n_live for b in blocks)
-            report = _pass_progress(
+            report, measured = _pass_progress(
                 problem, blocks, running, hinge, rules, iteration, monitor, done
             )
             stop = monitor.report(report)
@@ -269,21 +275,22 @@ def _run_passes(problem, blocks, hinge, rules: _PassRules, rng, stalls, monitor)
                 for b in running:
                     set_aside_stalled(b, stalls)
             if not any(b.n_live for b in blocks):
-                return Status.CONVERGED, iteration
+                return Status.CONVERGED, iteration, measured
             if stop is not None:
-                return stop, iteration
+                return stop, iteration, measured
     finally:
         if pool is not None:
             pool.shutdown()
-    return status, iteration
+    return status, iteration, measured
 
 
-def _pass_progress(problem, blocks, running, hinge, rules, iteration, monitor, done) -> Progress:
+def _pass_progress(problem, blocks, running, hinge, rules, iteration, monitor, done):
     """The pass's report: the largest M − m of the running classes, and the summed objectives
     when they are due or every class has converged (``done``: the record of the returned
-    state, which ends the history)."""
+    state, which ends the history). Returns the report and the blocks' measures it took (None
+    if none): the result of a solve that ends here reuses them rather than measure again."""
     gap, M, m, kept = summary_of_pass(running)
-    primal = dual = None
+    primal = dual = measures = None
     due = rules.objective_every and iteration % rules.objective_every == 0
     if due or done:
         measures = [block_measures(problem, b, hinge) for b in blocks]
@@ -300,18 +307,19 @@ def _pass_progress(problem, blocks, running, hinge, rules, iteration, monitor, d
         primal=primal,
         dual=dual,
         duality_gap=None if dual is None else relative_duality_gap(primal, -dual),
-    )
+    ), measures
 
 
-def _finish_by_newton(problem, blocks, Cfull, tols, max_iter, monitor, n_threads, hinge):
-    """Finish the stalled classes; ``tols`` is (tol, newton_tol)."""
+def _finish_by_newton(problem, blocks, Cfull, tols, max_iter, monitor, n_threads, measured):
+    """Finish the stalled classes; ``tols`` is (tol, newton_tol), ``measured`` the blocks'
+    measures before the switch."""
+    of_block = {id(b): measures for b, measures in zip(blocks, measured, strict=True)}
     workers = min(n_threads, sum(int(b.stalled.sum()) for b in blocks))
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
         return ovr_newton.finish_stalled_classes(
-            problem, blocks, Cfull, tols, max_iter, monitor, pool,
-            lambda b: block_measures(problem, b, hinge),
-        )  # fmt: skip
+            problem, blocks, Cfull, tols, max_iter, monitor, pool, lambda b: of_block[id(b)]
+        )
     finally:
         if pool is not None:
             pool.shutdown()
@@ -378,18 +386,23 @@ def _per_class_C(C, k: int, n: int):
     return arr
 
 
-def _result(problem, blocks, storage, hinge, status, n_iter, monitor, tol, finished) -> SolveResult:
-    """The result, measured on the returned state: a class that converged keeps the M − m of the
-    pass that converged it (it has not moved since); any other class is measured anew. A class
-    the Newton method finished (``finished``) reports its own objectives and, as gap,
-    ‖∇P‖/‖∇P(0)‖ (its M and m count as 0 in pg_max and pg_min), and counts its Newton steps
-    after its passes, as the binary solver does; ``n_iter`` is then the most of any class."""
+def _result(
+    problem, blocks, storage, hinge, status, n_iter, monitor, tol, finished, measured=None
+) -> SolveResult:
+    """The result, measured on the returned state (``measured``: the blocks' measures of that
+    state, taken by the last pass's report, or None to take them here): a class that converged
+    keeps the M − m of the pass that converged it (it has not moved since); any other class
+    takes the measured one. A class the Newton method finished (``finished``) reports its own
+    objectives and, as gap, ‖∇P‖/‖∇P(0)‖ (its M and m count as 0 in pg_max and pg_min), and
+    counts its Newton steps after its passes, as the binary solver does; ``n_iter`` is then the
+    most of any class."""
     k = problem.n_classes
     intercept, primal, dual = np.empty(k), np.empty(k), np.empty(k)
     M, m, gap = np.empty(k), np.empty(k), np.empty(k)
     class_iter = np.empty(k, dtype=np.int64)
-    for b in blocks:
-        p, d, M_now, m_now = block_measures(problem, b, hinge)
+    if measured is None:
+        measured = [block_measures(problem, b, hinge) for b in blocks]
+    for b, (p, d, M_now, m_now) in zip(blocks, measured, strict=True):
         primal[b.classes], dual[b.classes] = p, d
         running = b.live.astype(bool)
         M[b.classes] = np.where(running, M_now, b.M)

@@ -340,3 +340,34 @@ def test_classes_side_by_side_stopped_by_the_clock_say_time_limit(monkeypatch):
     assert fused.status is Status.TIME_LIMIT
     stopped = solve_ovr(X, y, 3, callback=lambda p: p.iteration < 2, **options)
     assert stopped.status is Status.STOPPED
+
+
+@pytest.mark.parametrize("finish", ["passes", "newton"])
+def test_a_solve_measures_its_classes_once_after_its_last_pass(monkeypatch, many_blocks, finish):
+    """The last pass's record measures every class (its objectives) and the result reuses that
+    measure; a Newton finish replaces it for the classes it finished only. A path over C makes
+    fifty such solves, and a second measure was a tenth of a sector search. The per-class
+    primal and dual are checked here against numpy on the returned W and α."""
+    from solvers.multiclass import ovr, ovr_newton
+
+    measured = []
+    counting = ovr.block_measures
+    monkeypatch.setattr(ovr, "block_measures", lambda *a: measured.append(1) or counting(*a))
+    if finish == "newton":
+        monkeypatch.setattr(ovr_newton, "STALL_CAP", 5)  # the passes stall at once
+    X, _, y, classes = load("vowel")
+    k, C = len(classes), 0.5
+    tol = 1e-3 if finish == "passes" else 1e-8
+    r = solve_ovr(X, y, k, loss="squared_hinge", C=C, bias=1.0, tol=tol, max_iter=1000, n_jobs=2)
+    assert r.status is Status.CONVERGED
+    assert r.method == ("dcd" if finish == "passes" else "newton")
+    assert len(measured) == 2  # one per block of classes (two threads), once
+    XB = sp.hstack([X, np.ones((X.shape[0], 1))]).tocsr()
+    S = np.where(y == np.arange(k)[:, None], 1.0, -1.0)
+    for c in range(k):
+        w = np.r_[r.w[c], r.bias[c]]
+        primal = 0.5 * w @ w + C * np.sum(np.maximum(0.0, 1.0 - S[c] * (XB @ w)) ** 2)
+        w_alpha = XB.T @ (S[c] * r.alpha[c])
+        dual = 0.5 * w_alpha @ w_alpha + r.alpha[c] @ r.alpha[c] / (4 * C) - r.alpha[c].sum()
+        assert r.extra["primal"][c] == pytest.approx(primal, rel=1e-9)
+        assert r.extra["dual"][c] == pytest.approx(dual, rel=1e-9, abs=1e-12)
