@@ -120,7 +120,11 @@ def solve_sdm(
         passes, rows, problem, tol=tol, max_iter=max_iter, shrinking=shrinking, rng=rng,
         report=report,
     )  # fmt: skip
-    primal, dual = passes.objectives()
+    last = monitor.history[-1] if monitor.history else None
+    if last is not None and last.iteration == n_iter and last.primal is not None:
+        primal, dual = last.primal, last.dual  # the last pass's record measured this state
+    else:
+        primal, dual = passes.objectives()
     duality_gap = relative_duality_gap(primal, -dual)
     final = monitor.history[-1]
     if status is not Status.CONVERGED:

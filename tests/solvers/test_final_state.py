@@ -245,3 +245,24 @@ def test_an_svr_solve_ends_on_a_record_of_its_objectives(stop):
     last = r.history[-1]
     assert last.iteration == r.n_iter and last.gap == r.gap
     assert (last.primal, last.dual, last.duality_gap) == (r.primal, r.dual, r.duality_gap)
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [("Crammer-Singer", "crammer_singer"), ("Weston-Watkins", "weston_watkins")],
+)
+def test_a_converged_joint_solve_measures_its_objectives_once(monkeypatch, name, module):
+    # The converging pass's record measures the returned state, and the result reuses it: a
+    # second measure cost a pass over every (row, class) pair of each of a search's solves.
+    import importlib
+
+    formulation = importlib.import_module(f"solvers.multiclass.{module}")
+    measured = []
+    counting = formulation.margin_objectives
+    monkeypatch.setattr(
+        formulation, "margin_objectives", lambda *a, **k: measured.append(1) or counting(*a, **k)
+    )
+    r = SOLVERS[name](X)
+    assert r.status is Status.CONVERGED, name
+    assert len(measured) == 1, name
+    assert r.primal == pytest.approx(_margin_primal(name, r), rel=1e-9), name
