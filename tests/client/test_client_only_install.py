@@ -138,3 +138,13 @@ def test_client_commands_leave_the_installed_service_stack_unloaded(service):
     assert listed.returncode == 0, listed.stderr
     assert "keys" in subprocess.run([sys.executable, "-m", "app.cli", "--help"], cwd=ROOT,
                                     capture_output=True, text=True, timeout=180).stdout  # fmt: skip
+
+
+def test_commands_that_send_no_matrix_do_not_load_scipy(service):
+    # Every CLI test and every script pays each command's start: scipy's import was 0.6 s of a
+    # 1 s `margin datasets list`, though only the commands that build a matrix need it.
+    env = {**service.env, "MARGIN_URL": service.url}
+    code = CLI.replace("loaded = sorted(", "assert 'scipy' not in sys.modules\nloaded = sorted(")
+    for args in (("datasets", "list"), ("jobs", "list", "--json"), ("models", "list")):
+        result = run_blocked(code, *args, env=env)
+        assert result.returncode == 0, (args, result.stderr)
