@@ -16,9 +16,9 @@ Instances = Any  # ndarray | scipy sparse | list of {index or name: value} | LIB
 
 
 def is_sparse(X: Any) -> bool:
-    """Whether X is a scipy sparse matrix. scipy is imported only where a matrix is built: a CLI
-    command that sends no matrix (most of them) starts a fifth of a second sooner, and an object
-    can only be a scipy matrix once something has imported scipy."""
+    """Whether X is a scipy sparse matrix. scipy is imported only where a matrix is built (its
+    import was over half of the start of a CLI command that sends none, most of them), and an
+    object can only be a scipy matrix once something has imported scipy."""
     sparse = sys.modules.get("scipy.sparse")
     return sparse is not None and sparse.issparse(X)
 
