@@ -206,10 +206,10 @@ def solve_ovr(
     status, iteration, measured = _run_passes(
         problem, blocks, hinge, rules, np.random.default_rng(random_state), stalls, monitor
     )
+    if measured is None:  # the last pass's report did not measure the classes
+        measured = [block_measures(problem, b, hinge) for b in blocks]
     finished = {}
     if status in (Status.CONVERGED, Status.MAX_ITER) and any(b.stalled.any() for b in blocks):
-        if measured is None:
-            measured = [block_measures(problem, b, hinge) for b in blocks]
         finished = _finish_by_newton(
             problem, blocks, Cfull, (tol, newton_tol), max_iter - iteration, monitor, n_threads,
             measured,
@@ -220,9 +220,7 @@ def solve_ovr(
         if stops & {Status.STOPPED, Status.TIME_LIMIT}:
             status = Status.STOPPED if Status.STOPPED in stops else Status.TIME_LIMIT
     # the Newton method moved only the classes it finished, whose measures it replaces
-    result = _result(
-        problem, blocks, storage, hinge, status, iteration, monitor, tol, finished, measured
-    )
+    result = _result(problem, blocks, storage, status, iteration, monitor, tol, finished, measured)
     return subset_alpha(result, rows)
 
 
@@ -386,22 +384,17 @@ def _per_class_C(C, k: int, n: int):
     return arr
 
 
-def _result(
-    problem, blocks, storage, hinge, status, n_iter, monitor, tol, finished, measured=None
-) -> SolveResult:
-    """The result, measured on the returned state (``measured``: the blocks' measures of that
-    state, taken by the last pass's report, or None to take them here): a class that converged
-    keeps the M − m of the pass that converged it (it has not moved since); any other class
-    takes the measured one. A class the Newton method finished (``finished``) reports its own
-    objectives and, as gap, ‖∇P‖/‖∇P(0)‖ (its M and m count as 0 in pg_max and pg_min), and
-    counts its Newton steps after its passes, as the binary solver does; ``n_iter`` is then the
-    most of any class."""
+def _result(problem, blocks, storage, status, n_iter, monitor, tol, finished, measured):
+    """The result, measured on the returned state (``measured``: per block, the (primal, f(α),
+    M, m) of each class after the last pass): a class that converged keeps the M − m of the pass
+    that converged it (it has not moved since); any other class takes the measured one. A class
+    the Newton method finished (``finished``) reports its own objectives and, as gap,
+    ‖∇P‖/‖∇P(0)‖ (its M and m count as 0 in pg_max and pg_min), and counts its Newton steps
+    after its passes, as the binary solver does; ``n_iter`` is then the most of any class."""
     k = problem.n_classes
     intercept, primal, dual = np.empty(k), np.empty(k), np.empty(k)
     M, m, gap = np.empty(k), np.empty(k), np.empty(k)
     class_iter = np.empty(k, dtype=np.int64)
-    if measured is None:
-        measured = [block_measures(problem, b, hinge) for b in blocks]
     for b, (p, d, M_now, m_now) in zip(blocks, measured, strict=True):
         primal[b.classes], dual[b.classes] = p, d
         running = b.live.astype(bool)
