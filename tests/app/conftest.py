@@ -81,10 +81,12 @@ def pytest_collection_modifyitems(config, items):
     (input refused or parsed, bodies and queries read): its PostgreSQL variants would repeat the
     SQLite ones test for test, so they are left out of the run (reported as deselected). The
     behaviour that does depend on the database runs on both."""
-    repeats = [item for item in items if _repeats_sqlite(item)]
+    kept, repeats = [], []
+    for item in items:
+        (repeats if _repeats_sqlite(item) else kept).append(item)
     if repeats:
         config.hook.pytest_deselected(items=repeats)
-        items[:] = [item for item in items if not _repeats_sqlite(item)]
+        items[:] = kept
 
 
 def _repeats_sqlite(item) -> bool:

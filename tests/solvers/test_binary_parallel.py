@@ -333,7 +333,7 @@ def test_per_sample_C_with_dropped_rows_on_three_threads(forced_threads, loss):
     # the rebuild of w̃ and the objectives are split by ranges of rows: rows with C_i = 0 (in
     # every range) must count in neither, and three ranges must add up to the whole
     X, y = synthetic(n=2400, d=150, density=0.05, seed=4)
-    C = np.random.default_rng(4).uniform(0.02, 0.4, size=y.shape[0])  # see the final check's
+    C = np.random.default_rng(4).uniform(0.02, 0.4, size=y.shape[0])  # small: see the final check
     C[::7] = 0.0
     result = solve_binary(
         X, y, loss=loss, C=C, bias=1.0, tol=TIGHT[loss], max_iter=100_000, n_jobs=3,
