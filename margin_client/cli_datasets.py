@@ -51,24 +51,43 @@ def _upload(client, path: Path, **options: Any) -> dict:
         return client.datasets.upload(path, on_bytes=on_bytes, **options)
 
 
-def dataset_ref(
-    client, args, ref: str, model: str | None = None, options_read_another: bool = False
-) -> str:
-    """A dataset id as given, or the id of the file `ref` once uploaded. With the `model` the
-    dataset is for, a table lacking some of its features is named on stderr. The read options
-    given with a stored dataset are refused, unless another file of the same command
-    (`options_read_another`) takes them."""
-    path = Path(ref)
-    options = {"format": args.format, "label_column": args.label_column,
-               "empty_cells": args.empty_cells}  # fmt: skip
+def dataset_ref(client, args, ref: str, model: str | None = None) -> str:
+    """A dataset id as given, or the id of the file `ref` once uploaded: `dataset_refs` of one."""
+    return dataset_refs(client, args, [ref], model)[0]
+
+
+def dataset_refs(client, args, refs: list[str], model: str | None = None) -> list[str]:
+    """The dataset ids of `refs`: each id as given, or the id of a file once uploaded. Every
+    ref is checked before any file is uploaded, so that a bad one leaves nothing stored. With
+    the `model` the datasets are for, a table lacking some of its features is named on stderr."""
+    # the read options apply to each file given; an id beside a file is not refused for them
+    options_read_a_file = any(not ref.startswith("ds_") for ref in refs)
+    paths = [_checked_ref(args, ref, options_read_a_file) for ref in refs]
+    return [ref if path is None else _stored(client, args, path, model)
+            for ref, path in zip(refs, paths, strict=True)]  # fmt: skip
+
+
+def _read_options(args) -> dict[str, Any]:
+    return {"format": args.format, "label_column": args.label_column,
+            "empty_cells": args.empty_cells}  # fmt: skip
+
+
+def _checked_ref(args, ref: str, options_read_a_file: bool) -> Path | None:
+    """None for a dataset id, else the file to upload. The read options given with stored
+    datasets alone are refused: they were read when those were uploaded."""
     if ref.startswith("ds_"):
-        if not options_read_another and any(value is not None for value in options.values()):
+        if not options_read_a_file and any(v is not None for v in _read_options(args).values()):
             raise SystemExit(f"margin: --format, --label-column and --empty-cells read a file to "
                              f"upload; {ref} is a stored dataset, read when it was uploaded")
-        return ref
+        return None
+    path = Path(ref)
     if not path.is_file():  # every dataset id starts with ds_: this was meant as a file
         raise FileNotFoundError(errno.ENOENT, "No such file (nor a dataset id)", ref)
-    dataset = _upload(client, path, **options)
+    return path
+
+
+def _stored(client, args, path: Path, model: str | None) -> str:
+    dataset = _upload(client, path, **_read_options(args))
     if dataset.created:
         print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
     else:  # the same bytes, read the same way, were stored before: no second copy

@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from margin_client import output
-from margin_client.cli_datasets import add_limit, add_upload_options, dataset_ref, plain_int
+from margin_client.cli_datasets import add_limit, add_upload_options, dataset_refs, plain_int
 
 if TYPE_CHECKING:
     from margin_client.cli import AddCommand
@@ -122,10 +122,7 @@ def _train_params(args) -> dict[str, Any]:
 
 def cmd_train(client, args) -> int:
     refs = [args.dataset, args.validation] if args.validation else [args.dataset]
-    # the read options apply to each file given; an id beside a file is not refused for them
-    any_file = any(not ref.startswith("ds_") for ref in refs)
-    dataset, *validation = [dataset_ref(client, args, ref, options_read_another=any_file)
-                            for ref in refs]  # fmt: skip
+    dataset, *validation = dataset_refs(client, args, refs)
     job = client.jobs.create(
         dataset, args.estimator, _train_params(args),
         validation_dataset=validation[0] if validation else None,

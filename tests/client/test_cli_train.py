@@ -107,6 +107,18 @@ def test_a_validation_file_is_uploaded_first_by_the_same_read_options(service, t
     assert as_json(beside_id)["validation_dataset_id"] == job["validation_dataset_id"]
 
 
+def test_a_missing_validation_file_leaves_no_dataset_uploaded(service, tmp_path):
+    # before: DATASET was uploaded, and stored, before the missing VALIDATION was found
+    train, missing = tmp_path / "uploaded_never.csv", tmp_path / "missing.csv"
+    _labelled_table(train, 11)
+    result = margin(service, "train", str(train), "--validation", str(missing),
+                    "--label-column", "target")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == f"error: No such file (nor a dataset id): {missing}\n"
+    with Client(service.url) as client:
+        assert train.name not in {dataset["filename"] for dataset in client.datasets.list()}
+
+
 def test_a_file_argument_stored_before_is_not_said_to_be_uploaded(service, tmp_path):
     # before: "uploaded X as ds_..." whether the upload stored it or answered the stored one
     table = tmp_path / "again.csv"
