@@ -139,15 +139,23 @@ class Job:
             failures += 1
             if failures > RECONNECTS:
                 failures = 0
-                try:  # the API may go down just then, as during a stream: ridden out alike
-                    if self.refresh().done:
-                        return
-                    unreachable_since = None
-                except httpx.TransportError:
-                    unreachable_since = _outage_began(unreachable_since)
-                    if time.monotonic() - unreachable_since >= RECONNECT_S:
-                        raise
+                # the API may go down just then, as during a stream: ridden out alike
+                unreachable_since = self._ask(unreachable_since)
+                if unreachable_since is None and self.done:
+                    return
             time.sleep(min(2.0, 0.2 * 2**failures))
+
+    def _ask(self, unreachable_since: float | None) -> float | None:
+        """Refresh the job: None once the API answers, else when it became unreachable
+        (`unreachable_since`, or now); the error is raised once that is RECONNECT_S ago."""
+        try:
+            self.refresh()
+        except httpx.TransportError:
+            unreachable_since = _outage_began(unreachable_since)
+            if time.monotonic() - unreachable_since >= RECONNECT_S:
+                raise
+            return unreachable_since
+        return None
 
     def wait(self, progress: bool = False, check: bool = False) -> Job:
         """Block until the job ends; with `progress`, draw a progress bar (gap on a log scale,
@@ -161,8 +169,12 @@ class Job:
         else:
             for _ in self.events():
                 pass
-        if not self.done:
-            self.refresh()
+        tries = 0
+        unreachable_since = None if self.done else self._ask(None)
+        while unreachable_since is not None:  # an outage just as the stream ended: ridden out
+            tries += 1
+            time.sleep(min(2.0, 0.2 * 2**tries))
+            unreachable_since = self._ask(unreachable_since)
         if check and self.status != "succeeded":
             raise JobFailed(self)
         return self

@@ -176,3 +176,31 @@ def test_asking_the_job_gives_up_on_an_api_gone_for_longer(monkeypatch):
         Job(client, {"id": "job_1", "status": "running"}).wait()
     gone_for = clock["now"] - asked[0]
     assert jobs_module.RECONNECT_S <= gone_for <= jobs_module.RECONNECT_S + 3, gone_for
+
+
+def test_asking_the_job_after_its_stream_ended_rides_out_an_api_gone_then(monkeypatch):
+    """The stream ends without the job (its `end` carries none), and the API goes down for 20 s
+    as `wait()` then asks the job: that one question raised httpx.ConnectError at once."""
+    clock = {"now": 0.0}
+
+    def sleep(seconds):
+        clock["now"] += seconds
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                                  text="event: end\ndata: null\n\n")  # fmt: skip
+        if clock["now"] < 20:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"id": "job_1", "status": "succeeded"})
+
+    monkeypatch.setattr(jobs_module.time, "sleep", sleep)
+    monkeypatch.setattr(jobs_module.time, "monotonic", lambda: clock["now"])
+    client = Client("http://margin.test", transport=httpx.MockTransport(answer))
+    job = Job(client, {"id": "job_1", "status": "running"}).wait(check=True)
+    assert job.status == "succeeded" and 20 <= clock["now"] < 23
+    clock["now"] = 0.0  # gone for longer than a follower waits: the error is raised
+    monkeypatch.setattr(jobs_module, "RECONNECT_S", 10.0)
+    with pytest.raises(httpx.ConnectError):
+        Job(client, {"id": "job_1", "status": "running"}).wait()
+    assert 10 <= clock["now"] <= 12
