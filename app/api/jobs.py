@@ -82,7 +82,9 @@ def list_jobs(
 ):
     items, nxt = job_views.list_jobs(session, limit, cursor, status, dataset_id)
     bound = settings.max_job_seconds
-    return {"items": [job_views.job_view(j, bound) for j in items], "next": nxt}
+    waiting = job_views.waiting_reasons(session, items)
+    views = [job_views.job_view(j, bound, w) for j, w in zip(items, waiting, strict=True)]
+    return {"items": views, "next": nxt}
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)

@@ -63,9 +63,16 @@ def progress_id(text: str) -> int | None:
 
 def waiting_reason(session: Session, job: Job) -> str | None:
     """Why a queued job has not started, where the service can tell: no worker is ready."""
-    if job.status != JobStatus.QUEUED.value or workers.ready_count(session) > 0:
-        return None
-    return NO_WORKER_READY
+    return waiting_reasons(session, [job])[0]
+
+
+def waiting_reasons(session: Session, jobs: list[Job]) -> list[str | None]:
+    """`waiting_reason` of each job, the ready workers counted once for them all (a page of the
+    list), and only where one of them is queued."""
+    queued = [job.status == JobStatus.QUEUED.value for job in jobs]
+    if not any(queued) or workers.ready_count(session) > 0:
+        return [None] * len(jobs)
+    return [NO_WORKER_READY if waits else None for waits in queued]
 
 
 def job_view(

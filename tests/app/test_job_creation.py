@@ -394,3 +394,25 @@ def test_a_queued_job_says_it_waits_while_no_worker_is_ready(client, db, heart, 
     assert "no worker is ready" in client.get(f"/v1/jobs/{created['id']}").json()["waiting"]
     workers.register(db, workers.new_worker_id(), "local")
     assert client.get(f"/v1/jobs/{created['id']}").json()["waiting"] is None
+
+
+def test_the_list_says_why_its_queued_jobs_wait(client, db, heart, fake_trainer, monkeypatch):
+    """GET /v1/jobs left `waiting` null on every queued job, which GET /v1/jobs/{id} filled;
+    the ready workers are counted once for the page, not once for each job."""
+    from app.jobs import workers
+
+    fake_trainer()
+    for _ in range(3):
+        assert client.post("/v1/jobs", json={"dataset_id": heart["id"]}).status_code == 202
+    counted, ready_count = [], workers.ready_count
+
+    def counting(*args):
+        counted.append(args)
+        return ready_count(*args)
+
+    monkeypatch.setattr(workers, "ready_count", counting)
+    items = client.get("/v1/jobs").json()["items"]
+    assert len(items) == 3 and len(counted) == 1
+    assert all("no worker is ready" in job["waiting"] for job in items)
+    workers.register(db, workers.new_worker_id(), "local")
+    assert [job["waiting"] for job in client.get("/v1/jobs").json()["items"]] == [None] * 3
