@@ -63,7 +63,9 @@ def dataset_refs(client, args, refs: list[str], model: str | None = None) -> lis
     # the read options apply to each file given; an id beside a file is not refused for them
     options_read_a_file = any(not ref.startswith("ds_") for ref in refs)
     paths = [_checked_ref(args, ref, options_read_a_file) for ref in refs]
-    return [ref if path is None else _stored(client, args, path, model)
+    # the model is asked before any upload, so that a wrong model id stores nothing either
+    model_info = None if model is None or paths == [None] * len(refs) else client.models.get(model)
+    return [ref if path is None else _stored(client, args, path, model_info)
             for ref, path in zip(refs, paths, strict=True)]  # fmt: skip
 
 
@@ -86,7 +88,7 @@ def _checked_ref(args, ref: str, options_read_a_file: bool) -> Path | None:
     return path
 
 
-def _stored(client, args, path: Path, model: str | None) -> str:
+def _stored(client, args, path: Path, model: dict | None) -> str:
     dataset = _upload(client, path, **_read_options(args))
     if dataset.created:
         print(f"uploaded {path} as {dataset['id']}", file=sys.stderr)
@@ -94,7 +96,7 @@ def _stored(client, args, path: Path, model: str | None) -> str:
         print(f"{path} was already stored as {dataset['id']} (named {dataset['name']!r}); "
               f"using it", file=sys.stderr)
     if model is not None:
-        _warn_missing_features(path, dataset, client.models.get(model))
+        _warn_missing_features(path, dataset, model)
     return dataset["id"]
 
 

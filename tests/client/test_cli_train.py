@@ -107,7 +107,7 @@ def test_a_validation_file_is_uploaded_first_by_the_same_read_options(service, t
     assert as_json(beside_id)["validation_dataset_id"] == job["validation_dataset_id"]
 
 
-def test_a_missing_validation_file_leaves_no_dataset_uploaded(service, tmp_path):
+def test_a_missing_file_or_model_leaves_no_dataset_uploaded(service, tmp_path):
     # before: DATASET was uploaded, and stored, before the missing VALIDATION was found
     train, missing = tmp_path / "uploaded_never.csv", tmp_path / "missing.csv"
     _labelled_table(train, 11)
@@ -115,6 +115,10 @@ def test_a_missing_validation_file_leaves_no_dataset_uploaded(service, tmp_path)
                     "--label-column", "target")
     assert result.returncode == 1, result.stderr
     assert result.stderr == f"error: No such file (nor a dataset id): {missing}\n"
+    # before: evaluate and runs start uploaded the file, then asked for the missing model
+    for command in (("evaluate", "mdl_missing"), ("runs", "start", "mdl_missing")):
+        wrong = margin(service, *command, str(train), "--label-column", "target")
+        assert wrong.returncode == 1 and "mdl_missing" in wrong.stderr, wrong.stderr
     with Client(service.url) as client:
         assert train.name not in {dataset["filename"] for dataset in client.datasets.list()}
 
