@@ -31,6 +31,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from sqlalchemy import func, select
 
+from app import clock
 from app.auth import client_address
 from app.errors import ProblemError, problem_response
 from app.tables import Job, JobStatus, Model, PredictionRun, Worker, utcnow
@@ -137,6 +138,7 @@ class DatabaseCollector:
                     select(PredictionRun.status, func.count()).group_by(PredictionRun.status)
                 ).all()
             )
+            clock.synchronize(session)
             since = utcnow() - timedelta(seconds=WORKER_ALIVE_S)
             workers = session.execute(
                 select(func.count(), func.min(Worker.heartbeat_at)).where(

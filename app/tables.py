@@ -29,9 +29,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from app import clock
+
 
 def utcnow() -> datetime:
-    return datetime.now(UTC)
+    """Now on the service's clock, the database server's (`app.clock`)."""
+    return clock.now()
 
 
 _last_id = [0, 0]  # (milliseconds, random part) of this process's latest id

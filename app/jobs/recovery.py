@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
+from app import clock
 from app.config import Settings
 from app.db import Database
 from app.jobs import history, lifecycle
@@ -128,8 +129,9 @@ class Reaper:
             raise
 
     def _pass(self) -> dict[str, str]:
-        stale = utcnow() - timedelta(seconds=self.settings.job_stall_s)
         with self.db.session() as session:
+            clock.synchronize(session)  # the heartbeats are judged on the database's clock
+            stale = utcnow() - timedelta(seconds=self.settings.job_stall_s)
             rows = session.execute(
                 select(Job.id, Job.worker, Job.heartbeat_at).where(Job.status == JobStatus.RUNNING)
             ).all()

@@ -20,6 +20,7 @@ from datetime import timedelta
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
+from app import clock
 from app.db import Database
 from app.tables import Worker, utcnow
 
@@ -98,6 +99,7 @@ def register(db: Database, worker_id: str, backend: str) -> None:
 def ready_count(session: Session, max_age_s: float = ALIVE_S) -> int:
     """Workers whose heartbeat is at most `max_age_s` old: a worker registers only once its
     kernels are warm, so one still compiling them is not counted."""
+    clock.synchronize(session)
     since = utcnow() - timedelta(seconds=max_age_s)
     return session.scalar(
         select(func.count()).select_from(Worker).where(Worker.heartbeat_at >= since)
@@ -131,6 +133,7 @@ def check_health(settings, max_age_s: float = 15.0) -> int:
     db = Database(settings.db_url, **options)
     try:
         with db.session() as session:
+            clock.synchronize(session, force=True)
             since = utcnow() - timedelta(seconds=max_age_s)
             rows = session.scalars(
                 select(Worker.id).where(Worker.heartbeat_at >= since, Worker.id.like(f"{host}:%"))

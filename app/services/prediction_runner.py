@@ -21,6 +21,7 @@ import threading
 import time
 from datetime import timedelta
 
+from app import clock
 from app.config import Settings
 from app.db import Database
 from app.jobs.workers import new_worker_id
@@ -99,6 +100,8 @@ class PredictionRunner:
                     self._connected_since = time.monotonic()
                 stale = None
                 if time.monotonic() - self._connected_since >= self.settings.job_stall_s:
+                    with self.db.session() as session:
+                        clock.synchronize(session)
                     stale = utcnow() - timedelta(seconds=self.settings.job_stall_s)
                 if runs.recover_runs(self.db, self.settings.job_retries, stale):
                     self.wake()

@@ -176,6 +176,41 @@ def test_jobs_of_a_dead_worker_fail_or_are_requeued(app, client, db, heart, fake
         assert "worker process" in after["error"] and after["finished_at"]
 
 
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # SQLite is one host's file
+def test_heartbeats_are_judged_on_the_database_clock_not_the_host_s(
+    app, client, db, heart, fake_trainer, monkeypatch
+):
+    # before: a reaper on a host whose clock ran an hour ahead took a live worker's job too, and
+    # one an hour behind left a dead worker's job running
+    from datetime import UTC, datetime, timedelta
+
+    from app import clock
+    from app.jobs import workers
+
+    fake_trainer()
+    workers.register(db, "elsewhere:7:0", "local")
+
+    def running_job(beat_s_ago: float) -> str:
+        job_id = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()["id"]
+        with db.write() as session:  # the database server runs on this host: its clock is true
+            row = session.get(Job, job_id)
+            row.status, row.attempt, row.worker = "running", 1, "elsewhere:7"
+            row.heartbeat_at = datetime.now(UTC) - timedelta(seconds=beat_s_ago)
+        return job_id
+
+    live = running_job(0)
+    for skew in (timedelta(hours=1), -timedelta(hours=1)):
+        dead = running_job(600)
+        monkeypatch.setattr(clock, "local_now", lambda skew=skew: datetime.now(UTC) + skew)
+        monkeypatch.setattr(clock, "_synced_at", None)
+        reaper = Reaper(db, app.state.settings, LocalQueue(), "test")
+        reaper.connected_since = time.monotonic() - app.state.settings.job_stall_s
+        assert reaper.run_once() == {dead: "failed"}
+        with db.session() as session:
+            assert workers.ready_count(session) == 1
+    assert client.get(f"/v1/jobs/{live}").json()["status"] == "running"
+
+
 def test_stalled_heartbeat_is_recovered(app, client, db, heart, fake_trainer):
     fake_trainer()
     job = client.post("/v1/jobs", json={"dataset_id": heart["id"]}).json()
