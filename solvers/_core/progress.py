@@ -170,8 +170,10 @@ class Monitor:
     """Loop policy shared by the drivers: history, time budget and the user's callback.
 
     Call `report` once per outer iteration; it returns the status to stop with (STOPPED when the
-    callback returned False, TIME_LIMIT when the budget is spent) or None to go on. Call
-    `conclude` with the record of the state the solver returns.
+    callback returned False, TIME_LIMIT when the budget is spent) or None to go on, and keeps the
+    first such status in ``stopped`` (a driver of several solves in turn stops them all, even
+    when the solve that heard it ended converged). Call `conclude` with the record of the state
+    the solver returns.
     """
 
     def __init__(self, callback: Callback | None = None, time_limit: float | None = None):
@@ -181,17 +183,21 @@ class Monitor:
         self.time_limit = time_limit
         self.history: list[Progress] = []
         self.start = time.perf_counter()
+        self.stopped: Status | None = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
     def report(self, progress: Progress) -> Status | None:
         self.history.append(progress)
+        stop = None
         if self.callback is not None and self.callback(progress) is False:
-            return Status.STOPPED
-        if self.time_limit is not None and self.elapsed() >= self.time_limit:
-            return Status.TIME_LIMIT
-        return None
+            stop = Status.STOPPED
+        elif self.time_limit is not None and self.elapsed() >= self.time_limit:
+            stop = Status.TIME_LIMIT
+        if self.stopped is None:
+            self.stopped = stop
+        return stop
 
     def conclude(
         self, progress: Progress, same_range: bool = False, combined: bool = False

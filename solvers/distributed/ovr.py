@@ -63,7 +63,7 @@ def solve_ovr(
             result = run_rounds(blocks, spec, options, rng, monitor, first_round=rounds + 1)
             rounds += result.n_iter
             results.append(result)
-            if result.status in (Status.STOPPED, Status.TIME_LIMIT):
+            if monitor.stopped is not None:  # heard by this class, maybe on its converging round
                 break
         result = _combine(results, k, rounds, monitor, blocks)
         result.extra["classes"] = classes
@@ -85,7 +85,7 @@ def _classes(blocks, n_classes) -> list:
 
 def _combine(results, k, rounds, monitor, blocks) -> SolveResult:
     if len(results) < k:  # stopped early: the classes not started keep w = 0
-        status = results[-1].status
+        status = monitor.stopped
     else:
         worst = [r.status for r in results if r.status is not Status.CONVERGED]
         status = worst[0] if worst else Status.CONVERGED

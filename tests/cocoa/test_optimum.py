@@ -208,3 +208,21 @@ def test_a_one_vs_rest_stopped_early_reports_the_largest_class_gap_of_what_it_re
     assert (last.gap, last.primal, last.dual, last.duality_gap) == (
         result.gap, result.primal, result.dual, result.duality_gap
     )  # fmt: skip
+
+
+def test_a_one_vs_rest_stopped_on_the_round_its_class_converged_starts_no_other_class(client):
+    """The callback says stop on the round where class 0 converges: that class ends converged,
+    and before, class 1 then started, and class 2, each heard the stop again only at a round of
+    its own (here, each ran to its optimum). No class starts after a stop now."""
+    X, _ = synthetic_sparse(1200, 500, 12, seed=5)
+    y = (X @ np.random.default_rng(1).standard_normal((500, 3))).argmax(axis=1)
+    parts = split_rows(X, y, 2)
+    tol = 1e-3
+    result = solve_ovr(
+        [p.X for p in parts], [p.y for p in parts], 3, client=client, loss="squared_hinge",
+        C=0.05, bias=1.0, tol=tol, callback=lambda p: p.gap > tol,
+    )  # fmt: skip
+    assert result.status == "stopped" and len(result.extra["class_duality_gap"]) == 1
+    assert result.extra["class_duality_gap"][0] <= tol
+    assert not result.w[1:].any() and not result.alpha[1:].any()
+    assert result.n_iter == result.history[-1].iteration
