@@ -166,6 +166,13 @@ class SolveResult:
         return self.status is Status.CONVERGED
 
 
+def _lacks_figures_of(last: Progress, progress: Progress) -> bool:
+    """Whether ``last`` lacks the objectives or the projected-gradient range ``progress`` has."""
+    return (last.primal is None and progress.primal is not None) or (
+        last.pg_max is None and progress.pg_max is not None
+    )
+
+
 class Monitor:
     """Loop policy shared by the drivers: history, time budget and the user's callback.
 
@@ -206,15 +213,16 @@ class Monitor:
         already measured that state (the same iteration and gap, and with ``same_range`` the
         same projected-gradient range: a record whose round was undone can share the gap of the
         state measured after it but not its range); the callback sees it too (its answer no
-        longer matters). A last record of that state without the objectives ``progress`` has is
-        replaced by ``progress``, so the history ends on the returned state's objectives. A
+        longer matters). A last record of that state without the objectives or the projected-
+        gradient range ``progress`` has is replaced by ``progress``, so the history ends on the
+        returned state's figures (a Newton step's record has no range; the result has). A
         ``combined`` record (of solves put together, as the classes of a one-vs-rest) is never
         the state of the last report."""
         last = None if combined or not self.history else self.history[-1]
         same = last is not None and (last.iteration, last.gap) == (progress.iteration, progress.gap)
         if same and same_range:
             same = (last.pg_max, last.pg_min) == (progress.pg_max, progress.pg_min)
-        if same and last.primal is None and progress.primal is not None:
+        if same and _lacks_figures_of(last, progress):
             self.history.pop()
             same = False
         if not same:

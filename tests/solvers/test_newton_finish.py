@@ -44,6 +44,11 @@ def test_raw_news20_binary_stalls_without_newton_and_converges_with_it():
     methods = [p.method for p in result.history]
     first = methods.index("newton")
     assert set(methods[:first]) == {"dcd"} and set(methods[first:]) == {"newton"}
+    # the history ends on the returned state, its projected-gradient range included (before:
+    # the last Newton step's record, without one)
+    last = result.history[-1]
+    assert last.iteration == result.n_iter and last.iteration != result.history[-2].iteration
+    assert (last.pg_max, last.pg_min) == (result.pg_max, result.pg_min) != (None, None)
     # certified: the duality gap of (w, α(w)) is measured on the returned pair
     ref = liblinear_w_tilde(X, y, "-s 1 -c 1 -e 0.1", 0.0)
     p_ref = primal(X, y, ref, 1.0, "squared_hinge", 0.0)
