@@ -162,6 +162,42 @@ def test_a_header_that_claims_more_data_than_its_member_holds_is_422(client):
     assert "member y: its header declares more data" in response.json()["detail"]
 
 
+@pytest.mark.parametrize(
+    "member, shape, said",
+    [
+        ("data", (-1,), "negative shape"),  # before: read(-N) read the whole member
+        ("shape", (-1,), "negative shape"),
+        ("data", (-(2**31), -(2**31)), "negative shape"),  # a positive product of negatives
+        ("data", (2**62, 2**62), "declares more data"),  # a product that wrapped in int64
+    ],
+)
+def test_a_header_of_negative_or_wrapping_extents_is_422_before_its_data_is_read(
+    client, member, shape, said
+):
+    entries = {f"{name}.npy": buffer for name, buffer in _npy_members(np.eye(3), [1, 2, 3])}
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": shape}
+    )
+    # zeros behind the header, within the test's MAX_EXPANDED_MB (1)
+    entries[f"{member}.npy"] = header.getvalue() + bytes(512 << 10)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+    response = post(client, out.getvalue(), format="npz")
+    assert response.status_code == 422, response.text
+    assert f"member {member}: its header declares" in response.json()["detail"]
+    assert said in response.json()["detail"]
+
+
+def _npy_members(X, y):
+    for name, array in csr_members(X, y).items():
+        buffer = io.BytesIO()
+        np.save(buffer, array)
+        yield name, buffer.getvalue()
+
+
 @pytest.mark.parametrize("code", [0xD800, 0xDFFF, 0x110000, 0xFFFFFFFF])
 def test_a_text_label_that_is_no_unicode_text_is_422(client, settings, code):
     """numpy keeps any 32-bit code in a unicode array: a lone surrogate made a class name that

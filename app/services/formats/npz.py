@@ -16,6 +16,7 @@ monotone row pointers, finite values, at most MAX_LINE_MB / 4 entries in a row).
 
 from __future__ import annotations
 
+import math
 import shutil
 import zipfile
 from collections.abc import Iterator
@@ -219,7 +220,10 @@ def _read_array(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, work
             raise ValueError(f"npz: member {name}: not a .npy array ({exc})") from None
         if dtype.hasobject:
             raise ValueError(f"npz: member {name}: object arrays are not accepted")
-        count = int(np.prod(shape, dtype=np.int64))
+        if any(extent < 0 for extent in shape):  # a negative extent made a negative length,
+            # which read the whole member: refused before any data is read
+            raise ValueError(f"npz: member {name}: its header declares a negative shape {shape}")
+        count = math.prod(shape)  # Python's integers: a product of huge extents cannot wrap
         nbytes = count * dtype.itemsize
         if nbytes > info.file_size:
             raise ValueError(f"npz: member {name}: its header declares more data than it holds")
