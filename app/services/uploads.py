@@ -164,6 +164,7 @@ class _MultipartReader:
         self.fields: dict[str, bytearray] = {}
         self.filename: str | None = None
         self.saw_file = False
+        self.ended = False  # the closing boundary was read
         self.field_parts = 0
         self._header_field = bytearray()
         self._header_value = bytearray()
@@ -178,7 +179,11 @@ class _MultipartReader:
             "on_header_end": self._header_end,
             "on_headers_finished": self._headers_finished,
             "on_part_data": self._part_data,
+            "on_end": self._end,
         }
+
+    def _end(self) -> None:
+        self.ended = True
 
     def _part_begin(self) -> None:
         self._headers = {}
@@ -275,6 +280,13 @@ async def _stream_into(
         async for chunk in request.stream():
             parser.write(chunk)
         parser.finalize()
+        if not reader.ended:  # a body cut short: its last part's data may end mid-value
+            raise ProblemError(
+                422,
+                "Invalid upload",
+                f"multipart body without its closing boundary (--{boundary.decode('latin-1')}--):"
+                " the upload was cut short",
+            )
     except ClientDisconnect:
         raise ProblemError(400, "Upload interrupted", "the client closed the connection") from None
     except (ProblemError, HTTPException):  # ours, or the body size limit (app.limits)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import hashlib
+import time
 from datetime import timedelta
 
 import numpy as np
@@ -124,6 +125,22 @@ def test_missing_file_field_is_422(client, settings, db):
     assert response.status_code == 422
     assert "file" in response.json()["detail"]
     assert stored(settings, db) == (0, [], [])
+
+
+def test_a_multipart_body_cut_before_its_closing_boundary_is_422(client, settings, db):
+    # before: 201, the last row stored as 2:123 where the file was cut mid-number
+    body = (b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="cut.txt"\r\n\r\n'
+            b"1 1:1 2:0.5\n-1 1:-1 2:0.25\n1 1:0.75 2:123")  # fmt: skip
+    headers = {"content-type": "multipart/form-data; boundary=XyZ"}
+    response = client.post("/v1/datasets", content=body, headers=headers)
+    assert response.status_code == 422, response.text
+    assert "closing boundary (--XyZ--)" in response.json()["detail"]
+    deadline = time.monotonic() + 10  # the parser following the file stops within a poll or two
+    while stored(settings, db) != (0, [], []) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stored(settings, db) == (0, [], [])
+    whole = client.post("/v1/datasets", content=body + b"\r\n--XyZ--\r\n", headers=headers)
+    assert whole.status_code == 201, whole.text
 
 
 def test_idempotency_key_returns_the_first_dataset(client, settings, db):
