@@ -23,6 +23,7 @@ from app.db import is_disk_full, is_nul_text, is_unavailable
 from app.storage import StorageUnavailable
 
 PROBLEM_JSON = "application/problem+json"
+MAX_LISTED_ERRORS = 20  # validation errors described in a response; the rest are counted
 log = logging.getLogger("margin.api")
 
 
@@ -103,10 +104,12 @@ def field_path(loc: tuple | list) -> str:
 def describe_validation_errors(
     errors: list[dict[str, Any]], known: dict[tuple, list[str]] | None = None
 ) -> list[dict[str, Any]]:
-    """Each error's field and message. `known` maps a location prefix (without 'body') to the
-    fields allowed there, so that an unknown field gets a "did you mean" suggestion."""
+    """The field and message of each of the first MAX_LISTED_ERRORS errors. `known` maps a
+    location prefix (without 'body') to the fields allowed there, so that an unknown field gets
+    a "did you mean" suggestion. The rest are only counted (`errors_detail`): a body of 120,000
+    unknown fields cost a suggestion search each, seconds on the event loop, and a 7 MB answer."""
     out = []
-    for err in errors:
+    for err in errors[:MAX_LISTED_ERRORS]:
         entry = {"field": field_path(err.get("loc", ())), "message": err.get("msg", "invalid")}
         if err.get("type") == "model_type":  # pydantic's text names our class (SearchSpec)
             entry["message"] = "Input should be an object"
@@ -116,6 +119,13 @@ def describe_validation_errors(
             entry["message"] += f" (got {err['input']!r})"
         out.append(entry)
     return out
+
+
+def errors_detail(described: list[dict[str, Any]], total: int) -> str:
+    """The described errors in one line, and how many of the `total` were not described."""
+    detail = "; ".join(f"{e['field']}: {e['message']}" for e in described)
+    unlisted = total - len(described)
+    return detail + (f"; and {unlisted} more" if unlisted > 0 else "")
 
 
 def _suggestion(loc: tuple | list, known: dict[tuple, list[str]]) -> str:
@@ -146,8 +156,9 @@ async def _problem_error(request: Request, exc: ProblemError) -> JSONResponse:
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = describe_validation_errors(list(exc.errors()), _body_fields(request))
-    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+    all_errors = exc.errors()
+    errors = describe_validation_errors(all_errors, _body_fields(request))
+    detail = errors_detail(errors, len(all_errors))
     status = 422 if protocol_of(request.url.path) == "problem" else 400
     return error_response(request.url.path, status, "Invalid request", detail, errors=errors)
 

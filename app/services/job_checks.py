@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.errors import ProblemError, describe_validation_errors
+from app.errors import MAX_LISTED_ERRORS, ProblemError, describe_validation_errors, errors_detail
 from app.schemas.jobs import JobCreate
 from app.schemas.params import ESTIMATORS, EstimatorSpec
 from app.services.dataset_store import MAX_EXACT_CLASS, inexact_class
@@ -46,11 +46,12 @@ def validate_request(body: JobCreate) -> tuple[EstimatorSpec, dict[str, Any]]:
     try:
         params = spec.validate(body.params)
     except ValidationError as exc:
+        all_errors = exc.errors()
         errors = describe_validation_errors(
-            [{**e, "loc": ("params", *e["loc"])} for e in exc.errors()],
+            [{**e, "loc": ("params", *e["loc"])} for e in all_errors[:MAX_LISTED_ERRORS]],
             known={("params",): list(spec.params.model_fields)},
         )
-        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        detail = errors_detail(errors, len(all_errors))
         raise ProblemError(422, "Invalid job", detail, errors=errors) from None
     full = params.model_dump(mode="json")
     _check_calibration_used(full)

@@ -5,8 +5,12 @@ the solver here."""
 
 from __future__ import annotations
 
+import itertools
+import string
+
 import pytest
 
+from app.errors import MAX_LISTED_ERRORS
 from app.tables import Job
 from tests.app.conftest import upload
 from tests.app.job_helpers import STRUCTURAL, count
@@ -416,3 +420,20 @@ def test_the_list_says_why_its_queued_jobs_wait(client, db, heart, fake_trainer,
     assert all("no worker is ready" in job["waiting"] for job in items)
     workers.register(db, workers.new_worker_id(), "local")
     assert [job["waiting"] for job in client.get("/v1/jobs").json()["items"]] == [None] * 3
+
+
+def test_a_body_of_many_unknown_fields_lists_the_first_errors_and_counts_the_rest(client):
+    """Each unknown field was described, with its "did you mean" search, on the event loop:
+    120,000 of them (a 0.96 MB body) took 6 s and answered 7.4 MB. (20,000 here: what is left
+    of the time is pydantic's, listing every error before the handler sees them.)"""
+    letters = string.ascii_letters + string.digits
+    names = ("".join(name) for name in itertools.product(letters, repeat=3))
+    body = "{" + ",".join(f'"{name}":0' for name in itertools.islice(names, 20_000)) + "}"
+    headers = {"Content-Type": "application/json"}
+    response = client.post("/v1/jobs", content=body, headers=headers)
+    assert response.status_code == 422
+    assert len(response.content) < 20_000
+    problem = response.json()
+    assert len(problem["errors"]) == MAX_LISTED_ERRORS
+    assert {"field": "aaa", "message": "unknown field"} in problem["errors"]
+    assert problem["detail"].endswith(f"; and {20_001 - MAX_LISTED_ERRORS} more")
