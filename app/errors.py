@@ -8,6 +8,7 @@ names no file, line or internal path (the traceback goes to the server log only)
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 from http import HTTPStatus
 from typing import Any
@@ -39,6 +40,15 @@ class ProblemError(Exception):
         self.headers: dict[str, str] = extra.pop("headers", None) or {}
 
 
+class EchoingJSONResponse(JSONResponse):
+    """JSON for an error, whose text may echo what the client sent: a lone surrogate there
+    (which UTF-8 cannot hold) is written as its escape instead of failing the response."""
+
+    def render(self, content: Any) -> bytes:
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8", errors="backslashreplace")
+
+
 def problem_response(
     status: int,
     title: str | None = None,
@@ -54,7 +64,7 @@ def problem_response(
     if detail is not None:
         body["detail"] = detail
     body.update(extra)
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+    return EchoingJSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
 MLFLOW_CODES = {
@@ -86,10 +96,10 @@ def error_response(
     kind = protocol_of(path)
     message = detail or title or HTTPStatus(status).phrase
     if kind == "v2":
-        return JSONResponse({"error": message}, status_code=status, headers=headers)
+        return EchoingJSONResponse({"error": message}, status_code=status, headers=headers)
     if kind == "mlflow":
         body = {"error_code": MLFLOW_CODES.get(status, "INTERNAL_ERROR"), "message": message}
-        return JSONResponse(body, status_code=status, headers=headers)
+        return EchoingJSONResponse(body, status_code=status, headers=headers)
     return problem_response(status, title, detail, headers=headers, **extra)
 
 

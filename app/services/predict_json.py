@@ -100,9 +100,20 @@ def _lenient_json(body, error: Exception):
     """Python's reader, which accepts NaN, Infinity and overflowing numbers (as some clients
     send them), so that the problem can be named by instance instead of by byte offset."""
     try:
-        return json.loads(bytes(body))
+        return _python_json(bytes(body))
     except (ValueError, RecursionError):
         raise InvalidInstances(f"the body is not valid JSON: {error}") from None
+
+
+def _python_json(data: bytes):
+    """`json.loads`, refusing (ValueError) what orjson refuses and Python would take: invalid
+    UTF-8 (it decodes bytes with surrogates passed) and lone surrogates ("\\ud800" alone). A
+    string holding one cannot be encoded again: a message echoing it was a 500."""
+    text = data.decode(json.detect_encoding(data))  # strict, as json.loads(data) is not
+    doc = json.loads(text)
+    if "\\u" in text:  # the only other way to write a surrogate
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError: a lone one
+    return doc
 
 
 _WS = re.compile(rb"[ \t\r\n]*")
@@ -240,7 +251,7 @@ def _large_instance(
         inst = orjson.loads(span)
     except orjson.JSONDecodeError as exc:
         try:
-            inst = json.loads(span.tobytes())
+            inst = _python_json(span.tobytes())
         except (ValueError, RecursionError):
             raise InvalidInstances(f"the body is not valid JSON: {exc} (in {where})") from None
     return instance_row(kind, where, inst, model)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from sqlalchemy import event
 
+from app.errors import error_response
 from app.tables import Model, PredictionRun
 from tests.app.model_rows import (
     N_FEATURES,
@@ -112,6 +113,43 @@ def test_non_finite_and_malformed_json(service, binary, content, message):
         headers={"content-type": "application/json"},
     )
     assert r.status_code == 422 and message in r.json()["detail"]
+
+
+SURROGATE_ROW = b'["\\ud800"' + b", 0" * (N_FEATURES - 1) + b"]"
+LARGE_ROWS = b", ".join([b"[" + b", ".join([b"0"] * N_FEATURES) + b"]"] * 1200)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"instances": [' + SURROGATE_ROW + b"]}",
+        b'{"instances": [{"\\ud800": 1}]}',
+        b'{"instances": [[0]], "\\ud800": 1}',
+        b'{"instances": [{"\xed\xa0\x80": 1}]}',  # the surrogate's own UTF-8 bytes
+        b'{"instances": [' + LARGE_ROWS + b", " + SURROGATE_ROW + b"]}",  # read by instance
+    ],
+)
+def test_lone_surrogates_are_invalid_json(service, binary, content):
+    """orjson refuses a lone surrogate; Python's reader, tried next for NaN and Infinity, took
+    it, and the 422 that echoed it could not be written as UTF-8: a 500."""
+    r = service.client.post(
+        f"/v1/models/{binary[0]}/predict",
+        content=content,
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 422, r.text
+    assert "not valid JSON" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v2/models/m/infer", "/v1/models/m/invocations"])
+def test_an_error_echoing_a_lone_surrogate_is_still_written(path):
+    response = error_response(path, 422, "Invalid request", "unexpected field '\ud800'")
+    assert json.loads(response.body) in (
+        {"type": "about:blank", "title": "Invalid request", "status": 422,
+         "detail": "unexpected field '\ud800'"},
+        {"error": "unexpected field '\ud800'"},
+        {"error_code": "INVALID_PARAMETER_VALUE", "message": "unexpected field '\ud800'"},
+    )  # fmt: skip
 
 
 def test_bad_text_lines_name_the_line(service, binary):
