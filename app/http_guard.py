@@ -9,6 +9,10 @@ returns a subclass that, per connection:
   64 KB, not 100 MB);
 - gives the client HEADER_TIMEOUT_S from the connection's start (or the end of the previous
   response) to finish them, then answers 408 and closes, however slowly bytes trickle in;
+- refuses trailer fields (headers after a chunked body, which httptools hands over as headers
+  and uvicorn appended to the request's, without a bound) with a 400 and closes, and answers
+  431 once MAX_HEADER_KB of a chunked body's bytes come without a byte of body (a trailer line
+  that never ends, chunk extensions);
 - keeps at most MAX_CONNECTIONS open: a new connection beyond that closes the one that has been
   waiting longest for its headers (a slow client's, never one whose request is being served);
 - gives each request the ASGI extension ABORT (`scope["extensions"]`), a callable that drops
@@ -32,7 +36,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from app.config import Settings
 
 log = logging.getLogger("margin.http")
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 ABORT = "margin.abort"
 
 
@@ -50,6 +54,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = True  # waiting for, or reading, a request's line and headers
         self._deadline: asyncio.TimerHandle | None = None
         self._refused = False
+        self._bodiless_bytes = 0  # of a request's body, received since its last byte of body
+        self._body_seen = False
 
     @property
     def _waiting(self) -> OrderedDict:
@@ -76,7 +82,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             return
         if not self._in_headers:
-            super().data_received(data)
+            self._body_received(data)
             return
         room = self.max_header_bytes - self._header_bytes
         if len(data) <= room:
@@ -89,7 +95,32 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._in_headers:
             self._refuse(431, f"the request line and headers exceed {self.max_header_bytes} bytes")
         elif not self._refused:
-            super().data_received(data[room:])
+            self._body_received(data[room:])
+
+    def _body_received(self, data: bytes) -> None:
+        """Feed what follows the headers, counting the bytes that bring no body: only chunk
+        framing and trailers do, a few bytes a chunk unless a client abuses them."""
+        self._body_seen = False
+        super().data_received(data)
+        if self._in_headers or self._refused:  # the request ended, or was refused, in `data`
+            return
+        self._bodiless_bytes = 0 if self._body_seen else self._bodiless_bytes + len(data)
+        if self._bodiless_bytes > self.max_header_bytes:
+            self._refuse(
+                431, f"the chunked body's framing or trailer exceeds {self.max_header_bytes} bytes"
+            )
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._refused:
+            return
+        if not self._in_headers:
+            self._refuse(400, "trailer fields (headers after a chunked body) are not accepted")
+            return
+        super().on_header(name, value)
+
+    def on_body(self, body: bytes) -> None:
+        self._body_seen = True
+        super().on_body(body)
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
@@ -109,6 +140,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._in_headers = True  # what comes next is the next request's headers
         self._header_bytes = 0
+        self._bodiless_bytes = 0
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -136,12 +168,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(408, f"the request headers took longer than {self.header_timeout_s:g} s")
 
     def _refuse(self, status: int, detail: str) -> None:
-        """Answer `status` (unless nothing was sent yet) and close the connection."""
+        """Answer `status` (unless nothing was sent yet, or the request's app has begun its
+        answer) and close the connection."""
         self._refused = True
         self._disarm()
         if self.transport.is_closing():
             return
-        if self._header_bytes or status != 408:
+        answered = False
+        if not self._in_headers and self.cycle is not None:  # its app runs: it may write no more
+            answered = self.cycle.response_started or bool(self.pipeline)  # or an earlier one's
+            if not self.cycle.response_complete:
+                self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        if not answered and (self._header_bytes or status != 408):
             body = json.dumps({"type": "about:blank", "status": status, "detail": detail}).encode()
             head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])
             head += b"content-type: application/problem+json\r\nconnection: close\r\n"

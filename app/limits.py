@@ -45,13 +45,15 @@ class BodyTooLarge(HTTPException):
 
 
 class BodyTooSlow(HTTPException):
-    """A request body fell behind the slowest accepted rate (FastAPI re-raises these)."""
+    """A request body fell behind the slowest accepted rate (FastAPI re-raises these). Its
+    answer closes the connection: kept open, it went on reading what the client trickled."""
 
     def __init__(self, timeout_s: float, rate: float):
         super().__init__(
             408,
             f"the request body arrived too slowly: at most {timeout_s:g} s behind "
             f"{rate / 1024:g} KB/s are allowed (BODY_TIMEOUT_S, MIN_BODY_RATE_KB)",
+            headers={"Connection": "close"},
         )
 
 
