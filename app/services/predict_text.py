@@ -94,7 +94,7 @@ def _text_row(where: str, tokens: list[bytes], model: LinearModel) -> Row:
     if b":" not in tokens[0]:
         try:
             if not any(isinstance(c, str) for c in model.classes):  # text classes: any label
-                float(tokens[0])
+                _number(tokens[0])
         except ValueError:
             raise InvalidInstances(
                 f"{where}: expected a label or 'index:value', got '{_word(tokens[0])}'"
@@ -106,8 +106,10 @@ def _text_row(where: str, tokens: list[bytes], model: LinearModel) -> Row:
         if name == b"qid":
             continue
         try:
+            if not name.isdigit():  # as the upload's reader: digits only, no sign
+                raise ValueError(name)
             i = int(name)
-            v = float(value)
+            v = _number(value)
         except (ValueError, OverflowError):
             raise InvalidInstances(
                 f"{where}: expected 'index:value' with an integer index and a number, "
@@ -125,6 +127,14 @@ def _text_row(where: str, tokens: list[bytes], model: LinearModel) -> Row:
             raise InvalidInstances(f"{where}: a feature index is too large") from None
         val.append(v)
     return sparse_row(where, np.frombuffer(idx, dtype=np.int64), np.frombuffer(val), model)
+
+
+def _number(token: bytes) -> float:
+    """float(token), without the digit separators ("1_0") Python takes and the upload's reader
+    does not: a body read here as the same file is read when uploaded."""
+    if b"_" in token:
+        raise ValueError(token)
+    return float(token)
 
 
 def _word(token: bytes) -> str:

@@ -255,6 +255,12 @@ def test_a_byte_order_mark_after_the_first_line_is_a_byte_of_its_line():
         (b"1 3:1 3:2\n", "line 1: feature index 3 appears more than once"),
         (b"\n\n# only comments\n", "expected at least one instance"),
         (b"\xff\xfe", "not UTF-8"),
+        # what Python's int() and float() take and the upload's reader refuses (before: 1_0
+        # was read as 10)
+        (b"1 1:1_0\n", "line 1: expected 'index:value' with an integer index and a number"),
+        (b"1 1_0:1\n", "line 1: expected 'index:value' with an integer index and a number"),
+        (b"1 +1:1\n", "line 1: expected 'index:value' with an integer index and a number"),
+        (b"1_1 1:1\n", "line 1: expected a label or 'index:value', got '1_1'"),
     ],
 )
 def test_bad_text_lines_are_rejected_with_a_message(text, message):
