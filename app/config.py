@@ -87,7 +87,10 @@ class Settings(BaseSettings):
         2**27,
         ge=1,
         description="most weights (features x outputs) of a model a job may train; the "
-        "solvers hold them densely (2^27 float64: 1 GiB)",
+        "solvers hold them densely (2^27 float64: 1 GiB). A search or probability=true holds "
+        "several copies at once, one per fold, one for the refit and, along a path of several "
+        "Cs, three per fold solving at once (SOLVER_THREADS of them; unset: every fold): they "
+        "must fit it together",
     )
     max_dual_variables: int = Field(
         2**27,

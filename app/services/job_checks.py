@@ -17,8 +17,15 @@ from app.tables import Dataset
 
 # Weights (features x outputs) of a model a job may train, by default (MAX_MODEL_WEIGHTS): 1 GiB
 # of float64. The solvers hold them as a dense (features, outputs) array, however few features
-# the rows use.
+# the rows use. A search or probability=true holds several such arrays at once (`fold_copies`).
 MAX_MODEL_WEIGHTS = 1 << 27
+# Copies of the model's weights that one running solve of a warm-started path over C holds beyond
+# its fold's kept solution (`solvers.selection.search`): its working weights, the start handed
+# to it (for two classes a copy of the previous C's w̃, which the solver copies again), and a
+# finished C's weights, kept until every fold has finished that C. Measured with tracemalloc on
+# the dual solvers: about 2.75 for two classes and 1.5 beyond. A 424-byte upload of 2^24
+# features and 3 classes took a worker from 300 MB to 4.25 GB with a 10-fold search.
+PATH_SOLVE_COPIES = 3
 # Dual variables (rows x outputs, for each fold of a search) a job may hold, by default
 # (MAX_DUAL_VARIABLES), or one per stored non-zero where that is more. One copy of them is 1 GiB
 # of float64; a solve from scratch holds about one, each segment of a checkpointed job after its
@@ -79,8 +86,11 @@ def check_dataset_fits(
     dataset: Dataset,
     max_weights: int = MAX_MODEL_WEIGHTS,
     max_dual: int = MAX_DUAL_VARIABLES,
+    solver_threads: int | None = None,
 ) -> None:
-    """422 when the estimator cannot train on this dataset's labels."""
+    """422 when the estimator cannot train on this dataset's labels, or its model, folds or
+    dual variables exceed the service's bounds (``solver_threads``: SOLVER_THREADS, the folds
+    a job solves at once; None: as many as it has folds)."""
     if dataset.n_features == 0:  # accepted, then failed in the worker: "Found array with 0
         raise invalid(  # feature(s) ... a minimum of 1 is required by LinearSVC"
             "dataset_id",
@@ -101,6 +111,7 @@ def check_dataset_fits(
             raise invalid("dataset_id", "the structural estimator needs a qid-grouped dataset")
     check_model_size(spec, dataset, max_weights)
     check_folds(spec, params, dataset)
+    check_fold_weights(spec, params, dataset, max_weights, solver_threads)
     check_dual_size(spec, params, dataset, max_dual)
 
 
@@ -257,6 +268,62 @@ def check_model_size(spec: EstimatorSpec, dataset: Dataset, max_weights: int) ->
             f"the model would hold {dataset.n_features} features x {outputs} outputs = "
             f"{weights} weights, more than the {max_weights} a job may train (the "
             "features are the dataset's largest index)",
+        )
+
+
+def fold_copies(params: dict[str, Any], solver_threads: int | None) -> tuple[int, int, int]:
+    """(folds, folds solved at once, copies of the model's weights held at once) of a search or
+    of probability=true; (1, 1, 1) without folds. Every fold keeps its latest solution (the next
+    C starts from it), the refit adds one, and where the path has more than one C each running
+    solve holds `PATH_SOLVE_COPIES` more. The folds run in parallel threads, as many as the
+    job's threads (SOLVER_THREADS); unset, the workers' cores decide, unknown here: all of
+    them."""
+    folds = _folds(params)
+    if folds is None:
+        return 1, 1, 1
+    k = folds[1]
+    at_once = min(k, solver_threads) if solver_threads else k
+    warm_started = _path_length(params) > 1
+    return k, at_once, k + 1 + (PATH_SOLVE_COPIES * at_once if warm_started else 0)
+
+
+def _path_length(params: dict[str, Any]) -> int:
+    """The Cs of the path: a list's length, a grid's num (the library's grid stops at most
+    there), one for probability=true (its C)."""
+    search = params.get("search")
+    if search is None:
+        return 1
+    grid = search.get("Cs")
+    if isinstance(grid, list):
+        return len(grid)
+    return int((grid or {}).get("num", 10))
+
+
+def check_fold_weights(
+    spec: EstimatorSpec,
+    params: dict[str, Any],
+    dataset: Dataset,
+    max_weights: int,
+    solver_threads: int | None = None,
+) -> None:
+    """422 when the folds of a search or of probability=true would hold more than
+    ``max_weights`` weights at once (`fold_copies`): `check_model_size` counts one model, and
+    a 10-fold search of a model within it took a worker to 4.25 GB."""
+    folds = _folds(params)
+    if folds is None:
+        return
+    field = folds[0]
+    k, at_once, copies = fold_copies(params, solver_threads)
+    outputs = _outputs(spec, dataset)
+    held = dataset.n_features * outputs * copies
+    if held > max_weights:
+        raise invalid(
+            field,
+            f"the {k} folds would hold {dataset.n_features} features x {outputs} outputs x "
+            f"{copies} copies = {held} weights at once (each fold keeps its latest solution, "
+            f"{at_once} solve at once, and the refit), more than the {max_weights} a job may "
+            "hold (MAX_MODEL_WEIGHTS): use fewer folds, a dataset with fewer features, or no "
+            f"{'search' if field.startswith('params.search') else 'probability'}",
         )
 
 

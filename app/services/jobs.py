@@ -38,11 +38,12 @@ def _checked_datasets(
     dask_address: str | None,
     max_weights: int,
     max_dual: int = MAX_DUAL_VARIABLES,
+    solver_threads: int | None = None,
 ) -> Dataset:
     """The job's training dataset, once it and the validation dataset (if any) fit the request
     and the tenant may queue one more job; 404, 422 or 429 otherwise."""
     dataset = named_dataset(session, body.dataset_id, lock=True)
-    check_dataset_fits(spec, params, dataset, max_weights, max_dual)
+    check_dataset_fits(spec, params, dataset, max_weights, max_dual, solver_threads)
     check_distributed(body, params, dataset, dask_address)
     quotas.check_active_jobs(session)
     if body.validation_dataset_id is not None:
@@ -67,7 +68,7 @@ def create_job(
 ) -> tuple[Job, bool]:
     """Insert a queued job and its queue entry in one transaction. Returns (job, created).
     The service's `settings` bound it: DASK_SCHEDULER_ADDRESS (distributed jobs need one),
-    MAX_MODEL_WEIGHTS, MAX_DUAL_VARIABLES, MAX_JOB_SECONDS, MAX_CACHE_MB, and
+    MAX_MODEL_WEIGHTS (with SOLVER_THREADS), MAX_DUAL_VARIABLES, MAX_JOB_SECONDS, MAX_CACHE_MB, and
     IDEMPOTENCY_TTL_HOURS for ``key``."""
     spec, params = validate_request(body)
     check_time_limit(params, settings.max_job_seconds)
@@ -157,6 +158,7 @@ def _queued_job(
         settings.dask_scheduler_address,
         settings.max_model_weights,
         settings.max_dual_variables,
+        settings.solver_threads,
     )
     job = Job(
         id=new_id("job"),

@@ -308,6 +308,91 @@ def test_a_model_beyond_the_weight_limit_is_422(client, db, n_classes, status):
         assert count(db, Job) == 0
 
 
+def test_a_search_whose_folds_hold_too_many_weights_is_422(client, db, fake_trainer):
+    """A 424-byte upload of 61 rows, 3 classes and 2^24 features fits MAX_MODEL_WEIGHTS as one
+    model (3 x 2^24 weights), but a 10-fold search of it took a worker from 300 MB to 4.25 GB in
+    13 s: every fold held weights of its own, and the check counted one model."""
+    fake_trainer()
+    lines = ["1 16777216:1"] + [f"{1 + row % 3} {1 + row % 5}:1" for row in range(60)]
+    dataset = upload(client, "\n".join(lines).encode() + b"\n").json()
+    assert dataset["n_rows"] == 61 and dataset["n_features"] == 2**24
+
+    def job(params):
+        body = {"dataset_id": dataset["id"], "estimator": "LinearSVC", "params": params}
+        return client.post("/v1/jobs", json=body)
+
+    answer = job({"search": {"Cs": [1, 2], "cv": 10}})
+    assert answer.status_code == 422, answer.text
+    problem = answer.json()
+    assert problem["errors"][0]["field"] == "params.search.cv"
+    assert "MAX_MODEL_WEIGHTS" in problem["detail"] and "use fewer folds" in problem["detail"]
+    answer = job({"probability": True})  # its internal 5-fold at one C: 6 models at once
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == "params.probability"
+    assert count(db, Job) == 0
+    assert job({}).status_code == 202  # one model fits
+
+
+@pytest.mark.parametrize(
+    ("params", "threads", "copies"),
+    [
+        ({"search": {"Cs": [1.0, 2.0], "cv": 10}}, None, 10 + 1 + 3 * 10),  # every fold at once
+        ({"search": {"Cs": [1.0, 2.0], "cv": 10}}, 2, 10 + 1 + 3 * 2),  # SOLVER_THREADS 2
+        ({"search": {"Cs": {"num": 4}, "cv": 3}}, 8, 3 + 1 + 3 * 3),
+        ({"search": {"Cs": [1.0], "cv": 4}}, None, 4 + 1),  # one C: no warm starts
+        ({"probability": True}, None, 5 + 1),
+        ({}, None, 1),
+    ],
+)
+def test_the_weight_limit_counts_every_copy_a_search_holds(params, threads, copies):
+    """Every limit gets a test just over it: the folds' weights, at exactly the limit, pass."""
+    from app.schemas.params import ESTIMATORS
+    from app.services.job_checks import ProblemError, check_dataset_fits, fold_copies
+    from app.tables import Dataset
+
+    spec = ESTIMATORS["LinearSVC"]
+    full = spec.validate(params).model_dump(mode="json")
+    assert fold_copies(full, threads)[2] == copies
+    classes = [{"label": c, "count": 10} for c in range(3)]
+    dataset = Dataset(id="ds", n_features=1000, n_rows=30, nnz=30, classes=classes,
+                      label_kind="classes", has_qid=False)  # fmt: skip
+    held = 1000 * 3 * copies
+    check_dataset_fits(spec, full, dataset, max_weights=held, solver_threads=threads)
+    with pytest.raises(ProblemError) as refused:
+        check_dataset_fits(spec, full, dataset, max_weights=held - 1, solver_threads=threads)
+    assert f"more than the {held - 1}" in refused.value.detail
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_a_search_holds_no_more_weights_than_it_is_counted(n_classes):
+    """The count (`fold_copies`) against the search's allocations: 4 folds on 4 threads, a
+    path of 3 Cs on 2^16 features (each array of weights dwarfs the rest)."""
+    import tracemalloc
+
+    import numpy as np
+    import scipy.sparse as sp
+
+    from app.services.job_checks import fold_copies
+    from solvers import LinearSVCCV
+
+    n_features, n_rows = 1 << 16, 60
+    X = sp.random(n_rows, 30, density=0.3, random_state=1, format="lil")
+    X.resize((n_rows, n_features))
+    X[0, n_features - 1] = 1.0
+    y = np.arange(n_rows) % n_classes
+    search = LinearSVCCV(Cs=[0.01, 0.05, 0.1], cv=4, n_jobs=4)
+    search.fit(X[:20].tocsr(), y[:20])  # compiled before measuring
+    tracemalloc.start()
+    try:
+        search.fit(X.tocsr(), y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    model = 8 * n_features * (1 if n_classes == 2 else n_classes)
+    counted = fold_copies({"search": {"Cs": [0.01, 0.05, 0.1], "cv": 4}}, 4)[2]
+    assert peak / model <= counted
+
+
 @pytest.mark.parametrize(("n_labels", "fragment"), [(1001, "at most 1000"), (1000, "not classes")])
 def test_class_weight_holds_at_most_as_many_labels_as_a_dataset_has_classes(
     client, heart, n_labels, fragment
