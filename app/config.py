@@ -29,6 +29,14 @@ class Settings(BaseSettings):
     workers: int | None = Field(None, ge=1, description="local worker processes (default: cores)")
     max_upload_mb: float = Field(2048, gt=0, description="largest accepted upload, in MB")
     max_predict_batch: int = Field(10_000, ge=1, description="most instances in one predict call")
+    max_evaluate_rows: int = Field(
+        1_000_000,
+        ge=1,
+        description="most rows of a dataset one evaluate request scores (it runs in the API "
+        "process while the client waits: a quarter of a second of a core for a million rows "
+        "of two classes and a few features, longer with more); beyond, 422 (a background "
+        "prediction run reads any number)",
+    )
     progress_interval_s: float = Field(0.5, gt=0, description="seconds between progress writes")
     model_cache_size: int = Field(32, ge=0, description="models kept unpacked for prediction")
     model_cache_mb: float = Field(

@@ -42,7 +42,7 @@ from app.services import export as export_service
 from app.services import lineage as lineage_service
 from app.services import prediction_runs as runs
 from app.services import registry
-from app.services.dataset_scores import check_labels, evaluate
+from app.services.dataset_scores import check_labels, check_rows, evaluate
 from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.datasets import named_dataset
 from app.services.prediction import InvalidInstances, dumps, predict_body
@@ -251,8 +251,9 @@ def evaluate_model(
     request: Request,
 ):
     """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
-    dataset."""
+    dataset of at most MAX_EVALUATE_ROWS rows."""
     dataset = named_dataset(session, body.dataset_id)
+    check_rows(dataset, settings.max_evaluate_rows)
     loaded = unpacked(request.app, session, model.id)  # closes the session: none held meanwhile
     try:
         check_labels(loaded, dataset)

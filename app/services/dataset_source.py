@@ -38,7 +38,11 @@ def row_slices(indptr, n_rows: int, step: int):
         stop = min(start + step, n_rows)
         if indptr is not None:
             end = int(indptr[start]) + SCORE_ENTRIES  # a Python int: an int32 indptr would wrap
-            fits = int(np.searchsorted(indptr, end, side="right")) - 1
+            # searched among the chunk's own offsets: numpy compares a Python int with an int32
+            # array by casting all of it to int64, and did so for every chunk (a 100-million-row
+            # dataset: 800 MB copied each time, 12,800 times)
+            window = np.asarray(indptr[start : stop + 1])
+            fits = start + int(np.searchsorted(window, end, side="right")) - 1
             stop = max(start + 1, min(stop, fits))
         yield start, stop
         start = stop
