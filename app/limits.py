@@ -38,10 +38,16 @@ UNREAD_MAGIC = {b"\x28\xb5\x2f\xfd": "zstd"}
 
 
 class BodyTooLarge(HTTPException):
-    """A chunked request body crossed its limit while being read (FastAPI re-raises these)."""
+    """A chunked request body crossed its limit while being read (FastAPI re-raises these). Its
+    answer closes the connection: kept open, it went on reading the rest of the body, with no
+    deadline once the answer was sent."""
 
     def __init__(self, limit: int):
-        super().__init__(413, f"the request body exceeds the limit of {limit} bytes")
+        super().__init__(
+            413,
+            f"the request body exceeds the limit of {limit} bytes",
+            headers={"Connection": "close"},
+        )
 
 
 class BodyTooSlow(HTTPException):

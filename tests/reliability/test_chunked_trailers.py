@@ -36,6 +36,7 @@ def port(tmp_path, sqlite_template, shared_parser):
         auth_mode="off",
         body_timeout_s=0.5,
         max_header_kb=16,
+        max_request_kb=4,
     )
     app = create_app(settings)
     app.state.parser = shared_parser
@@ -110,4 +111,50 @@ def test_a_trickled_trailer_is_408_and_the_connection_closed(port):
             if closed:
                 break
     assert reply.startswith(b"HTTP/1.1 408 "), reply[:200]
+    assert closed
+
+
+def test_a_chunked_body_over_its_limit_is_413_and_the_connection_closed(port):
+    """The answer came, but the connection stayed open reading whatever the client still sent,
+    with no deadline once the response was complete."""
+    head = (
+        b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"Content-Type: application/json\r\n\r\n"
+    )
+    chunk = b"1000\r\n" + b" " * 0x1000 + b"\r\n"  # 4 KiB a chunk: the second one is over
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(head + chunk * 2)
+        reply, closed = read_until_closed(sock, 0.5)
+        for _ in range(20):  # the rest keeps coming, slowly, and never ends
+            if closed:
+                break
+            try:
+                sock.sendall(chunk)
+            except OSError:
+                closed = True
+                break
+            data, closed = read_until_closed(sock, 0.1)
+            reply += data
+    assert reply.startswith(b"HTTP/1.1 413 "), reply[:200]
+    assert closed
+
+
+def test_an_answer_before_the_body_ends_closes_the_connection(port):
+    """A route that answers without reading its body (here: none exists) left the connection
+    reading the rest, however slowly it came."""
+    head = b"POST /v1/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(head + b"x")
+        reply, closed = read_until_closed(sock, 0.5)
+        for _ in range(20):  # a byte every 0.1 s
+            if closed:
+                break
+            try:
+                sock.sendall(b"x")
+            except OSError:
+                closed = True
+                break
+            data, closed = read_until_closed(sock, 0.1)
+            reply += data
+    assert reply.startswith(b"HTTP/1.1 404 "), reply[:200]
     assert closed
