@@ -7,6 +7,8 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# pytest-xdist workers of `make test` (0: one process); tests/conftest.py says which tests share one
+TEST_WORKERS ?= 2
 
 .PHONY: serve test lint install install-service
 
@@ -33,4 +35,4 @@ lint: install
 	$(BIN)/ruff check .
 
 test: lint
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(ARGS)

@@ -74,6 +74,39 @@ def shared_data():
     return shared_file
 
 
+# `make test` runs on two pytest-xdist workers. These run one after another on one of them: tests
+# that start services, worker pools, clusters or a browser, kill processes or stop the database,
+# and wait on clocks (two of them at once on two cores made each other's deadlines). The other
+# worker takes the rest (solvers, the API in-process, the client, the attacks' own checks) a
+# file at a time, so that a module's fixtures are built once.
+SERIAL = (
+    "tests/reliability/", "tests/deploy/", "tests/cocoa/", "tests/client/test_dashboard_",
+    "tests/client/test_cli_pipes.py", "tests/client/test_cli_terminal.py",
+    "tests/client/test_client_only_install.py", "tests/client/test_job_time_bound.py",
+    "tests/app/test_checkpoint_", "tests/app/test_distributed_jobs.py",
+    "tests/app/test_dual_memory.py", "tests/app/test_e2e.py", "tests/app/test_event_streams.py",
+    "tests/app/test_job_feed.py", "tests/app/test_job_history.py",
+    "tests/app/test_job_time_bound.py", "tests/app/test_local_pool_recovery.py",
+    "tests/app/test_orphaned_worker.py", "tests/app/test_serving_processes.py",
+    "tests/app/test_job_cancel_recovery.py", "tests/app/test_lifecycle.py",
+)  # fmt: skip
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SerialAndFiles(LoadScopeScheduling):
+        """pytest-xdist's scope scheduling with two kinds of scope: the SERIAL tests, all in one
+        (sent first, as the largest), and every other test file. (Its `xdist_group` marks do
+        not work under pytest 9, which no longer reads the node id they rewrite.)"""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return "serial" if nodeid.startswith(SERIAL) else nodeid.split("::", 1)[0]
+
+    return SerialAndFiles(config, log)
+
+
 @pytest.hookimpl(trylast=True)  # after -k, -m and any reordering
 def pytest_collection_modifyitems(items):
     users = [item.nodeid for item in items if "dask_cluster" in getattr(item, "fixturenames", ())]
