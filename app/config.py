@@ -37,6 +37,12 @@ class Settings(BaseSettings):
         "of two classes and a few features, longer with more); beyond, 422 (a background "
         "prediction run reads any number)",
     )
+    max_evaluations_per_tenant: int = Field(
+        2,
+        ge=1,
+        description="evaluate requests one tenant may have running at once on one API process; "
+        "beyond, 429 (each holds a thread of the process's pool for as long as it scores)",
+    )
     progress_interval_s: float = Field(0.5, gt=0, description="seconds between progress writes")
     model_cache_size: int = Field(32, ge=0, description="models kept unpacked for prediction")
     model_cache_mb: float = Field(

@@ -62,8 +62,9 @@ async def _lifespan(app: FastAPI):
 
 
 def _attach_state(app: FastAPI, settings: Settings) -> None:
-    """The app's shared objects: settings, database, job queue, upload slots and parsers, job
-    feeds."""
+    """The app's shared objects: settings, database, job queue, upload and evaluation slots,
+    parsers, job feeds."""
+    from app.services.evaluation_slots import EvaluationSlots
     from app.services.job_feed import JobFeeds, PolledJobFeeds
     from app.services.parser_pool import ParserPool
     from app.services.upload_slots import UploadSlots, parser_count
@@ -76,6 +77,7 @@ def _attach_state(app: FastAPI, settings: Settings) -> None:
         settings.max_uploads_per_tenant, settings.max_uploads_in_flight
     )
     app.state.parser = ParserPool(parser_count(settings.max_uploads_in_flight))
+    app.state.evaluation_slots = EvaluationSlots(settings.max_evaluations_per_tenant)
     app.state.job_feeds = (
         PolledJobFeeds(app.state.db, min(settings.progress_interval_s, 0.25))
         if settings.is_sqlite

@@ -100,6 +100,7 @@ EXTRA: dict[str, tuple[int, ...]] = {
     "cancel_job": (409,),
     "predict": (415,),
     "delete_model": (409,),
+    "evaluate_model": (429,),
     "create_registered_model": (409,),
     "delete_model_version": (409,),
     "get_prediction_run": (409, 410),

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import delete, select
 
+from app import tenancy
 from app.api.model_lookup import ModelNotFound, load_model, model_cache, unpacked
 from app.api.prediction_runs import deleted_meanwhile
 from app.auth import authenticate
@@ -47,7 +48,7 @@ from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.datasets import named_dataset
 from app.services.prediction import InvalidInstances, dumps, predict_body
 from app.streaming import TimedStreamingResponse
-from app.tables import Model, PredictionRun
+from app.tables import LOCAL_TENANT, Model, PredictionRun
 
 log = logging.getLogger("margin.models")
 router = APIRouter(tags=["models"])
@@ -251,19 +252,22 @@ def evaluate_model(
     request: Request,
 ):
     """Accuracy and confusion matrix (classifiers), or MSE and R² (regressors), on a stored
-    dataset of at most MAX_EVALUATE_ROWS rows."""
+    dataset of at most MAX_EVALUATE_ROWS rows; a tenant runs at most MAX_EVALUATIONS_PER_TENANT
+    at once (429 beyond)."""
     dataset = named_dataset(session, body.dataset_id)
     check_rows(dataset, settings.max_evaluate_rows)
-    loaded = unpacked(request.app, session, model.id)  # closes the session: none held meanwhile
-    try:
-        check_labels(loaded, dataset)
-        source = DatasetSource.of(settings, dataset, tries=1)  # a 503 within the timeout
-        source.check(loaded)
-        report = evaluate(loaded, source)
-    except DatasetMismatch as exc:
-        raise ProblemError(422, "Dataset not compatible", str(exc)) from None
-    except FileNotFoundError:
-        raise deleted_meanwhile(dataset.id) from None
+    tenant = tenancy.current_tenant() or LOCAL_TENANT
+    with request.app.state.evaluation_slots.hold(tenant):  # before any row is read
+        loaded = unpacked(request.app, session, model.id)  # closes the session meanwhile
+        try:
+            check_labels(loaded, dataset)
+            source = DatasetSource.of(settings, dataset, tries=1)  # a 503 within the timeout
+            source.check(loaded)
+            report = evaluate(loaded, source)
+        except DatasetMismatch as exc:
+            raise ProblemError(422, "Dataset not compatible", str(exc)) from None
+        except FileNotFoundError:
+            raise deleted_meanwhile(dataset.id) from None
     return {
         "model_id": model.id,
         "dataset_id": dataset.id,

@@ -210,6 +210,57 @@ def test_a_dataset_over_max_evaluate_rows_is_422(service, binary):
     assert r.status_code == 200 and r.json()["n"] == 30, r.text
 
 
+def test_a_tenant_runs_at_most_its_evaluations_at_once(service, binary, monkeypatch):
+    """Evaluate holds a thread of the API's pool (40) while it scores: forty at once from one
+    tenant would hold them all, and every other synchronous request would wait. Two run at once (the
+    default MAX_EVALUATIONS_PER_TENANT), the third is 429 before any row is read, and the slots
+    come back when they end, whatever their answer."""
+    import threading
+
+    from app.api import models as model_routes
+    from app.services import dataset_scores
+
+    assert service.settings.max_evaluations_per_tenant == 2
+    url = f"/v1/models/{binary[0]}/evaluate"
+    labels = np.where(np.arange(30) % 2, 1.0, -1.0)
+    dataset_id = service.add_dataset(rng_problem(n=30, seed=2), labels)
+    inside, release = threading.Semaphore(0), threading.Event()
+    scored = []
+
+    def held(model, source):
+        scored.append(1)
+        inside.release()
+        assert release.wait(30)
+        return dataset_scores.evaluate(model, source)
+
+    monkeypatch.setattr(model_routes, "evaluate", held)
+    answers = []
+
+    def post():
+        answers.append(service.client.post(url, json={"dataset_id": dataset_id}))
+
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for _ in threads:
+        assert inside.acquire(timeout=30)
+    over = service.client.post(url, json={"dataset_id": dataset_id})
+    release.set()
+    for thread in threads:
+        thread.join(30)
+    assert over.status_code == 429, over.text
+    assert over.headers["Retry-After"] == "2"
+    assert "MAX_EVALUATIONS_PER_TENANT" in over.json()["detail"]
+    assert len(scored) == 2  # the refused one read nothing
+    assert [a.status_code for a in answers] == [200, 200]
+    monkeypatch.setattr(model_routes, "evaluate", dataset_scores.evaluate)
+    missing = service.client.post(url, json={"dataset_id": service.add_dataset(
+        rng_problem(n=30, seed=2), np.full(30, 7.0))})  # fmt: skip
+    assert missing.status_code == 422, missing.text  # a label the model lacks
+    for _ in range(3):  # every slot came back, a refused answer's too
+        assert service.client.post(url, json={"dataset_id": dataset_id}).status_code == 200
+
+
 def _model(classes, coef, kind="classifier", calibration=None):
     from app.services.prediction import LinearModel
 
