@@ -13,9 +13,6 @@ returns a subclass that, per connection:
   and uvicorn appended to the request's, without a bound) with a 400 and closes, and answers
   431 once MAX_HEADER_KB of a chunked body's bytes come without a byte of body (a trailer line
   that never ends, chunk extensions);
-- closes the connection after a response sent before its request's body ended (a body over
-  its limit, a route that answers without reading it): kept open, it went on reading whatever
-  the client still sent, with no deadline, since the next request's headers never began;
 - keeps at most MAX_CONNECTIONS open: a new connection beyond that closes the one that has been
   waiting longest for its headers (a slow client's, never one whose request is being served);
 - gives each request the ASGI extension ABORT (`scope["extensions"]`), a callable that drops
@@ -147,12 +144,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self.transport.is_closing():
-            return
-        if self._in_headers:
+        if self._in_headers and not self.transport.is_closing():
             self._arm()
-        else:  # answered before the body ended
-            self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         if not self._refused:
