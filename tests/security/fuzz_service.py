@@ -42,6 +42,18 @@ def seed(client: TestClient) -> dict:
     return response.json()
 
 
+# schemathesis gives a call 10 s (counted while the app awaits, not while a thread of it runs); on
+# a loaded CI machine an upload, parsed by the shared parser process, once took longer: these runs
+# check answers, not latency
+CALL_TIMEOUT_S = 60
+
+
+def call_kwargs(case) -> dict:
+    """The read timeout of a call: CALL_TIMEOUT_S, but an event stream keeps schemathesis's
+    default (a stream is read until the timeout)."""
+    return {} if case.path.endswith("/events") else {"timeout": CALL_TIMEOUT_S}
+
+
 def load_schema(app):
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
@@ -74,15 +86,24 @@ def fuzz(
         def run(case):
             nonlocal calls
             calls += 1
-            case.call_and_validate(checks=checks or CHECKS)
+            case.call_and_validate(checks=checks or CHECKS, **call_kwargs(case))
 
         if seed is not None:
             run = hypothesis_seed(seed)(run)
         try:
             run()
         except (Exception, BaseExceptionGroup) as exc:  # the shrunk example, per operation
-            failures[operation.label] = f"{type(exc).__name__}: {exc}"[:2000]
+            failures[operation.label] = describe(exc)[:4000]
     return calls, failures
+
+
+def describe(exc: BaseException) -> str:
+    """The exception and, for a group (hypothesis's FlakyFailure is one), each exception in it:
+    a flaky failure is otherwise reported without the failure itself."""
+    text = f"{type(exc).__name__}: {exc}"
+    for inner in getattr(exc, "exceptions", ()):
+        text += "\n  " + describe(inner).replace("\n", "\n  ")
+    return text
 
 
 KEPT_TABLES = {"api_keys", "tenants", "alembic_version"}
@@ -111,8 +132,6 @@ def two_tenant_headers(app) -> list[dict[str, str]]:
     return out
 
 
-CALL_TIMEOUT_S = 60
-
 def fuzz_stateful(app, headers: list[dict], max_examples: int, steps: int = 8, seed=0):
     """schemathesis's stateful mode: sequences of calls linked through the ids that responses
     return (links inferred from the schema), alternating between two tenants' keys. Checks: no
@@ -138,11 +157,7 @@ def fuzz_stateful(app, headers: list[dict], max_examples: int, steps: int = 8, s
         def get_call_kwargs(self, case):
             self.step_count += 1
             self.tenant = self.step_count % len(headers)
-            if case.path.endswith("/events"):  # a stream is read until the timeout: its default
-                return {"headers": headers[self.tenant]}
-            # schemathesis gives a call 10 s; on a loaded CI machine an upload (parsed by the
-            # shared parser process) once took longer, and its ReadTimeout failed the run
-            return {"headers": headers[self.tenant], "timeout": CALL_TIMEOUT_S}
+            return {"headers": headers[self.tenant], **call_kwargs(case)}
 
         def after_call(self, response, case):
             nonlocal calls
@@ -177,5 +192,5 @@ def fuzz_stateful(app, headers: list[dict], max_examples: int, steps: int = 8, s
             ),
         )
     except (Exception, BaseExceptionGroup) as exc:
-        return calls, f"{type(exc).__name__}: {exc}"[:3000]
+        return calls, describe(exc)[:4000]
     return calls, None
