@@ -64,20 +64,26 @@ async def _lifespan(app: FastAPI):
 def _attach_state(app: FastAPI, settings: Settings) -> None:
     """The app's shared objects: settings, database, job queue, upload and evaluation slots,
     parsers, job feeds."""
-    from app.services.evaluation_slots import EvaluationSlots
     from app.services.job_feed import JobFeeds, PolledJobFeeds
     from app.services.parser_pool import ParserPool
-    from app.services.upload_slots import UploadSlots, parser_count
+    from app.services.tenant_slots import Bound, TenantSlots, parser_count
 
     settings.ensure_dirs()
     app.state.settings = settings
     app.state.db = Database(settings.db_url, pool_timeout=settings.db_pool_timeout_s)
     app.state.queue = get_queue(settings)
-    app.state.upload_slots = UploadSlots(
-        settings.max_uploads_per_tenant, settings.max_uploads_in_flight
+    app.state.upload_slots = TenantSlots(
+        "uploads",
+        Bound(settings.max_uploads_per_tenant, "MAX_UPLOADS_PER_TENANT"),
+        Bound(settings.max_uploads_in_flight, "MAX_UPLOADS_IN_FLIGHT"),
     )
     app.state.parser = ParserPool(parser_count(settings.max_uploads_in_flight))
-    app.state.evaluation_slots = EvaluationSlots(settings.max_evaluations_per_tenant)
+    # a million rows of a few classes score within a second or two
+    app.state.evaluation_slots = TenantSlots(
+        "evaluations",
+        Bound(settings.max_evaluations_per_tenant, "MAX_EVALUATIONS_PER_TENANT"),
+        retry_after_s=2,
+    )
     app.state.job_feeds = (
         PolledJobFeeds(app.state.db, min(settings.progress_interval_s, 0.25))
         if settings.is_sqlite
