@@ -9,6 +9,11 @@ returns a subclass that, per connection:
   64 KB, not 100 MB);
 - gives the client HEADER_TIMEOUT_S from the connection's start (or the end of the previous
   response) to finish them, then answers 408 and closes, however slowly bytes trickle in;
+- holds the rest of a body whose request was answered before it ended (a 401, a 404, a 429:
+  uvicorn discards it) to the pace of any body, at most BODY_TIMEOUT_S behind MIN_BODY_RATE_KB,
+  and closes the connection once it lags more (without it, a client trickling that rest held
+  the connection for ever); a rest that keeps the pace ends, and the connection serves the next
+  request;
 - refuses trailer fields (headers after a chunked body, which httptools hands over as headers
   and uvicorn appended to the request's, without a bound) with a 400 and closes, and answers
   431 once MAX_HEADER_KB of a chunked body's bytes come without a byte of body (a trailer line
@@ -47,6 +52,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = 64 * 1024
     header_timeout_s = 10.0
     max_connections = 1000
+    body_timeout_s = 30.0
+    min_body_rate = 64 * 1024.0  # bytes per second
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -56,10 +63,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._refused = False
         self._bodiless_bytes = 0  # of a request's body, received since its last byte of body
         self._body_seen = False
+        self._rest_start = 0.0  # when the request was answered before its body ended
+        self._rest_bytes = 0  # of its body, received since
 
     @property
     def _waiting(self) -> OrderedDict:
-        """The server's connections waiting for headers, oldest first."""
+        """The server's connections waiting for headers (or for the rest of a body whose request
+        was answered), oldest first."""
         waiting = getattr(self.server_state, "margin_waiting", None)
         if waiting is None:
             waiting = self.server_state.margin_waiting = OrderedDict()
@@ -101,6 +111,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """Feed what follows the headers, counting the bytes that bring no body: only chunk
         framing and trailers do, a few bytes a chunk unless a client abuses them."""
         self._body_seen = False
+        if self._answered_early():
+            self._rest_bytes += len(data)
         super().data_received(data)
         if self._in_headers or self._refused:  # the request ended, or was refused, in `data`
             return
@@ -141,19 +153,35 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = True  # what comes next is the next request's headers
         self._header_bytes = 0
         self._bodiless_bytes = 0
+        if self._deadline is not None:  # answered before its body ended: the next headers get
+            self._arm()  # their own time
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self._in_headers and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._answered_early():  # before its body ended: the rest keeps a body's pace
+            self._rest_start, self._rest_bytes = self.loop.time(), 0
+            self._arm(self._rest_lag_left())
+        elif self._in_headers:  # (not while a pipelined request's body is read)
             self._arm()
+
+    def _answered_early(self) -> bool:
+        return not self._in_headers and self.cycle is not None and self.cycle.response_complete
+
+    def _rest_lag_left(self) -> float:
+        """Seconds until the rest of an answered body lags BODY_TIMEOUT_S behind its pace."""
+        due = self._rest_start + self._rest_bytes / self.min_body_rate + self.body_timeout_s
+        return due - self.loop.time()
 
     def send_400_response(self, msg: str) -> None:
         if not self._refused:
             super().send_400_response(msg)
 
-    def _arm(self) -> None:
+    def _arm(self, seconds: float | None = None) -> None:
         self._disarm()
-        self._deadline = self.loop.call_later(self.header_timeout_s, self._timed_out)
+        delay = self.header_timeout_s if seconds is None else max(seconds, 0.0)
+        self._deadline = self.loop.call_later(delay, self._timed_out)
         self._waiting[self] = None
 
     def _disarm(self) -> None:
@@ -166,6 +194,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._deadline = None
         if self._in_headers:
             self._refuse(408, f"the request headers took longer than {self.header_timeout_s:g} s")
+        elif self._answered_early():
+            if (left := self._rest_lag_left()) > 0:
+                self._arm(left)  # it kept the pace so far
+            else:  # closed without a second answer
+                self._refuse(408, "the body of a request already answered came too slowly")
 
     def _refuse(self, status: int, detail: str) -> None:
         """Answer `status` (unless nothing was sent yet, or the request's app has begun its
@@ -198,6 +231,8 @@ def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
             "max_header_bytes": int(settings.max_header_kb * 1024),
             "header_timeout_s": float(settings.header_timeout_s),
             "max_connections": int(settings.max_connections),
+            "body_timeout_s": float(settings.body_timeout_s),
+            "min_body_rate": float(settings.min_body_rate_kb * 1024),
         },
     )
 

@@ -70,6 +70,44 @@ def test_slow_and_idle_header_senders_are_closed(service):
     assert attack(service, send).status_code == 408
 
 
+def test_the_rest_of_a_body_answered_early_must_keep_a_body_s_pace(service):
+    """A request answered before its body ended (here 401: no key, refused before the body is
+    read) kept its connection for as long as its client trickled the rest, a byte a second: no
+    deadline ran between the headers and the next request's. Now the rest must keep a body's
+    pace (at most BODY_TIMEOUT_S 2 s behind MIN_BODY_RATE_KB 4 here), else the connection
+    closes; a rest that keeps it, for longer than BODY_TIMEOUT_S, leaves the connection open for
+    the next request."""
+
+    def send():
+        head = b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", service.port), timeout=10) as sock:
+            sock.sendall(head % (1 + 30 * 8192) + b"{")
+            assert sock.recv(4096).split()[1] == b"401"
+            for _ in range(30):  # 240 kB in 3 s, 20 times the pace
+                sock.sendall(b" " * 8192)
+                time.sleep(0.1)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(4096).split()[1] == b"200"
+        with socket.create_connection(("127.0.0.1", service.port), timeout=10) as sock:
+            sock.sendall(head % 1_000_000 + b"{")
+            assert sock.recv(4096).split()[1] == b"401"
+            start, closed = time.perf_counter(), False
+            sock.settimeout(1.0)
+            while not closed and time.perf_counter() - start < 10:
+                try:
+                    sock.sendall(b" ")
+                    closed = sock.recv(4096) == b""
+                except TimeoutError:
+                    pass
+                except OSError:
+                    closed = True  # reset
+            assert closed, "the connection is still open after 10 s of trickled body"
+            assert time.perf_counter() - start < 6  # 2 s, and the server's timers on a loaded CI
+            return httpx.Response(401)
+
+    assert attack(service, send).status_code == 401
+
+
 def test_a_malformed_body_without_a_key_is_401(service):
     def send():
         return httpx.post(
