@@ -274,7 +274,7 @@ def test_forty_mixed_jobs_on_four_workers_run_exactly_once(cluster):
 @pytest.mark.slow
 def test_sigkill_mid_job_is_retried_on_another_worker(cluster):
     started = cluster.workers(2, JOB_STALL_S="2")
-    job_id = cluster.submit("long", **{**LONG, "time_limit": 2.5})
+    job_id = cluster.submit("long", **{**LONG, "time_limit": 6.0})  # outlasts the kill
 
     def first_progress():
         job = cluster.job(job_id)
@@ -326,7 +326,9 @@ def test_cancel_queued_and_running(cluster):
 @pytest.mark.slow
 def test_sigterm_releases_the_running_job_for_another_worker(cluster):
     started = cluster.workers(2)
-    job_id = cluster.submit("long", **{**LONG, "time_limit": 3.0})
+    # 8 s: the job must outlast its first progress (2 s after its start once, on a loaded CI),
+    # the SIGTERM and the 1 s of grace; at 3 s it once ended by its time limit within the grace
+    job_id = cluster.submit("long", **{**LONG, "time_limit": 8.0})
     holder_id = wait_for(
         lambda: cluster.job(job_id).progress is not None and cluster.job(job_id).worker,
         120,
