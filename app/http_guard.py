@@ -153,8 +153,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = True  # what comes next is the next request's headers
         self._header_bytes = 0
         self._bodiless_bytes = 0
-        if self._deadline is not None:  # answered before its body ended: the next headers get
-            self._arm()  # their own time
+        if self.cycle is not None and self.cycle.response_complete:  # answered before its body
+            self._arm()  # ended: the rest's timer is running; the next headers get their own
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -6,7 +6,6 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 
-from app import tenancy
 from app.deps import DatabaseDep, DatasetDep, SessionDep, SettingsDep
 from app.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, Page
 from app.schemas.datasets import DatasetOut
@@ -14,7 +13,6 @@ from app.services import datasets as service
 from app.services.dataset_upload import UploadOptions, create_dataset
 from app.services.formats import FORMATS
 from app.services.idempotency import check_key
-from app.tables import LOCAL_TENANT
 
 router = APIRouter(tags=["datasets"])
 
@@ -98,8 +96,7 @@ async def upload_dataset(
     a format recognised (from the file name or the first bytes) counts as the same format
     named."""
     options = UploadOptions(format=format, label_column=label_column, empty_cells=empty_cells)
-    tenant = tenancy.current_tenant() or LOCAL_TENANT
-    with request.app.state.upload_slots.hold(tenant):  # before the body is read
+    with request.app.state.upload_slots.hold():  # before the body is read
         dataset, how = await create_dataset(
             request, db, settings, request.app.state.parser, name, check_key(idempotency_key),
             options,

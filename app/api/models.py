@@ -17,7 +17,6 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import delete, select
 
-from app import tenancy
 from app.api.model_lookup import ModelNotFound, load_model, model_cache, unpacked
 from app.api.prediction_runs import deleted_meanwhile
 from app.auth import authenticate
@@ -48,7 +47,7 @@ from app.services.dataset_source import DatasetMismatch, DatasetSource
 from app.services.datasets import named_dataset
 from app.services.prediction import InvalidInstances, dumps, predict_body
 from app.streaming import TimedStreamingResponse
-from app.tables import LOCAL_TENANT, Model, PredictionRun
+from app.tables import Model, PredictionRun
 
 log = logging.getLogger("margin.models")
 router = APIRouter(tags=["models"])
@@ -256,8 +255,7 @@ def evaluate_model(
     at once (429 beyond)."""
     dataset = named_dataset(session, body.dataset_id)
     check_rows(dataset, settings.max_evaluate_rows)
-    tenant = tenancy.current_tenant() or LOCAL_TENANT
-    with request.app.state.evaluation_slots.hold(tenant):  # before any row is read
+    with request.app.state.evaluation_slots.hold():  # before any row is read
         loaded = unpacked(request.app, session, model.id)  # closes the session meanwhile
         try:
             check_labels(loaded, dataset)

@@ -32,7 +32,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from app import tenancy
 from app.errors import ProblemError
+from app.tables import LOCAL_TENANT
 
 
 def parser_count(uploads_in_flight: int) -> int:
@@ -68,9 +70,11 @@ class TenantSlots:
         return self._held[tenant] if tenant is not None else self._held.total()
 
     @contextmanager
-    def hold(self, tenant: str) -> Iterator[None]:
-        """One of `tenant`'s slots for the duration of the block; ProblemError 429 when the
-        tenant already holds its share, or every slot is held."""
+    def hold(self) -> Iterator[None]:
+        """One of the request's tenant's slots for the duration of the block (without keys,
+        the tenant `local`'s); ProblemError 429 when the tenant already holds its share, or
+        every slot is held."""
+        tenant = tenancy.current_tenant() or LOCAL_TENANT
         with self._lock:
             self._check(tenant)
             self._held[tenant] += 1
